@@ -1,0 +1,97 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "spec/cache_layout.h"
+#include "spec/dtype.h"
+#include "spec/exact.h"
+#include "spec/model_shape.h"
+
+namespace kvlab {
+
+// The attention variants of DESIGN.md's table. Adding one means adding a value here and
+// its cases in attention_spec.cpp and attention_costs.cpp, never a new bool.
+enum class AttnVariant {
+  kMha,       // mha: W_q, W_k, W_v
+  kGqa,       // gqa:G
+  kMqa,       // mqa (gqa with G = 1)
+  kQkV,       // qk-v: Q=K≠V, one W_qk used twice
+  kQKv,       // q-kv: Q≠K=V, one W_kv used as key and value
+  kQkv1,      // qkv1: Q=K=V, one W
+  kQGqa,      // q-gqa:G: K=V within each of G groups
+  kQMqa,      // q-mqa: K=V with one group
+  kQkVPlus,   // qk-v+: Q=K≠V + 2-D positional bias (non-causal)
+  kQkv1Plus,  // qkv1+: Q=K=V + 2-D positional bias (non-causal)
+  kMla,       // mla: DeepSeek-V2 latent attention
+  kGva,       // gva:G,dr: grouped value attention
+  kLinear,    // linear: the Q=K=V collapse into a recurrent state
+};
+
+// kvlab's definition of the three M_h initialisations the GVA seed names (DESIGN.md).
+enum class GvaInit { kBaseline, kScaleMatched, kVarianceFixed };
+
+std::string_view attn_variant_id(AttnVariant variant);
+std::string_view gva_init_name(GvaInit init);
+
+// MACs (multiply-accumulates) of one layer's attention. Element-wise work (softmax,
+// RoPE, norms, biases) is not counted, as in the seed's profiler-based tables.
+struct AttnMacs {
+  Exact projections;  // every matmul of the layer's weights, per token, times tokens
+  Exact mixing;       // scores and weighted sums over positions (and the '+' channel mix)
+  Exact total() const { return projections + mixing; }
+};
+
+// A resolved attention variant: the variant, all of its widths and everything it needs
+// from the model. Built only by parse(), which validates it; every derived number
+// (cache layout, parameters, MACs) is a method below.
+struct AttentionSpec {
+  AttnVariant variant = AttnVariant::kMha;
+  // taken from the model
+  int64_t d_model = 0;
+  int64_t n_heads = 0;   // H: query heads
+  int64_t head_dim = 0;  // d_h
+  bool causal = true;
+  BiasKind bias = BiasKind::kNone;
+  NormKind norm = NormKind::kRmsNorm;
+  double rope_theta = 10000.0;
+  DType cache_dtype = DType::kBf16;
+  // the variant's own widths
+  int64_t n_groups = 0;       // G: cached K/V (or C) heads
+  int64_t nope_dim = 0;       // d_n: content slice of q·k (mla, gva)
+  int64_t rope_dim = 0;       // d_r: decoupled RoPE slice shared by all heads (mla, gva)
+  int64_t latent_dim = 0;     // d_c (mla)
+  int64_t value_dim = 0;      // d_v (mla)
+  int64_t q_latent_dim = 0;   // d_q: mla low-rank query, 0 = full rank
+  int64_t bias_channels = 0;  // m: channels of the '+' variants' 2-D positional tensor
+  PosScheme pos = PosScheme::kNone;
+  bool q_norm = false;  // gva: learned RMSNorm on q^nope, per head
+  bool k_norm = false;  // shared K=V with rope: K = RoPE(RMSNorm(C)), V = C (Lumma)
+  GvaInit m_init = GvaInit::kBaseline;
+
+  // Text form (DESIGN.md, `kvlab cache --help`): "gqa:8", "q-gqa:4,knorm",
+  // "gva:8,dr=16,init=scale-matched,qnorm", "mla:dc=512,dr=64", "qk-v+,m=32", ...
+  // Throws SpecError naming the field, the value and the rule.
+  static AttentionSpec parse(std::string_view text, const ModelShape& model, DType cache_dtype);
+  // Canonical text: parse(to_string(), same model, same dtype) == *this.
+  std::string to_string() const;
+  void validate() const;
+
+  bool shares_kv() const;        // one projection (and one cached stream) is key and value
+  int64_t qk_dim() const;        // width of the q·k dot product; scores scale 1/sqrt(qk_dim)
+  int64_t attn_out_dim() const;  // width entering the output projection (H·d_h or H·d_v)
+
+  CacheLayout cache_layout() const;
+  Exact param_count() const;  // one layer
+  // One layer's prefill of n tokens in the explicit (training) form, with the dense n×n
+  // score map a masked implementation computes.
+  AttnMacs prefill_macs(int64_t n_tokens) const;
+  // One layer's decode of one token against `context` cached tokens (the new one
+  // included), in the form the decode kernel runs: absorbed for gva and mla.
+  AttnMacs decode_macs(int64_t context) const;
+
+  bool operator==(const AttentionSpec&) const = default;
+};
+
+}  // namespace kvlab

@@ -1,0 +1,26 @@
+#include "spec/cache_layout.h"
+
+namespace kvlab {
+
+std::string_view decode_kernel_name(DecodeKernel kernel) {
+  switch (kernel) {
+    case DecodeKernel::kTwoStream: return "two-stream";
+    case DecodeKernel::kOneStream: return "one-stream";
+    case DecodeKernel::kReconstructKeys: return "reconstruct-keys";
+    case DecodeKernel::kRecurrentState: return "recurrent-state";
+    case DecodeKernel::kNone: return "none";
+  }
+  return "?";
+}
+
+int64_t CacheLayout::scalars_per_token() const {
+  int64_t scalars = 0;
+  for (const CacheStream& stream : streams) scalars += stream.width();
+  return scalars;
+}
+
+int64_t CacheLayout::bytes_per_token() const { return scalars_per_token() * dtype_bytes(dtype); }
+
+int64_t CacheLayout::state_bytes() const { return state_scalars * dtype_bytes(DType::kF32); }
+
+}  // namespace kvlab

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spec/dtype.h"
+
+namespace kvlab {
+
+// Which decode kernel shape serves a variant (DESIGN.md "Two kernel shapes").
+enum class DecodeKernel {
+  kTwoStream,        // cached K and V
+  kOneStream,        // one content stream C used as key and value (+ optional shared rope)
+  kReconstructKeys,  // gva dr=0: rebuild K_h = RoPE(V M_h) for every cached position
+  kRecurrentState,   // linear attention: a constant-size state instead of a cache
+  kNone,             // non-causal variants: nothing is cached
+};
+
+std::string_view decode_kernel_name(DecodeKernel kernel);
+
+// One stream of cached rows: per token per layer it holds n_heads rows of head_width.
+struct CacheStream {
+  std::string name;  // "k", "v", "c" (content, key and value at once), "kr" (shared rope key)
+  int64_t n_heads = 0;
+  int64_t head_width = 0;
+
+  int64_t width() const { return n_heads * head_width; }
+  bool operator==(const CacheStream&) const = default;
+};
+
+// What one layer keeps per sequence. Derived from an AttentionSpec only
+// (AttentionSpec::cache_layout()); the allocator, the calculator and the benchmarks all
+// read it from there.
+struct CacheLayout {
+  DecodeKernel kernel = DecodeKernel::kNone;
+  std::vector<CacheStream> streams;  // per token
+  DType dtype = DType::kBf16;
+  // linear attention: scalars of the recurrent state per sequence, kept in f32 whatever
+  // the cache dtype, because it is a running sum over the whole sequence
+  int64_t state_scalars = 0;
+  // shared K=V with RoPE: the kernel rotates (and RMS-normalises) each cached row on read
+  bool rope_on_read = false;
+  bool norm_on_read = false;
+
+  int64_t scalars_per_token() const;
+  int64_t bytes_per_token() const;
+  int64_t state_bytes() const;
+  bool operator==(const CacheLayout&) const = default;
+};
+
+}  // namespace kvlab

@@ -1,0 +1,167 @@
+#include "spec/model_shape.h"
+
+#include <string>
+
+#include "spec/spec_error.h"
+
+namespace kvlab {
+namespace {
+
+void require_positive(const char* field, int64_t value) {
+  if (value <= 0) throw SpecError(field, "must be > 0, got " + std::to_string(value));
+}
+
+}  // namespace
+
+int64_t ModelShape::n_patches() const {
+  if (kind != ModelKind::kVit || patch_size <= 0) return 0;
+  const int64_t side = image_size / patch_size;
+  return side * side;
+}
+
+int64_t ModelShape::n_positions() const {
+  if (kind == ModelKind::kVit) return n_patches() + (class_token ? 1 : 0);
+  return max_context;
+}
+
+void ModelShape::validate() const {
+  require_positive("layers", n_layers);
+  require_positive("d_model", d_model);
+  require_positive("heads", n_heads);
+  require_positive("head_dim", head_dim);
+  require_positive("mlp", mlp_width);
+  if (pos != PosScheme::kLearned && pos != PosScheme::kRope && pos != PosScheme::kNone) {
+    throw SpecError("pos", "a model's own positions are learned, rope or none, not " +
+                               std::string(pos_scheme_name(pos)));
+  }
+  if (pos == PosScheme::kRope && rope_theta <= 0) {
+    throw SpecError("rope_theta", "must be > 0, got " + std::to_string(rope_theta));
+  }
+  if (pos == PosScheme::kLearned && kind != ModelKind::kVit) require_positive("context", max_context);
+  if (max_context < 0) throw SpecError("context", "must be >= 0");
+  if (moe.enabled()) {
+    require_positive("moe.experts_per_token", moe.experts_per_token);
+    require_positive("moe.expert_mlp_width", moe.expert_mlp_width);
+    if (moe.experts_per_token > moe.n_routed_experts) {
+      throw SpecError("moe.experts_per_token",
+                      std::to_string(moe.experts_per_token) + " active experts exceed the " +
+                          std::to_string(moe.n_routed_experts) + " routed experts");
+    }
+    if (moe.n_shared_experts < 0) throw SpecError("moe.n_shared_experts", "must be >= 0");
+    if (moe.n_dense_layers < 0 || moe.n_dense_layers > n_layers) {
+      throw SpecError("moe.n_dense_layers", "must be in [0, layers]");
+    }
+  }
+  switch (kind) {
+    case ModelKind::kDecoder:
+    case ModelKind::kEncoder:
+      require_positive("vocab", vocab_size);
+      if (n_classes < 0) throw SpecError("classes", "must be >= 0");
+      if (kind == ModelKind::kDecoder && n_classes != 0 && n_classes != vocab_size) {
+        throw SpecError("classes", "a decoder predicts its own vocabulary; leave classes unset");
+      }
+      if (tied_embeddings && output_classes() != vocab_size) {
+        throw SpecError("tied_embeddings", "an output head of " + std::to_string(output_classes()) +
+                                               " classes cannot share a " +
+                                               std::to_string(vocab_size) + "-token embedding");
+      }
+      break;
+    case ModelKind::kVit:
+      require_positive("image_size", image_size);
+      require_positive("patch_size", patch_size);
+      require_positive("image_channels", image_channels);
+      require_positive("classes", n_classes);
+      if (image_size % patch_size != 0) {
+        throw SpecError("patch_size", "image side " + std::to_string(image_size) +
+                                          " is not a multiple of patch " +
+                                          std::to_string(patch_size));
+      }
+      if (pos == PosScheme::kRope) {
+        throw SpecError("pos", "vit uses learned or no positions (2-D RoPE is not implemented)");
+      }
+      break;
+    case ModelKind::kSet:
+      require_positive("set_input_dim", set_input_dim);
+      if (pos != PosScheme::kNone) {
+        throw SpecError("pos", "a set model is permutation-equivariant: positions must be none, got " +
+                                   std::string(pos_scheme_name(pos)));
+      }
+      break;
+  }
+}
+
+std::string_view model_kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kDecoder: return "decoder";
+    case ModelKind::kEncoder: return "encoder";
+    case ModelKind::kVit: return "vit";
+    case ModelKind::kSet: return "set";
+  }
+  return "?";
+}
+
+std::string_view mlp_kind_name(MlpKind kind) {
+  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
+}
+
+std::string_view norm_kind_name(NormKind kind) {
+  return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
+}
+
+std::string_view bias_kind_name(BiasKind kind) {
+  switch (kind) {
+    case BiasKind::kNone: return "none";
+    case BiasKind::kQkv: return "qkv";
+    case BiasKind::kAll: return "all";
+  }
+  return "?";
+}
+
+std::string_view pos_scheme_name(PosScheme pos) {
+  switch (pos) {
+    case PosScheme::kLearned: return "learned";
+    case PosScheme::kRope: return "rope";
+    case PosScheme::kDrope: return "drope";
+    case PosScheme::kNone: return "none";
+    case PosScheme::kBias2d: return "bias2d";
+  }
+  return "?";
+}
+
+ModelKind parse_model_kind(std::string_view text) {
+  for (ModelKind k : {ModelKind::kDecoder, ModelKind::kEncoder, ModelKind::kVit, ModelKind::kSet}) {
+    if (text == model_kind_name(k)) return k;
+  }
+  throw SpecError("model_kind", "unknown model kind '" + std::string(text) +
+                                    "' (known: decoder, encoder, vit, set)");
+}
+
+MlpKind parse_mlp_kind(std::string_view text) {
+  if (text == "gelu") return MlpKind::kGelu;
+  if (text == "swiglu") return MlpKind::kSwiglu;
+  throw SpecError("mlp_kind", "unknown MLP kind '" + std::string(text) + "' (known: gelu, swiglu)");
+}
+
+NormKind parse_norm_kind(std::string_view text) {
+  if (text == "layernorm") return NormKind::kLayerNorm;
+  if (text == "rmsnorm") return NormKind::kRmsNorm;
+  throw SpecError("norm", "unknown norm '" + std::string(text) + "' (known: layernorm, rmsnorm)");
+}
+
+BiasKind parse_bias_kind(std::string_view text) {
+  for (BiasKind b : {BiasKind::kNone, BiasKind::kQkv, BiasKind::kAll}) {
+    if (text == bias_kind_name(b)) return b;
+  }
+  throw SpecError("bias", "unknown bias '" + std::string(text) + "' (known: none, qkv, all)");
+}
+
+PosScheme parse_model_pos(std::string_view text) {
+  for (PosScheme p : {PosScheme::kLearned, PosScheme::kRope, PosScheme::kNone}) {
+    if (text == pos_scheme_name(p)) return p;
+  }
+  throw SpecError("pos", "unknown positional scheme '" + std::string(text) +
+                             "' for a model (known: learned, rope, none; drope and the 2-D bias "
+                             "come with the mla, gva and '+' attention variants)");
+}
+
+}  // namespace kvlab

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kvlab {
+
+enum class ModelKind { kDecoder, kEncoder, kVit, kSet };
+enum class MlpKind { kGelu, kSwiglu };
+enum class NormKind { kLayerNorm, kRmsNorm };
+// Which linear layers carry a bias: none (Llama), q/k/v projections only (Qwen2), or every
+// linear layer except the LM head (GPT-2, the seeds' models).
+enum class BiasKind { kNone, kQkv, kAll };
+// learned: absolute position table at the input; rope: RoPE over the full head width;
+// drope: decoupled RoPE of width d_r shared by all heads (mla, gva); none: no positions
+// (sets); bias2d: the 2-D positional score bias of the "+" variants.
+enum class PosScheme { kLearned, kRope, kDrope, kNone, kBias2d };
+
+// Mixture-of-experts MLP (DeepSeek-V2/V3). n_routed_experts == 0 means a dense model.
+struct MoeShape {
+  int64_t n_routed_experts = 0;
+  int64_t n_shared_experts = 0;
+  int64_t experts_per_token = 0;  // routed experts active per token
+  int64_t expert_mlp_width = 0;   // intermediate width of one expert
+  int64_t n_dense_layers = 0;     // first layers that keep the dense MLP
+
+  bool enabled() const { return n_routed_experts > 0; }
+  bool operator==(const MoeShape&) const = default;
+};
+
+// Everything about a model except its attention variant. The attention's widths
+// (d_model, n_heads, head_dim, biases, norm, positions) are taken from here when an
+// AttentionSpec is built, so the two cannot disagree.
+struct ModelShape {
+  ModelKind kind = ModelKind::kDecoder;
+  int64_t n_layers = 0;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+  int64_t mlp_width = 0;
+  MlpKind mlp_kind = MlpKind::kGelu;
+  MoeShape moe;
+  int64_t vocab_size = 0;   // input tokens (decoder, encoder)
+  int64_t n_classes = 0;    // output classes (encoder per token, vit); 0 = vocab_size
+  int64_t max_context = 0;  // size of a learned position table; the model's context length
+  NormKind norm = NormKind::kLayerNorm;
+  BiasKind bias = BiasKind::kAll;
+  bool tied_embeddings = true;  // LM head (or per-token classifier) shares the embedding
+  PosScheme pos = PosScheme::kLearned;  // the model's own scheme: learned, rope or none
+  double rope_theta = 10000.0;
+  // vit: image side, square patches, channels; class-token pooling (else mean pooling)
+  int64_t image_size = 0;
+  int64_t patch_size = 0;
+  int64_t image_channels = 0;
+  bool class_token = true;
+  // set: width of each input element's feature vector
+  int64_t set_input_dim = 0;
+
+  bool causal() const { return kind == ModelKind::kDecoder; }
+  int64_t output_classes() const { return n_classes > 0 ? n_classes : vocab_size; }
+  int64_t n_patches() const;
+  // Positions the model sees: tokens for decoder/encoder, patches (+ class token) for vit.
+  int64_t n_positions() const;
+  // Throws SpecError naming the first field that cannot be.
+  void validate() const;
+  bool operator==(const ModelShape&) const = default;
+};
+
+std::string_view model_kind_name(ModelKind kind);
+std::string_view mlp_kind_name(MlpKind kind);
+std::string_view norm_kind_name(NormKind kind);
+std::string_view bias_kind_name(BiasKind kind);
+std::string_view pos_scheme_name(PosScheme pos);
+// Parsers throw SpecError(field) with the known values in the message.
+ModelKind parse_model_kind(std::string_view text);
+MlpKind parse_mlp_kind(std::string_view text);
+NormKind parse_norm_kind(std::string_view text);
+BiasKind parse_bias_kind(std::string_view text);
+PosScheme parse_model_pos(std::string_view text);  // learned | rope | none
+
+}  // namespace kvlab

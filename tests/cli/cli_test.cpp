@@ -1,0 +1,150 @@
+// Runs the built `kvlab` program as a user would and checks stdout, stderr and exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+RunResult run_kvlab(const std::string& args) {
+  char err_path[] = "/tmp/kvlab_cli_test_XXXXXX";
+  const int fd = mkstemp(err_path);
+  if (fd < 0) return {};
+  close(fd);
+  const std::string command = std::string(KVLAB_BIN) + " " + args + " 2>" + err_path;
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  result.err = text.str();
+  std::remove(err_path);
+  return result;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(CliTest, NoArgumentsPrintsTheDefaultComparison) {
+  const RunResult r = run_kvlab("cache");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "llama-3-8b"));
+  for (const char* row : {"| gqa:8 ", "| q-gqa:8 ", "| gva:8,dr=16 ", "| mla:dc=512,dr=64 "}) {
+    EXPECT_TRUE(contains(r.out, row)) << row << "\n" << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "32,768 tokens"));
+  EXPECT_TRUE(contains(r.out, "4,294,967,296"));  // gqa:8 at 32k in bf16
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST(CliTest, JsonHasExactIntegers) {
+  const RunResult r = run_kvlab("cache --model paper-300m --attn mha --attn q-kv --context 32000 "
+                                "--macs --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  EXPECT_EQ(doc["rows"][0]["attn"], "mha");
+  EXPECT_EQ(doc["rows"][0]["cache_bytes"].get<int64_t>(), 2'621'440'000);
+  EXPECT_EQ(doc["rows"][1]["cache_bytes"].get<int64_t>(), 1'310'720'000);
+  EXPECT_DOUBLE_EQ(doc["rows"][1]["saving_vs_first"].get<double>(), 0.5);
+  EXPECT_TRUE(doc["rows"][0]["prefill_macs"].is_number_integer());
+  EXPECT_TRUE(doc["rows"][0]["decode_attn_macs"].is_number_integer());
+  EXPECT_EQ(doc["context_tokens"], 32000);
+  EXPECT_EQ(doc["dtype"], "bf16");
+}
+
+TEST(CliTest, RecastAModelAndReadAHuggingFaceConfig) {
+  const RunResult recast = run_kvlab("cache --model llama-3-8b --attn gva:8,dr=16 --format json");
+  ASSERT_EQ(recast.exit_code, 0) << recast.err;
+  EXPECT_EQ(nlohmann::json::parse(recast.out)["rows"][0]["cache_scalars_per_token_per_layer"],
+            1040);
+  const RunResult hf = run_kvlab(std::string("cache --hf-config ") + KVLAB_TEST_DATA +
+                                 "/deepseek-v2-lite.config.json --format json");
+  ASSERT_EQ(hf.exit_code, 0) << hf.err;
+  EXPECT_EQ(nlohmann::json::parse(hf.out)["rows"][0]["attn"], "mla:dc=512,dr=64");
+  const RunResult llama =
+      run_kvlab(std::string("cache --hf-config ") + KVLAB_TEST_DATA + "/llama-3-8b.config.json");
+  ASSERT_EQ(llama.exit_code, 0) << llama.err;
+  EXPECT_TRUE(contains(llama.out, "| gqa:8 "));
+}
+
+TEST(CliTest, CustomShapeAndOverrides) {
+  const RunResult r = run_kvlab("cache --layers 2 --d-model 8 --heads 2 --vocab 10 --max-context 6 --mlp 16 "
+                                "--attn mha --context 5 --batch 3 --dtype f32 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["rows"][0]["cache_bytes"], 3 * 2 * 5 * 16 * 4);
+  EXPECT_EQ(doc["rows"][0]["total_params"], 1344);  // see accounting_test
+  const RunResult fewer = run_kvlab("cache --model llama-3-8b --layers 16 --format json");
+  ASSERT_EQ(fewer.exit_code, 0) << fewer.err;
+  EXPECT_EQ(nlohmann::json::parse(fewer.out)["rows"][0]["cache_bytes_per_token"], 65536);
+}
+
+TEST(CliTest, HelpExplainsEveryFlag) {
+  const RunResult top = run_kvlab("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_TRUE(contains(top.out, "cache"));
+  const RunResult cache = run_kvlab("cache --help");
+  EXPECT_EQ(cache.exit_code, 0);
+  for (const char* flag : {"--model", "--hf-config", "--attn", "--context", "--batch", "--dtype",
+                           "--format", "--macs", "--layers", "--d-model", "--heads", "--head-dim"}) {
+    EXPECT_TRUE(contains(cache.out, flag)) << flag;
+  }
+}
+
+struct BadInvocation {
+  std::string args;
+  std::string message_part;
+};
+
+TEST(CliTest, BadInputExitsTwoWithAMessageAndNoOutput) {
+  const BadInvocation cases[] = {
+      {"", "subcommand"},
+      {"cache --model llama-4", "unknown model preset 'llama-4'"},
+      {"cache --attn gqa:5", "invalid --attn \"gqa:5\""},
+      {"cache --attn gqa:5", "32 query heads cannot be split into 5 groups"},
+      {"cache --attn mha --attn qk-v+", "non-causal models only"},
+      {"cache --attn bogus", "unknown attention variant 'bogus'"},
+      {"cache --dtype f64", "unknown dtype 'f64'"},
+      {"cache --context abc", "'abc' is not a token count"},
+      {"cache --batch 0", "batch: must be > 0"},
+      {"cache --batch x", "--batch"},
+      {"cache --format xml", "unknown format 'xml'"},
+      {"cache --units bytes", "unknown units"},
+      {"cache --frobnicate", "frobnicate"},
+      {"cache --model llama-3-8b --hf-config x.json", "excludes"},
+      {"cache --hf-config /nonexistent/config.json", "cannot open '/nonexistent/config.json'"},
+      {"cache --layers 2 --d-model 8", "needs --layers, --d-model and --heads"},
+      {"cache --layers 2 --d-model 9 --heads 2", "not a multiple of --heads"},
+      {"cache --model paper-300m --pos drope", "unknown positional scheme 'drope'"},
+      {"cache --model paper-300m --attn q-kv:knorm", "knorm"},
+      {"cache --context 1m --batch 100000000 --attn mha --model llama-3-70b", "exceeds 2^63"},
+  };
+  for (const BadInvocation& c : cases) {
+    SCOPED_TRACE(c.args);
+    const RunResult r = run_kvlab(c.args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
+  }
+}
+
+}  // namespace

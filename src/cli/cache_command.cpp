@@ -71,8 +71,7 @@ CLI::App* add_cache_command(CLI::App& app, CacheOptions& o) {
                   "Cached tokens per sequence: an integer, or with k (×1024) / m (×1024²)")
       ->capture_default_str()
       ->group("Cache");
-  cmd->add_option("--batch", o.batch, "Sequences")
-      ->capture_default_str()->group("Cache");
+  cmd->add_option("--batch", o.batch, "Sequences")->capture_default_str()->group("Cache");
   cmd->add_option("--dtype", o.dtype, "Cache element type: f32 | bf16 | f16 | fp8")
       ->capture_default_str()
       ->group("Cache");
@@ -102,8 +101,8 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
   const bool default_comparison = o.model.empty() && o.attn.empty();
   const Preset model = resolve_model(o.model, kCacheDefaultModel);
   std::vector<std::string> attns = o.attn;
-  if (attns.empty()) attns = default_comparison ? cache_default_attns()
-                                                : std::vector<std::string>{model.attn};
+  if (attns.empty())
+    attns = default_comparison ? cache_default_attns() : std::vector<std::string>{model.attn};
 
   std::vector<CacheRow> rows;
   for (const std::string& text : attns) {
@@ -111,8 +110,8 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
     try {
       row.config = ModelConfig::make(model.shape, text, dtype);
     } catch (const SpecError& e) {
-      throw SpecError(e.field(), fmt::format("invalid --attn \"{}\" for {}: {}", text, model.name,
-                                             e.what()));
+      throw SpecError(e.field(),
+                      fmt::format("invalid --attn \"{}\" for {}: {}", text, model.name, e.what()));
     }
     row.layout = row.config.attn.cache_layout();
     row.cache_bytes = row.config.cache_bytes(context, o.batch).value();
@@ -145,7 +144,8 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
     for (const CacheRow& r : rows) {
       json streams = json::array();
       for (const CacheStream& st : r.layout.streams) {
-        streams.push_back({{"name", st.name}, {"heads", st.n_heads}, {"head_width", st.head_width}});
+        streams.push_back(
+            {{"name", st.name}, {"heads", st.n_heads}, {"head_width", st.head_width}});
       }
       json row = {{"attn", r.config.attn.to_string()},
                   {"variant", std::string(attn_variant_id(r.config.attn.variant))},
@@ -178,10 +178,11 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
   out << fmt::format("cache of {} tokens × batch {} in {} ({} B per scalar); {}\n\n",
                      with_commas(context), o.batch, dtype_name(dtype), dtype_bytes(dtype),
                      byte_unit);
-  std::vector<std::string> headers = {"attn",        "cached per token per layer", "scalars",
-                                      "bytes/token", "cache bytes",
-                                      "cache",       "saving",
-                                      "attn params", "total params"};
+  std::vector<std::string> headers = {"attn",        "cached per token per layer",
+                                      "scalars",     "bytes/token",
+                                      "cache bytes", "cache",
+                                      "saving",      "attn params",
+                                      "total params"};
   if (o.macs) {
     for (const char* h : {"prefill MACs", "attn share", "decode MACs", "attn share"}) {
       headers.push_back(h);

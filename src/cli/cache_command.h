@@ -1,11 +1,10 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/model_flags.h"
 

@@ -1,9 +1,8 @@
 // kvlab: attention variants that keep less in the KV cache. Each subcommand is a thin
 // layer over the libraries; errors become a message on stderr and exit code 2.
+#include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/cache_command.h"
 

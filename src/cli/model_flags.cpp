@@ -52,8 +52,9 @@ Preset resolve_model(const ModelFlags& f, const std::string& fallback_preset) {
     out = read_hf_config(f.hf_config);
   } else if (f.layers || f.d_model || f.heads) {
     if (!f.layers || !f.d_model || !f.heads) {
-      throw SpecError("model", "a custom shape needs --layers, --d-model and --heads "
-                               "(or use --model NAME / --hf-config FILE)");
+      throw SpecError("model",
+                      "a custom shape needs --layers, --d-model and --heads "
+                      "(or use --model NAME / --hf-config FILE)");
     }
     ModelShape& s = out.shape;
     s.kind = ModelKind::kDecoder;

@@ -1,10 +1,9 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "spec/presets.h"
 

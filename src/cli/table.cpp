@@ -23,8 +23,8 @@ Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
 
 void Table::add_row(std::vector<std::string> cells) {
   if (cells.size() != headers_.size()) {
-    throw std::invalid_argument("table row has " + std::to_string(cells.size()) + " cells, header " +
-                                std::to_string(headers_.size()));
+    throw std::invalid_argument("table row has " + std::to_string(cells.size()) +
+                                " cells, header " + std::to_string(headers_.size()));
   }
   rows_.push_back(std::move(cells));
 }

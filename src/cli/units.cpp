@@ -41,7 +41,10 @@ std::string format_si(int64_t count) {
   }
   if (unit == 0) return fmt::format("{}", count);
   const double magnitude = std::fabs(value);
-  return fmt::format("{:.{}f} {}", value, magnitude < 10 ? 3 : magnitude < 100 ? 2 : 1,
+  return fmt::format("{:.{}f} {}", value,
+                     magnitude < 10    ? 3
+                     : magnitude < 100 ? 2
+                                       : 1,
                      kSuffix[unit]);
 }
 

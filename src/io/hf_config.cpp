@@ -1,9 +1,8 @@
 #include "io/hf_config.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "spec/spec_error.h"
 
@@ -56,15 +55,17 @@ double positive_number(const json& value, const std::string& key) {
 // rope_theta sits at the top level (older configs) or inside rope_parameters (newer).
 double read_rope_theta(const json& config) {
   const bool top = present(config, "rope_theta");
-  const bool nested = present(config, "rope_parameters") && config.at("rope_parameters").is_object() &&
+  const bool nested = present(config, "rope_parameters") &&
+                      config.at("rope_parameters").is_object() &&
                       present(config.at("rope_parameters"), "rope_theta");
   const double top_value = top ? positive_number(config.at("rope_theta"), "rope_theta") : 0;
-  const double nested_value =
-      nested ? positive_number(config.at("rope_parameters").at("rope_theta"),
-                               "rope_parameters.rope_theta")
-             : 0;
+  const double nested_value = nested
+                                  ? positive_number(config.at("rope_parameters").at("rope_theta"),
+                                                    "rope_parameters.rope_theta")
+                                  : 0;
   if (top && nested && top_value != nested_value) {
-    throw SpecError("rope_theta", json(top_value).dump() + " at the top level contradicts "
+    throw SpecError("rope_theta", json(top_value).dump() +
+                                      " at the top level contradicts "
                                       "rope_parameters.rope_theta " +
                                       json(nested_value).dump());
   }
@@ -115,9 +116,10 @@ Preset parse_hf_config(std::string_view json_text, const std::string& source) {
     // Qwen2 hard-wires q/k/v biases; Llama's attention_bias also biases o_proj, which
     // kvlab's "qkv" bias kind does not count.
     if (type != "qwen2") {
-      throw SpecError("attention_bias", "attention_bias=true with mlp_bias=false (biases on "
-                                        "q/k/v/o only) is not a bias layout kvlab counts "
-                                        "(none, q/k/v only, or every linear layer)");
+      throw SpecError("attention_bias",
+                      "attention_bias=true with mlp_bias=false (biases on "
+                      "q/k/v/o only) is not a bias layout kvlab counts "
+                      "(none, q/k/v only, or every linear layer)");
     }
     s.bias = BiasKind::kQkv;
   } else {
@@ -154,7 +156,9 @@ Preset parse_hf_config(std::string_view json_text, const std::string& source) {
                                       " is not a multiple of num_attention_heads " +
                                       std::to_string(s.n_heads));
     }
-    attn = kv_heads == s.n_heads ? "mha" : kv_heads == 1 ? "mqa" : "gqa:" + std::to_string(kv_heads);
+    attn = kv_heads == s.n_heads ? "mha"
+           : kv_heads == 1       ? "mqa"
+                                 : "gqa:" + std::to_string(kv_heads);
   }
 
   if (present(config, "n_routed_experts")) {

@@ -27,7 +27,8 @@ Exact common_projection_macs(const AttentionSpec& s) {
   switch (s.variant) {
     case AttnVariant::kMha:
     case AttnVariant::kGqa:
-    case AttnVariant::kMqa: return Exact(D) * (H * d) + Exact(2) * D * (G * d) + out;
+    case AttnVariant::kMqa:
+      return Exact(D) * (H * d) + Exact(2) * D * (G * d) + out;
     case AttnVariant::kQkV:
     case AttnVariant::kQkVPlus:
     case AttnVariant::kQKv:
@@ -35,10 +36,13 @@ Exact common_projection_macs(const AttentionSpec& s) {
       return Exact(2) * D * (H * d) + out;
     case AttnVariant::kQkv1:
     case AttnVariant::kQkv1Plus:
-    case AttnVariant::kLinear: return Exact(D) * (H * d) + out;
+    case AttnVariant::kLinear:
+      return Exact(D) * (H * d) + out;
     case AttnVariant::kQGqa:
-    case AttnVariant::kQMqa: return Exact(D) * (H * d) + Exact(D) * (G * d) + out;
-    case AttnVariant::kMla: return mla_query_macs(s) + Exact(D) * (s.latent_dim + s.rope_dim) + out;
+    case AttnVariant::kQMqa:
+      return Exact(D) * (H * d) + Exact(D) * (G * d) + out;
+    case AttnVariant::kMla:
+      return mla_query_macs(s) + Exact(D) * (s.latent_dim + s.rope_dim) + out;
     case AttnVariant::kGva:
       return Exact(D) * (H * (s.nope_dim + s.rope_dim)) + Exact(D) * (G * d) +
              Exact(D) * s.rope_dim + out;
@@ -88,7 +92,9 @@ CacheLayout AttentionSpec::cache_layout() const {
       }
       break;
     case AttnVariant::kQkVPlus:
-    case AttnVariant::kQkv1Plus: layout.kernel = DecodeKernel::kNone; break;
+    case AttnVariant::kQkv1Plus:
+      layout.kernel = DecodeKernel::kNone;
+      break;
     case AttnVariant::kLinear:
       layout.kernel = DecodeKernel::kRecurrentState;
       layout.state_scalars = n_heads * (head_dim * head_dim + head_dim);
@@ -111,20 +117,24 @@ Exact AttentionSpec::param_count() const {
       break;
     case AttnVariant::kQkV:
     case AttnVariant::kQKv:
-    case AttnVariant::kQkVPlus: params = Exact(2) * linear_params(D, H * d, in_bias); break;
+    case AttnVariant::kQkVPlus:
+      params = Exact(2) * linear_params(D, H * d, in_bias);
+      break;
     case AttnVariant::kQkv1:
     case AttnVariant::kQkv1Plus:
-    case AttnVariant::kLinear: params = linear_params(D, H * d, in_bias); break;
+    case AttnVariant::kLinear:
+      params = linear_params(D, H * d, in_bias);
+      break;
     case AttnVariant::kQGqa:
     case AttnVariant::kQMqa:
       params = linear_params(D, H * d, in_bias) + linear_params(D, G * d, in_bias);
       break;
     case AttnVariant::kMla: {
       const int64_t q_out = H * (nope_dim + rope_dim);
-      params = q_latent_dim == 0 ? linear_params(D, q_out, in_bias)
-                                 : linear_params(D, q_latent_dim, in_bias) +
-                                       norm_params(norm, q_latent_dim) +
-                                       linear_params(q_latent_dim, q_out, all_bias);
+      params = q_latent_dim == 0
+                   ? linear_params(D, q_out, in_bias)
+                   : linear_params(D, q_latent_dim, in_bias) + norm_params(norm, q_latent_dim) +
+                         linear_params(q_latent_dim, q_out, all_bias);
       params += linear_params(D, latent_dim + rope_dim, in_bias) + norm_params(norm, latent_dim) +
                 linear_params(latent_dim, H * (nope_dim + value_dim), all_bias);
       break;
@@ -157,8 +167,12 @@ AttnMacs AttentionSpec::prefill_macs(int64_t n_tokens) const {
       per_token += Exact(H) * head_dim * nope_dim;  // k_h^nope = v_g(h) M_h
       macs.mixing = n * n * H * (nope_dim + rope_dim + head_dim);
       break;
-    case AttnVariant::kLinear: macs.mixing = n * linear_state_macs(*this); break;
-    default: macs.mixing = n * n * H * (head_dim + head_dim); break;
+    case AttnVariant::kLinear:
+      macs.mixing = n * linear_state_macs(*this);
+      break;
+    default:
+      macs.mixing = n * n * H * (head_dim + head_dim);
+      break;
   }
   if (variant == AttnVariant::kQkVPlus || variant == AttnVariant::kQkv1Plus) {
     macs.mixing += n * n * H * bias_channels;  // the 1×1 conv over m channels
@@ -189,8 +203,12 @@ AttnMacs AttentionSpec::decode_macs(int64_t context) const {
         macs.mixing = T * H * head_dim * nope_dim + T * H * (nope_dim + head_dim);
       }
       break;
-    case AttnVariant::kLinear: macs.mixing = linear_state_macs(*this); break;
-    default: macs.mixing = T * H * (head_dim + head_dim); break;
+    case AttnVariant::kLinear:
+      macs.mixing = linear_state_macs(*this);
+      break;
+    default:
+      macs.mixing = T * H * (head_dim + head_dim);
+      break;
   }
   return macs;
 }

@@ -10,8 +10,8 @@
 namespace kvlab {
 namespace {
 
-constexpr int64_t kDefaultGvaRopeDim = 16;      // the GVA paper's proposed d_r
-constexpr int64_t kDefaultBiasChannels = 32;    // m of the '+' variants (seed 003 leaves it open)
+constexpr int64_t kDefaultGvaRopeDim = 16;    // the GVA paper's proposed d_r
+constexpr int64_t kDefaultBiasChannels = 32;  // m of the '+' variants (seed 003 leaves it open)
 
 struct VariantInfo {
   AttnVariant variant;
@@ -20,12 +20,12 @@ struct VariantInfo {
 };
 
 constexpr VariantInfo kVariants[] = {
-    {AttnVariant::kMha, "mha", false},        {AttnVariant::kGqa, "gqa", true},
-    {AttnVariant::kMqa, "mqa", false},        {AttnVariant::kQkV, "qk-v", false},
-    {AttnVariant::kQKv, "q-kv", false},       {AttnVariant::kQkv1, "qkv1", false},
-    {AttnVariant::kQGqa, "q-gqa", true},      {AttnVariant::kQMqa, "q-mqa", false},
-    {AttnVariant::kQkVPlus, "qk-v+", false},  {AttnVariant::kQkv1Plus, "qkv1+", false},
-    {AttnVariant::kMla, "mla", false},        {AttnVariant::kGva, "gva", true},
+    {AttnVariant::kMha, "mha", false},       {AttnVariant::kGqa, "gqa", true},
+    {AttnVariant::kMqa, "mqa", false},       {AttnVariant::kQkV, "qk-v", false},
+    {AttnVariant::kQKv, "q-kv", false},      {AttnVariant::kQkv1, "qkv1", false},
+    {AttnVariant::kQGqa, "q-gqa", true},     {AttnVariant::kQMqa, "q-mqa", false},
+    {AttnVariant::kQkVPlus, "qk-v+", false}, {AttnVariant::kQkv1Plus, "qkv1+", false},
+    {AttnVariant::kMla, "mla", false},       {AttnVariant::kGva, "gva", true},
     {AttnVariant::kLinear, "linear", false},
 };
 
@@ -37,15 +37,20 @@ bool is_plus(AttnVariant v) { return v == AttnVariant::kQkVPlus || v == AttnVari
 // Options each variant accepts, beside its positional group count.
 std::vector<std::string_view> allowed_options(AttnVariant v) {
   switch (v) {
-    case AttnVariant::kMla: return {"dc", "dr", "dn", "dv", "dq"};
-    case AttnVariant::kGva: return {"dr", "dn", "init", "qnorm"};
+    case AttnVariant::kMla:
+      return {"dc", "dr", "dn", "dv", "dq"};
+    case AttnVariant::kGva:
+      return {"dr", "dn", "init", "qnorm"};
     case AttnVariant::kQkVPlus:
-    case AttnVariant::kQkv1Plus: return {"m"};
+    case AttnVariant::kQkv1Plus:
+      return {"m"};
     case AttnVariant::kQKv:
     case AttnVariant::kQkv1:
     case AttnVariant::kQGqa:
-    case AttnVariant::kQMqa: return {"knorm"};
-    default: return {};
+    case AttnVariant::kQMqa:
+      return {"knorm"};
+    default:
+      return {};
   }
 }
 
@@ -63,7 +68,8 @@ int64_t parse_count(std::string_view field, std::string_view text) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end || value < 0) {
-    throw SpecError(std::string(field), "'" + std::string(text) + "' is not a non-negative integer");
+    throw SpecError(std::string(field),
+                    "'" + std::string(text) + "' is not a non-negative integer");
   }
   return value;
 }
@@ -111,9 +117,12 @@ std::string_view attn_variant_id(AttnVariant variant) {
 
 std::string_view gva_init_name(GvaInit init) {
   switch (init) {
-    case GvaInit::kBaseline: return "baseline";
-    case GvaInit::kScaleMatched: return "scale-matched";
-    case GvaInit::kVarianceFixed: return "variance-fixed";
+    case GvaInit::kBaseline:
+      return "baseline";
+    case GvaInit::kScaleMatched:
+      return "scale-matched";
+    case GvaInit::kVarianceFixed:
+      return "variance-fixed";
   }
   return "?";
 }
@@ -129,8 +138,8 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
     if (candidate.id == name) info = &candidate;
   }
   if (info == nullptr) {
-    throw SpecError("attn", "unknown attention variant '" + std::string(name) + "' (known: " +
-                                kKnownVariants + ")");
+    throw SpecError("attn", "unknown attention variant '" + std::string(name) +
+                                "' (known: " + kKnownVariants + ")");
   }
 
   AttentionSpec spec;
@@ -147,11 +156,17 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
   switch (spec.variant) {
     case AttnVariant::kMqa:
     case AttnVariant::kQMqa:
-    case AttnVariant::kMla: spec.n_groups = 1; break;
+    case AttnVariant::kMla:
+      spec.n_groups = 1;
+      break;
     case AttnVariant::kGqa:
     case AttnVariant::kQGqa:
-    case AttnVariant::kGva: spec.n_groups = 0; break;  // required in the text
-    default: spec.n_groups = model.n_heads; break;
+    case AttnVariant::kGva:
+      spec.n_groups = 0;
+      break;  // required in the text
+    default:
+      spec.n_groups = model.n_heads;
+      break;
   }
   if (spec.variant == AttnVariant::kMla) {
     spec.latent_dim = 4 * model.head_dim;
@@ -179,7 +194,8 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (item.empty()) throw SpecError("attn", "empty option in '" + std::string(text) + "'");
       const size_t eq = item.find('=');
       const std::string_view key = trim(item.substr(0, eq));
-      const std::string_view value = eq == item.npos ? std::string_view() : trim(item.substr(eq + 1));
+      const std::string_view value =
+          eq == item.npos ? std::string_view() : trim(item.substr(eq + 1));
       if (i == 0 && info->takes_groups && eq == item.npos) {
         spec.n_groups = parse_count("groups", key);
         groups_given = true;
@@ -189,17 +205,18 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       for (std::string_view a : allowed) known = known || a == key;
       if (!known) {
         throw SpecError(std::string(key), "option '" + std::string(key) + "' does not apply to " +
-                                              std::string(info->id) + " (its options: " +
-                                              join(allowed) + ")");
+                                              std::string(info->id) +
+                                              " (its options: " + join(allowed) + ")");
       }
       if (!seen.insert(std::string(key)).second) {
         throw SpecError(std::string(key), "option '" + std::string(key) + "' given twice");
       }
       const bool is_flag = key == "qnorm" || key == "knorm";
       if (is_flag != (eq == item.npos)) {
-        throw SpecError(std::string(key), is_flag ? "'" + std::string(key) + "' is a flag and takes no value"
-                                                  : "'" + std::string(key) + "' needs a value (" +
-                                                        std::string(key) + "=...)");
+        throw SpecError(
+            std::string(key),
+            is_flag ? "'" + std::string(key) + "' is a flag and takes no value"
+                    : "'" + std::string(key) + "' needs a value (" + std::string(key) + "=...)");
       }
       if (key == "dc") spec.latent_dim = parse_count(key, value);
       if (key == "dr") spec.rope_dim = parse_count(key, value);
@@ -213,9 +230,9 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
     }
   }
   if (info->takes_groups && !groups_given) {
-    throw SpecError("groups", std::string(info->id) + " needs a group count: " +
-                                  std::string(info->id) + ":G (e.g. " + std::string(info->id) +
-                                  ":8)");
+    throw SpecError("groups", std::string(info->id) +
+                                  " needs a group count: " + std::string(info->id) + ":G (e.g. " +
+                                  std::string(info->id) + ":8)");
   }
   if (spec.variant == AttnVariant::kGva) {
     // Without the decoupled slice GVA rotates its reconstructed key over the full width.
@@ -230,12 +247,15 @@ std::string AttentionSpec::to_string() const {
   std::vector<std::string> items;
   switch (variant) {
     case AttnVariant::kGqa:
-    case AttnVariant::kQGqa: items.push_back(num(n_groups)); break;
+    case AttnVariant::kQGqa:
+      items.push_back(num(n_groups));
+      break;
     case AttnVariant::kGva:
       items.push_back(num(n_groups));
       items.push_back("dr=" + num(rope_dim));
       if (nope_dim != head_dim) items.push_back("dn=" + num(nope_dim));
-      if (m_init != GvaInit::kBaseline) items.push_back("init=" + std::string(gva_init_name(m_init)));
+      if (m_init != GvaInit::kBaseline)
+        items.push_back("init=" + std::string(gva_init_name(m_init)));
       if (q_norm) items.push_back("qnorm");
       break;
     case AttnVariant::kMla:
@@ -249,7 +269,8 @@ std::string AttentionSpec::to_string() const {
     case AttnVariant::kQkv1Plus:
       if (bias_channels != kDefaultBiasChannels) items.push_back("m=" + num(bias_channels));
       break;
-    default: break;
+    default:
+      break;
   }
   if (k_norm) items.push_back("knorm");
   for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? ":" : ",") + items[i];
@@ -263,16 +284,20 @@ bool AttentionSpec::shares_kv() const {
     case AttnVariant::kQGqa:
     case AttnVariant::kQMqa:
     case AttnVariant::kQkv1Plus:
-    case AttnVariant::kLinear: return true;
-    default: return false;
+    case AttnVariant::kLinear:
+      return true;
+    default:
+      return false;
   }
 }
 
 int64_t AttentionSpec::qk_dim() const {
   switch (variant) {
     case AttnVariant::kMla:
-    case AttnVariant::kGva: return nope_dim + rope_dim;
-    default: return head_dim;
+    case AttnVariant::kGva:
+      return nope_dim + rope_dim;
+    default:
+      return head_dim;
   }
 }
 
@@ -296,7 +321,8 @@ void AttentionSpec::validate() const {
       break;
     case AttnVariant::kGqa:
     case AttnVariant::kQGqa:
-    case AttnVariant::kGva: break;
+    case AttnVariant::kGva:
+      break;
     default:
       require(n_groups == n_heads, "groups",
               id + " has one group per head (" + num(n_heads) + "), got " + num(n_groups));
@@ -338,9 +364,9 @@ void AttentionSpec::validate() const {
   }
   if (pos == PosScheme::kRope) {
     const int64_t rotated = variant == AttnVariant::kGva ? nope_dim : head_dim;
-    require(rotated % 2 == 0, variant == AttnVariant::kGva ? "dn" : "head_dim",
-            "RoPE rotates pairs of channels, so the rotated width must be even, got " +
-                num(rotated));
+    require(
+        rotated % 2 == 0, variant == AttnVariant::kGva ? "dn" : "head_dim",
+        "RoPE rotates pairs of channels, so the rotated width must be even, got " + num(rotated));
   }
   if (pos == PosScheme::kRope || pos == PosScheme::kDrope) {
     require(rope_theta > 0, "rope_theta", "must be > 0");

@@ -4,11 +4,16 @@ namespace kvlab {
 
 std::string_view decode_kernel_name(DecodeKernel kernel) {
   switch (kernel) {
-    case DecodeKernel::kTwoStream: return "two-stream";
-    case DecodeKernel::kOneStream: return "one-stream";
-    case DecodeKernel::kReconstructKeys: return "reconstruct-keys";
-    case DecodeKernel::kRecurrentState: return "recurrent-state";
-    case DecodeKernel::kNone: return "none";
+    case DecodeKernel::kTwoStream:
+      return "two-stream";
+    case DecodeKernel::kOneStream:
+      return "one-stream";
+    case DecodeKernel::kReconstructKeys:
+      return "reconstruct-keys";
+    case DecodeKernel::kRecurrentState:
+      return "recurrent-state";
+    case DecodeKernel::kNone:
+      return "none";
   }
   return "?";
 }

@@ -8,20 +8,28 @@ namespace kvlab {
 
 int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBf16: return 2;
-    case DType::kF16: return 2;
-    case DType::kFp8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBf16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kFp8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBf16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kFp8: return "fp8";
+    case DType::kF32:
+      return "f32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kFp8:
+      return "fp8";
   }
   return "?";
 }
@@ -31,7 +39,8 @@ DType parse_dtype(std::string_view text) {
   if (text == "bf16" || text == "bfloat16") return DType::kBf16;
   if (text == "f16" || text == "float16") return DType::kF16;
   if (text == "fp8") return DType::kFp8;
-  throw SpecError("dtype", "unknown dtype '" + std::string(text) + "' (known: f32, bf16, f16, fp8)");
+  throw SpecError("dtype",
+                  "unknown dtype '" + std::string(text) + "' (known: f32, bf16, f16, fp8)");
 }
 
 }  // namespace kvlab

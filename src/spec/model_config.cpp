@@ -25,9 +25,12 @@ Exact mlp_macs_per_token(const ModelShape& s, int64_t layer) {
 Exact head_macs_per_token(const ModelShape& s) {
   switch (s.kind) {
     case ModelKind::kDecoder:
-    case ModelKind::kEncoder: return Exact(s.d_model) * s.output_classes();
-    case ModelKind::kVit: return 0;  // one pooled vector per image, counted in prefill
-    case ModelKind::kSet: return Exact(s.d_model);  // one logit per element
+    case ModelKind::kEncoder:
+      return Exact(s.d_model) * s.output_classes();
+    case ModelKind::kVit:
+      return 0;  // one pooled vector per image, counted in prefill
+    case ModelKind::kSet:
+      return Exact(s.d_model);  // one logit per element
   }
   return 0;
 }

@@ -37,7 +37,8 @@ void ModelShape::validate() const {
   if (pos == PosScheme::kRope && rope_theta <= 0) {
     throw SpecError("rope_theta", "must be > 0, got " + std::to_string(rope_theta));
   }
-  if (pos == PosScheme::kLearned && kind != ModelKind::kVit) require_positive("context", max_context);
+  if (pos == PosScheme::kLearned && kind != ModelKind::kVit)
+    require_positive("context", max_context);
   if (max_context < 0) throw SpecError("context", "must be >= 0");
   if (moe.enabled()) {
     require_positive("moe.experts_per_token", moe.experts_per_token);
@@ -83,8 +84,9 @@ void ModelShape::validate() const {
     case ModelKind::kSet:
       require_positive("set_input_dim", set_input_dim);
       if (pos != PosScheme::kNone) {
-        throw SpecError("pos", "a set model is permutation-equivariant: positions must be none, got " +
-                                   std::string(pos_scheme_name(pos)));
+        throw SpecError("pos",
+                        "a set model is permutation-equivariant: positions must be none, got " +
+                            std::string(pos_scheme_name(pos)));
       }
       break;
   }
@@ -92,17 +94,19 @@ void ModelShape::validate() const {
 
 std::string_view model_kind_name(ModelKind kind) {
   switch (kind) {
-    case ModelKind::kDecoder: return "decoder";
-    case ModelKind::kEncoder: return "encoder";
-    case ModelKind::kVit: return "vit";
-    case ModelKind::kSet: return "set";
+    case ModelKind::kDecoder:
+      return "decoder";
+    case ModelKind::kEncoder:
+      return "encoder";
+    case ModelKind::kVit:
+      return "vit";
+    case ModelKind::kSet:
+      return "set";
   }
   return "?";
 }
 
-std::string_view mlp_kind_name(MlpKind kind) {
-  return kind == MlpKind::kGelu ? "gelu" : "swiglu";
-}
+std::string_view mlp_kind_name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
 
 std::string_view norm_kind_name(NormKind kind) {
   return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
@@ -110,20 +114,28 @@ std::string_view norm_kind_name(NormKind kind) {
 
 std::string_view bias_kind_name(BiasKind kind) {
   switch (kind) {
-    case BiasKind::kNone: return "none";
-    case BiasKind::kQkv: return "qkv";
-    case BiasKind::kAll: return "all";
+    case BiasKind::kNone:
+      return "none";
+    case BiasKind::kQkv:
+      return "qkv";
+    case BiasKind::kAll:
+      return "all";
   }
   return "?";
 }
 
 std::string_view pos_scheme_name(PosScheme pos) {
   switch (pos) {
-    case PosScheme::kLearned: return "learned";
-    case PosScheme::kRope: return "rope";
-    case PosScheme::kDrope: return "drope";
-    case PosScheme::kNone: return "none";
-    case PosScheme::kBias2d: return "bias2d";
+    case PosScheme::kLearned:
+      return "learned";
+    case PosScheme::kRope:
+      return "rope";
+    case PosScheme::kDrope:
+      return "drope";
+    case PosScheme::kNone:
+      return "none";
+    case PosScheme::kBias2d:
+      return "bias2d";
   }
   return "?";
 }

@@ -46,7 +46,7 @@ struct ModelShape {
   int64_t max_context = 0;  // size of a learned position table; the model's context length
   NormKind norm = NormKind::kLayerNorm;
   BiasKind bias = BiasKind::kAll;
-  bool tied_embeddings = true;  // LM head (or per-token classifier) shares the embedding
+  bool tied_embeddings = true;          // LM head (or per-token classifier) shares the embedding
   PosScheme pos = PosScheme::kLearned;  // the model's own scheme: learned, rope or none
   double rope_theta = 10000.0;
   // vit: image side, square patches, channels; class-token pooling (else mean pooling)

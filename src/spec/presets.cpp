@@ -56,10 +56,8 @@ ModelShape deepseek(int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t 
 
 std::vector<Preset> make_presets() {
   std::vector<Preset> out;
-  out.push_back({"paper-300m", "seed 003's 300M GPT",
-                 paper_gpt(20, 1024, 16, 4096), "mha", ""});
-  out.push_back({"paper-1.2b", "seed 003's 1.2B GPT",
-                 paper_gpt(22, 2048, 32, 8192), "mha", ""});
+  out.push_back({"paper-300m", "seed 003's 300M GPT", paper_gpt(20, 1024, 16, 4096), "mha", ""});
+  out.push_back({"paper-1.2b", "seed 003's 1.2B GPT", paper_gpt(22, 2048, 32, 8192), "mha", ""});
   out.push_back({"llama-3-8b", "Meta Llama 3 8B",
                  llama_like(32, 4096, 32, 128, 14336, 128256, 8192, 500000.0), "gqa:8", ""});
   out.push_back({"llama-3-70b", "Meta Llama 3 70B",
@@ -116,7 +114,8 @@ const Preset& find_preset(std::string_view name) {
     if (p.name == name) return p;
     known += (known.empty() ? "" : ", ") + p.name;
   }
-  throw SpecError("model", "unknown model preset '" + std::string(name) + "' (known: " + known + ")");
+  throw SpecError("model",
+                  "unknown model preset '" + std::string(name) + "' (known: " + known + ")");
 }
 
 }  // namespace kvlab

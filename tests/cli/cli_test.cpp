@@ -56,8 +56,9 @@ TEST(CliTest, NoArgumentsPrintsTheDefaultComparison) {
 }
 
 TEST(CliTest, JsonHasExactIntegers) {
-  const RunResult r = run_kvlab("cache --model paper-300m --attn mha --attn q-kv --context 32000 "
-                                "--macs --format json");
+  const RunResult r = run_kvlab(
+      "cache --model paper-300m --attn mha --attn q-kv --context 32000 "
+      "--macs --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["rows"].size(), 2u);
@@ -87,8 +88,9 @@ TEST(CliTest, RecastAModelAndReadAHuggingFaceConfig) {
 }
 
 TEST(CliTest, CustomShapeAndOverrides) {
-  const RunResult r = run_kvlab("cache --layers 2 --d-model 8 --heads 2 --vocab 10 --max-context 6 --mlp 16 "
-                                "--attn mha --context 5 --batch 3 --dtype f32 --format json");
+  const RunResult r = run_kvlab(
+      "cache --layers 2 --d-model 8 --heads 2 --vocab 10 --max-context 6 --mlp 16 "
+      "--attn mha --context 5 --batch 3 --dtype f32 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["rows"][0]["cache_bytes"], 3 * 2 * 5 * 16 * 4);
@@ -104,8 +106,9 @@ TEST(CliTest, HelpExplainsEveryFlag) {
   EXPECT_TRUE(contains(top.out, "cache"));
   const RunResult cache = run_kvlab("cache --help");
   EXPECT_EQ(cache.exit_code, 0);
-  for (const char* flag : {"--model", "--hf-config", "--attn", "--context", "--batch", "--dtype",
-                           "--format", "--macs", "--layers", "--d-model", "--heads", "--head-dim"}) {
+  for (const char* flag :
+       {"--model", "--hf-config", "--attn", "--context", "--batch", "--dtype", "--format", "--macs",
+        "--layers", "--d-model", "--heads", "--head-dim"}) {
     EXPECT_TRUE(contains(cache.out, flag)) << flag;
   }
 }

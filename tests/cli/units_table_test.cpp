@@ -32,7 +32,8 @@ TEST(UnitsTest, TokenCounts) {
   EXPECT_EQ(parse_tokens("32k", "context"), 32768);
   EXPECT_EQ(parse_tokens("1m", "context"), 1 << 20);
   EXPECT_EQ(parse_tokens("0", "context"), 0);
-  for (const char* bad : {"", "k", "-5", "3.5k", "12x", "99999999999999999999", "9223372036854775807k"}) {
+  for (const char* bad :
+       {"", "k", "-5", "3.5k", "12x", "99999999999999999999", "9223372036854775807k"}) {
     EXPECT_THROW(parse_tokens(bad, "context"), SpecError) << bad;
   }
 }

@@ -13,11 +13,11 @@ namespace {
 using nlohmann::json;
 
 json llama_config() {
-  return {{"model_type", "llama"},          {"hidden_size", 4096},
-          {"intermediate_size", 14336},     {"num_hidden_layers", 32},
-          {"num_attention_heads", 32},      {"num_key_value_heads", 8},
-          {"vocab_size", 128256},           {"max_position_embeddings", 8192},
-          {"rope_theta", 500000.0},         {"tie_word_embeddings", false}};
+  return {{"model_type", "llama"},      {"hidden_size", 4096},
+          {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+          {"num_attention_heads", 32},  {"num_key_value_heads", 8},
+          {"vocab_size", 128256},       {"max_position_embeddings", 8192},
+          {"rope_theta", 500000.0},     {"tie_word_embeddings", false}};
 }
 
 std::string error_field(const json& config) {
@@ -63,13 +63,15 @@ TEST(HfConfigTest, RopeThetaTopLevelOrNested) {
 }
 
 TEST(HfConfigTest, DeepseekMlaAndMoe) {
-  json c = {{"model_type", "deepseek_v2"}, {"hidden_size", 2048}, {"intermediate_size", 10944},
-            {"num_hidden_layers", 27}, {"num_attention_heads", 16}, {"num_key_value_heads", 16},
-            {"vocab_size", 102400}, {"kv_lora_rank", 512}, {"q_lora_rank", nullptr},
-            {"qk_rope_head_dim", 64}, {"qk_nope_head_dim", 128}, {"v_head_dim", 128},
-            {"n_routed_experts", 64}, {"n_shared_experts", 2}, {"num_experts_per_tok", 6},
-            {"moe_intermediate_size", 1408}, {"first_k_dense_replace", 1},
-            {"max_position_embeddings", 163840}};
+  json c = {{"model_type", "deepseek_v2"}, {"hidden_size", 2048},
+            {"intermediate_size", 10944},  {"num_hidden_layers", 27},
+            {"num_attention_heads", 16},   {"num_key_value_heads", 16},
+            {"vocab_size", 102400},        {"kv_lora_rank", 512},
+            {"q_lora_rank", nullptr},      {"qk_rope_head_dim", 64},
+            {"qk_nope_head_dim", 128},     {"v_head_dim", 128},
+            {"n_routed_experts", 64},      {"n_shared_experts", 2},
+            {"num_experts_per_tok", 6},    {"moe_intermediate_size", 1408},
+            {"first_k_dense_replace", 1},  {"max_position_embeddings", 163840}};
   const Preset p = parse_hf_config(c.dump(), "x");
   const Preset& lite = find_preset("deepseek-v2-lite");
   EXPECT_EQ(p.shape, lite.shape);

@@ -134,8 +134,7 @@ TEST(AccountingTest, CacheLayoutsOfEveryKernelShape) {
   EXPECT_TRUE(lumma.rope_on_read);
   EXPECT_TRUE(lumma.norm_on_read);
   EXPECT_FALSE(AttentionSpec::parse("q-kv", tiny_gpt(), DType::kBf16).cache_layout().rope_on_read);
-  EXPECT_EQ(layout("gva:4,dr=16").streams,
-            (std::vector<CacheStream>{{"c", 4, 64}, {"kr", 1, 16}}));
+  EXPECT_EQ(layout("gva:4,dr=16").streams, (std::vector<CacheStream>{{"c", 4, 64}, {"kr", 1, 16}}));
   EXPECT_EQ(layout("gva:4,dr=0").kernel, DecodeKernel::kReconstructKeys);
   EXPECT_EQ(layout("mla:dc=256,dr=32").streams,
             (std::vector<CacheStream>{{"c", 1, 256}, {"kr", 1, 32}}));
@@ -148,8 +147,8 @@ TEST(AccountingTest, CacheLayoutsOfEveryKernelShape) {
 
 TEST(AccountingTest, CacheBytesScaleWithTokensBatchLayersAndDtype) {
   // mha on tiny_gpt: 2·8 scalars per token per layer
-  for (auto [dtype, bytes] : {std::pair{DType::kF32, 4}, {DType::kBf16, 2}, {DType::kF16, 2},
-                              {DType::kFp8, 1}}) {
+  for (auto [dtype, bytes] :
+       {std::pair{DType::kF32, 4}, {DType::kBf16, 2}, {DType::kF16, 2}, {DType::kFp8, 1}}) {
     const ModelConfig m = ModelConfig::make(tiny_gpt(), "mha", dtype);
     EXPECT_EQ(m.cache_bytes_per_token().value(), 2 * 16 * bytes);
     EXPECT_EQ(m.cache_bytes(5, 3).value(), 3 * 2 * 5 * 16 * bytes);
@@ -167,8 +166,8 @@ TEST(AccountingTest, EquivalentSpecsCountTheSame) {
   const ModelShape rope = rope_decoder();
   auto config = [&](const char* text) { return ModelConfig::make(rope, text, DType::kBf16); };
   // GQA with G = H is MHA; MQA is GQA with G = 1; Q-GQA with G = H is Q≠K=V.
-  for (auto [a, b] : {std::pair{"gqa:16", "mha"}, {"gqa:1", "mqa"}, {"q-gqa:16", "q-kv"},
-                      {"q-gqa:1", "q-mqa"}}) {
+  for (auto [a, b] :
+       {std::pair{"gqa:16", "mha"}, {"gqa:1", "mqa"}, {"q-gqa:16", "q-kv"}, {"q-gqa:1", "q-mqa"}}) {
     SCOPED_TRACE(std::string(a) + " vs " + b);
     EXPECT_EQ(config(a).param_count(), config(b).param_count());
     EXPECT_EQ(config(a).attn.cache_layout(), config(b).attn.cache_layout());

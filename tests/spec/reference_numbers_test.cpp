@@ -31,9 +31,9 @@ TEST(ReferenceNumbersTest, Paper300mCacheBytes) {
   const ModelConfig qkv = preset_with("paper-300m", "mha");
   const ModelConfig shared_kv = preset_with("paper-300m", "q-kv");
   const ModelConfig q_eq_k = preset_with("paper-300m", "qk-v");
-  EXPECT_EQ(qkv.cache_bytes(32000, 1).value(), 2'621'440'000);  // 2.62 GB
-  EXPECT_EQ(shared_kv.cache_bytes(32000, 1).value(), 1'310'720'000);  // 1.31 GB
-  EXPECT_EQ(qkv.cache_bytes(128000, 1).value(), 10'485'760'000);  // 10.49 GB
+  EXPECT_EQ(qkv.cache_bytes(32000, 1).value(), 2'621'440'000);         // 2.62 GB
+  EXPECT_EQ(shared_kv.cache_bytes(32000, 1).value(), 1'310'720'000);   // 1.31 GB
+  EXPECT_EQ(qkv.cache_bytes(128000, 1).value(), 10'485'760'000);       // 10.49 GB
   EXPECT_EQ(shared_kv.cache_bytes(128000, 1).value(), 5'242'880'000);  // 5.24 GB
   EXPECT_EQ(q_eq_k.cache_bytes(32000, 1), qkv.cache_bytes(32000, 1));  // Q=K≠V saves nothing
   EXPECT_DOUBLE_EQ(round_to(gb(qkv.cache_bytes(32000, 1)), 2), 2.62);
@@ -58,8 +58,7 @@ TEST(ReferenceNumbersTest, Paper300mCombinedSharingSavings) {
 TEST(ReferenceNumbersTest, Paper1p2bCacheBytes) {
   const int64_t kMiB = 1 << 20;
   EXPECT_EQ(preset_with("paper-1.2b", "mha").cache_bytes(32768, 1).value(), 5'905'580'032);
-  EXPECT_DOUBLE_EQ(
-      round_to(gb(preset_with("paper-1.2b", "mha").cache_bytes(32768, 1)), 1), 5.9);
+  EXPECT_DOUBLE_EQ(round_to(gb(preset_with("paper-1.2b", "mha").cache_bytes(32768, 1)), 1), 5.9);
   EXPECT_EQ(preset_with("paper-1.2b", "mqa").cache_bytes(32768, 1).value(), 176 * kMiB);
   EXPECT_EQ(preset_with("paper-1.2b", "q-mqa").cache_bytes(32768, 1).value(), 88 * kMiB);
   // The paper rounds GQA-8 to "76%" and Q-MQA to "98.5%"; exactly they are 75% and 98.4375%.
@@ -123,10 +122,10 @@ TEST(ReferenceNumbersTest, GvaSavingsOfTheSeed) {
   const ModelConfig gqa = ModelConfig::make(s, "gqa:4", DType::kBf16);
   EXPECT_DOUBLE_EQ(saving(gqa, ModelConfig::make(s, "gva:4,dr=16", DType::kBf16)), 0.46875);
   EXPECT_DOUBLE_EQ(saving(gqa, ModelConfig::make(s, "gva:4,dr=24", DType::kBf16)), 0.453125);
-  EXPECT_DOUBLE_EQ(round_to(100 * saving(gqa, ModelConfig::make(s, "gva:4,dr=16", DType::kBf16)), 1),
-                   46.9);
-  EXPECT_DOUBLE_EQ(round_to(100 * saving(gqa, ModelConfig::make(s, "gva:4,dr=24", DType::kBf16)), 1),
-                   45.3);
+  EXPECT_DOUBLE_EQ(
+      round_to(100 * saving(gqa, ModelConfig::make(s, "gva:4,dr=16", DType::kBf16)), 1), 46.9);
+  EXPECT_DOUBLE_EQ(
+      round_to(100 * saving(gqa, ModelConfig::make(s, "gva:4,dr=24", DType::kBf16)), 1), 45.3);
 }
 
 // Seed 000: ≈ 49% at G 8, d_h 128, d_r 16; MLA (d_c 512 + d_r 64) against that GQA ≈ 72%.
@@ -166,11 +165,11 @@ TEST(ReferenceNumbersTest, EveryPresetBuildsWithItsOwnAttention) {
     EXPECT_GT(m.cache_bytes_per_token().value(), 0);
   }
   // MLA presets cache d_c + d_r = 576 scalars per token per layer, as DeepSeek reports.
-  EXPECT_EQ(ModelConfig::make(find_preset("deepseek-v3").shape, "mla:dc=512,dr=64,dq=1536",
-                              DType::kBf16)
-                .attn.cache_layout()
-                .scalars_per_token(),
-            576);
+  EXPECT_EQ(
+      ModelConfig::make(find_preset("deepseek-v3").shape, "mla:dc=512,dr=64,dq=1536", DType::kBf16)
+          .attn.cache_layout()
+          .scalars_per_token(),
+      576);
 }
 
 }  // namespace

@@ -331,7 +331,10 @@ void AttentionSpec::validate() const {
     require(!causal, "attn",
             id + " adds a 2-D positional bias for non-causal models only (seed 003 §3.1); "
                  "a decoder is causal: use an encoder, vit or set model");
-    require(bias_channels > 0, "m", "channels of the 2-D positional tensor must be > 0");
+    require(bias_channels > 0 && bias_channels % 4 == 0, "m",
+            "channels of the 2-D positional tensor must be a positive multiple of 4 (sin and "
+            "cos of the row and of the column), got " +
+                num(bias_channels));
     require(pos == PosScheme::kBias2d, "pos", id + " uses the 2-D positional bias");
   }
   if (variant == AttnVariant::kMla) {
@@ -357,6 +360,11 @@ void AttentionSpec::validate() const {
     require(pos == PosScheme::kLearned || pos == PosScheme::kRope || pos == PosScheme::kNone ||
                 (is_plus(variant) && pos == PosScheme::kBias2d),
             "pos", id + " takes the model's positions: learned, rope or none");
+  }
+  if (variant == AttnVariant::kLinear) {
+    require(pos != PosScheme::kRope, "pos",
+            "linear attention takes learned or no positions: RoPE inside its running state is "
+            "not implemented");
   }
   if (pos == PosScheme::kDrope) {
     require(rope_dim % 2 == 0, "dr",

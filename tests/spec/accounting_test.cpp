@@ -30,8 +30,8 @@ TEST(AccountingTest, AttentionParametersByHand) {
   EXPECT_EQ(attn_params("q-mqa"), 72 + 36 + 72);
   EXPECT_EQ(attn_params("linear"), 2 * 72);
   // '+': 1×1 conv of m weights and a bias per head
-  EXPECT_EQ(attn_params("qk-v+:m=5", tiny_encoder()), 3 * 72 + 2 * (5 + 1));
-  EXPECT_EQ(attn_params("qkv1+:m=5", tiny_encoder()), 2 * 72 + 2 * (5 + 1));
+  EXPECT_EQ(attn_params("qk-v+:m=8", tiny_encoder()), 3 * 72 + 2 * (8 + 1));
+  EXPECT_EQ(attn_params("qkv1+:m=8", tiny_encoder()), 2 * 72 + 2 * (8 + 1));
   // mla defaults d_c 16, d_r 2, d_n = d_v = 4: q 8→12 (108), kv_a 8→18 (162), LayerNorm on
   // c (32), up 16→16 (272), out 8→8 (72)
   EXPECT_EQ(attn_params("mla"), 108 + 162 + 32 + 272 + 72);
@@ -138,9 +138,11 @@ TEST(AccountingTest, CacheLayoutsOfEveryKernelShape) {
   EXPECT_EQ(layout("gva:4,dr=0").kernel, DecodeKernel::kReconstructKeys);
   EXPECT_EQ(layout("mla:dc=256,dr=32").streams,
             (std::vector<CacheStream>{{"c", 1, 256}, {"kr", 1, 32}}));
-  EXPECT_EQ(layout("linear").kernel, DecodeKernel::kRecurrentState);
-  EXPECT_EQ(layout("linear").scalars_per_token(), 0);
-  EXPECT_EQ(layout("linear").state_scalars, 16 * (64 * 64 + 64));
+  const CacheLayout linear =
+      AttentionSpec::parse("linear", testing::tiny_gpt(), DType::kBf16).cache_layout();
+  EXPECT_EQ(linear.kernel, DecodeKernel::kRecurrentState);
+  EXPECT_EQ(linear.scalars_per_token(), 0);
+  EXPECT_EQ(linear.state_scalars, 2 * (4 * 4 + 4));
   EXPECT_EQ(AttentionSpec::parse("qkv1+", tiny_encoder(), DType::kBf16).cache_layout().kernel,
             DecodeKernel::kNone);
 }

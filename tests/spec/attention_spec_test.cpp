@@ -40,7 +40,7 @@ std::vector<RoundTripCase> every_variant() {
       {"q-gqa:8,knorm", rope},
       {"q-mqa", rope},
       {"qk-v+", encoder},
-      {"qk-v+:m=7", encoder},
+      {"qk-v+:m=12", encoder},
       {"qkv1+", encoder},
       {"mla", rope},
       {"mla:dc=512,dr=64", rope},
@@ -145,7 +145,9 @@ TEST(AttentionSpecTest, RejectsImpossibleSpecsNamingTheField) {
       {"gva:4,dr=0,dn=63", rope_decoder(), "dn", "rotated width must be even, got 63"},
       {"qk-v+", rope_decoder(), "attn", "non-causal models only"},
       {"qkv1+", learned, "attn", "a decoder is causal"},
-      {"qk-v+:m=0", tiny_encoder(), "m", "must be > 0"},
+      {"qk-v+:m=0", tiny_encoder(), "m", "positive multiple of 4"},
+      {"qkv1+:m=6", tiny_encoder(), "m", "got 6"},
+      {"linear", rope_decoder(), "pos", "linear attention takes learned or no positions"},
       {"q-kv:knorm", learned, "knorm", "positions are learned"},
       {"gqa:4,qnorm", rope_decoder(), "qnorm", "does not apply to gqa"},
       {"mha,init=scale-matched", rope_decoder(), "init", "does not apply to mha"},
@@ -182,9 +184,10 @@ TEST(AttentionSpecTest, ValidateCatchesHandBuiltSpecs) {
 
 TEST(AttentionSpecTest, SharingPropertiesMatchTheFamilyTable) {
   const ModelShape rope = rope_decoder();
-  for (const char* text : {"q-kv", "qkv1", "q-gqa:4", "q-mqa", "linear"}) {
+  for (const char* text : {"q-kv", "qkv1", "q-gqa:4", "q-mqa"}) {
     EXPECT_TRUE(AttentionSpec::parse(text, rope, DType::kBf16).shares_kv()) << text;
   }
+  EXPECT_TRUE(AttentionSpec::parse("linear", tiny_gpt(), DType::kBf16).shares_kv());
   for (const char* text : {"mha", "gqa:4", "mqa", "qk-v", "mla", "gva:4"}) {
     EXPECT_FALSE(AttentionSpec::parse(text, rope, DType::kBf16).shares_kv()) << text;
   }

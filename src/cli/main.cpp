@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/cache_command.h"
+#include "cli/summary_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app(
@@ -17,6 +18,8 @@ int main(int argc, char** argv) {
 
   kvlab::CacheOptions cache_options;
   CLI::App* cache = kvlab::add_cache_command(app, cache_options);
+  kvlab::SummaryOptions summary_options;
+  CLI::App* summary = kvlab::add_summary_command(app, summary_options);
 
   try {
     app.parse(argc, argv);
@@ -26,10 +29,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  const char* command = cache->parsed() ? "cache" : "summary";
   try {
     if (cache->parsed()) kvlab::run_cache(cache_options, std::cout);
+    if (summary->parsed()) return kvlab::run_summary(summary_options, std::cout, std::cerr);
   } catch (const std::exception& e) {
-    std::cerr << "kvlab " << (cache->parsed() ? "cache" : "") << ": " << e.what() << "\n";
+    std::cerr << "kvlab " << command << ": " << e.what() << "\n";
     return 2;
   }
   return 0;

@@ -7,7 +7,8 @@ namespace kvlab {
 
 bool ModelFlags::has_shape_overrides() const {
   return layers || d_model || heads || head_dim || mlp || vocab || max_context || classes ||
-         mlp_kind || norm || bias || pos || model_kind || rope_theta || tied || untied;
+         image_size || patch_size || channels || set_input_dim || mlp_kind || norm || bias || pos ||
+         model_kind || rope_theta || tied || untied || mean_pool;
 }
 
 bool ModelFlags::empty() const {
@@ -39,6 +40,12 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--rope-theta", f.rope_theta, "RoPE base θ (default 10000)")->group("Model");
   app.add_option("--model-kind", f.model_kind, "decoder | encoder | vit | set (default decoder)")
       ->group("Model");
+  app.add_option("--image-size", f.image_size, "vit: image side in pixels")->group("Model");
+  app.add_option("--patch-size", f.patch_size, "vit: square patch side")->group("Model");
+  app.add_option("--channels", f.channels, "vit: image channels")->group("Model");
+  app.add_flag("--mean-pool", f.mean_pool, "vit: mean pooling instead of a class token")
+      ->group("Model");
+  app.add_option("--set-input-dim", f.set_input_dim, "set: features per element")->group("Model");
   auto* tied = app.add_flag("--tied", f.tied, "Output head shares the embedding")->group("Model");
   auto* untied = app.add_flag("--untied", f.untied, "Separate output head")->group("Model");
   tied->excludes(untied);
@@ -91,6 +98,11 @@ Preset resolve_model(const ModelFlags& f, const std::string& fallback_preset) {
   if (f.vocab) s.vocab_size = *f.vocab;
   if (f.max_context) s.max_context = *f.max_context;
   if (f.classes) s.n_classes = *f.classes;
+  if (f.image_size) s.image_size = *f.image_size;
+  if (f.patch_size) s.patch_size = *f.patch_size;
+  if (f.channels) s.image_channels = *f.channels;
+  if (f.set_input_dim) s.set_input_dim = *f.set_input_dim;
+  if (f.mean_pool) s.class_token = false;
   if (f.mlp_kind) s.mlp_kind = parse_mlp_kind(*f.mlp_kind);
   if (f.norm) s.norm = parse_norm_kind(*f.norm);
   if (f.bias) s.bias = parse_bias_kind(*f.bias);

@@ -15,10 +15,12 @@ struct ModelFlags {
   std::string model;
   std::string hf_config;
   std::optional<int64_t> layers, d_model, heads, head_dim, mlp, vocab, max_context, classes;
+  std::optional<int64_t> image_size, patch_size, channels, set_input_dim;  // vit, set
   std::optional<std::string> mlp_kind, norm, bias, pos, model_kind;
   std::optional<double> rope_theta;
   bool tied = false;
   bool untied = false;
+  bool mean_pool = false;  // vit: mean pooling instead of a class token
 
   // True when a flag sets a field of the shape (beside --model / --hf-config).
   bool has_shape_overrides() const;

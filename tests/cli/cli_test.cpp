@@ -113,6 +113,61 @@ TEST(CliTest, HelpExplainsEveryFlag) {
   }
 }
 
+nlohmann::json summary_json(const std::string& args) {
+  const RunResult r = run_kvlab("summary --format json " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+TEST(CliSummaryTest, ModuleCountEqualsSpecCountForEveryVariantAndKind) {
+  const std::string decoder = "--layers 2 --d-model 32 --heads 4 --vocab 50 --max-context 16";
+  const std::string llama = decoder + " --pos rope --norm rmsnorm --mlp-kind swiglu --bias none";
+  const std::string encoder = decoder + " --model-kind encoder";
+  const std::string vit =
+      "--layers 2 --d-model 32 --heads 4 --model-kind vit --image-size 8 "
+      "--patch-size 4 --channels 3 --classes 5";
+  const std::string set =
+      "--layers 2 --d-model 32 --heads 4 --model-kind set --pos none "
+      "--set-input-dim 6";
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "qkv1", "q-gqa:2", "q-mqa", "mla",
+                           "gva:2,dr=4", "gva:2,dr=0,qnorm", "linear"}) {
+    cases.push_back({decoder, attn});
+  }
+  for (const char* attn : {"gqa:2", "q-gqa:2,knorm", "mla:dc=16,dr=4,dq=8", "gva:4,dr=8"}) {
+    cases.push_back({llama, attn});
+  }
+  for (const std::string& model : {encoder, vit, set}) {
+    for (const char* attn : {"mha", "qk-v", "qkv1", "qk-v+", "qkv1+", "gva:2,dr=4"}) {
+      cases.push_back({model, attn});
+    }
+  }
+  cases.push_back({vit + " --mean-pool", "q-kv"});
+  cases.push_back({"--model deepseek-v3", "mla:dc=512,dr=64,dq=1536"});
+  for (const auto& [model, attn] : cases) {
+    SCOPED_TRACE(model + " --attn " + attn);
+    const nlohmann::json doc = summary_json(model + " --attn " + attn);
+    ASSERT_TRUE(doc.contains("params_module"));
+    EXPECT_EQ(doc["params_module"], doc["params_spec"]);
+    EXPECT_GT(doc["params_module"].get<int64_t>(), 0);
+  }
+}
+
+TEST(CliSummaryTest, Paper1p2bReproducesTheSeedsCounts) {
+  const std::pair<const char*, int64_t> expected[] = {
+      {"mha", 1215}, {"q-kv", 1123},    {"gqa:8", 1077},
+      {"mqa", 1036}, {"q-gqa:8", 1054}, {"q-mqa", 1033},
+  };
+  for (auto [attn, millions] : expected) {
+    const nlohmann::json doc = summary_json(std::string("--model paper-1.2b --attn ") + attn);
+    EXPECT_EQ(std::llround(doc["params_module"].get<double>() / 1e6), millions) << attn;
+  }
+  const RunResult table = run_kvlab("summary --model paper-1.2b");
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_TRUE(contains(table.out, "| 1,215,102,976 |"));
+  EXPECT_TRUE(contains(table.out, "module and spec agree"));
+}
+
 struct BadInvocation {
   std::string args;
   std::string message_part;
@@ -140,6 +195,10 @@ TEST(CliTest, BadInputExitsTwoWithAMessageAndNoOutput) {
       {"cache --model paper-300m --pos drope", "unknown positional scheme 'drope'"},
       {"cache --model paper-300m --attn q-kv:knorm", "knorm"},
       {"cache --context 1m --batch 100000000 --attn mha --model llama-3-70b", "exceeds 2^63"},
+      {"summary --model paper-300m --attn qk-v+", "non-causal models only"},
+      {"summary --attn gqa:3", "cannot be split into 3 groups"},
+      {"summary --format yaml", "unknown format 'yaml'"},
+      {"summary --layers 2 --d-model 32 --heads 4 --model-kind vit --image-size 8", "patch_size"},
   };
   for (const BadInvocation& c : cases) {
     SCOPED_TRACE(c.args);

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "spec/attention_spec.h"
+
+namespace kvlab::nn {
+
+// One attention layer built from an AttentionSpec. Every variant implements three views of
+// the same function:
+//  - forward(): the explicit (training) form over a whole sequence;
+//  - cache_rows(): exactly what the spec's cache layout stores for each token, one tensor
+//    per CacheLayout stream, [B, T, n_heads, head_width] — and nothing else;
+//  - forward_from_cache(): queries attending to such rows in the form the decode kernels
+//    use (absorbed for gva and mla, rotate-on-read for the shared K=V + RoPE layout).
+// The equality forward(x) == forward_from_cache(x, cache_rows(x), 0) is the oracle the
+// decode engine is built on.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const AttentionSpec& spec) : spec_(spec) {}
+
+  const AttentionSpec& spec() const { return spec_; }
+
+  // x: [B, T, D], tokens at positions start_pos .. start_pos + T - 1 -> [B, T, D]
+  virtual torch::Tensor forward(const torch::Tensor& x, int64_t start_pos = 0) = 0;
+  // x: [B, T, D] -> one tensor per cache stream, [B, T, n_heads, head_width]
+  virtual std::vector<torch::Tensor> cache_rows(const torch::Tensor& x, int64_t start_pos = 0);
+  // x: [B, Tq, D] at positions start_pos ..; rows: cache_rows of positions 0 .. Tk - 1 with
+  // Tk = start_pos + Tq (the new tokens' rows included) -> [B, Tq, D]
+  virtual torch::Tensor forward_from_cache(const torch::Tensor& x,
+                                           const std::vector<torch::Tensor>& rows,
+                                           int64_t start_pos);
+
+ protected:
+  // Causal mask for Tq queries over Tk keys, the first query mask_offset positions after the
+  // first key: true where masked.
+  torch::Tensor causal_mask(int64_t tq, int64_t tk, int64_t mask_offset,
+                            const torch::Device& device) const;
+  // scores: [..., Tq, Tk] -> softmax over keys (in f32 at least), masked when causal.
+  torch::Tensor softmax_scores(torch::Tensor scores, int64_t mask_offset) const;
+
+  AttentionSpec spec_;
+};
+
+// Builds the module of any variant; parameters are created with `options` (dtype,
+// device: the meta device builds without memory).
+std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,
+                                              const torch::TensorOptions& options);
+
+// Reshapes [B, T, n*d] to [B, T, n, d].
+torch::Tensor split_heads(const torch::Tensor& x, int64_t n_heads);
+// Groups query heads [B, T, H, d] -> [B, G, H/G, T, d] and keys [B, T, G, d] -> [B, G, 1, T, d]
+// so that one matmul serves every head of a group against its group's rows.
+torch::Tensor group_queries(const torch::Tensor& q, int64_t n_groups);
+torch::Tensor group_keys(const torch::Tensor& k);
+// [B, G, H/G, T, d] -> [B, T, H·d]
+torch::Tensor merge_grouped_heads(const torch::Tensor& out);
+
+}  // namespace kvlab::nn

@@ -1,0 +1,68 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+namespace kvlab::nn {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
+                       const torch::TensorOptions& options) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
+  torch::NoGradGuard no_grad;
+  weight.uniform_(-bound, bound);
+  if (has_bias) {
+    bias = register_parameter("bias", torch::empty({out_features}, options));
+    bias.uniform_(-bound, bound);
+  }
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight, bias);
+}
+
+NormImpl::NormImpl(NormKind norm_kind, int64_t width, const torch::TensorOptions& options,
+                   double epsilon)
+    : kind(norm_kind), eps(epsilon) {
+  weight = register_parameter("weight", torch::ones({width}, options));
+  if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}, options));
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  if (kind == NormKind::kLayerNorm) {
+    return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  }
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta) {
+  const int64_t seq = x.size(1);
+  const int64_t half = x.size(-1) / 2;
+  const auto real = x.options().dtype(x.dtype() == torch::kFloat64 ? torch::kFloat64
+                                                                   : torch::kFloat32);
+  // [half]: θ^(-2k/d)
+  const torch::Tensor inv_freq =
+      torch::pow(theta, -torch::arange(0, half, real) * (2.0 / static_cast<double>(2 * half)));
+  const torch::Tensor positions = torch::arange(start_pos, start_pos + seq, real);
+  const torch::Tensor angles = torch::outer(positions, inv_freq).view({1, seq, 1, half});
+  const torch::Tensor cos = angles.cos().to(x.dtype());
+  const torch::Tensor sin = angles.sin().to(x.dtype());
+  const torch::Tensor x1 = x.narrow(-1, 0, half);
+  const torch::Tensor x2 = x.narrow(-1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+torch::Tensor sinusoid_2d(int64_t n, int64_t channels, const torch::TensorOptions& options) {
+  const int64_t per_axis = channels / 2;  // channels per index (row or column)
+  const int64_t pairs = per_axis / 2;
+  const torch::Tensor freq =
+      torch::pow(10000.0, -torch::arange(0, pairs, options) * (2.0 / static_cast<double>(per_axis)));
+  const torch::Tensor index = torch::arange(0, n, options);
+  const torch::Tensor angles = torch::outer(index, freq);  // [n, pairs]
+  // [n, per_axis]: sin/cos interleaved
+  const torch::Tensor axis = torch::stack({angles.sin(), angles.cos()}, -1).view({n, per_axis});
+  const torch::Tensor rows = axis.view({n, 1, per_axis}).expand({n, n, per_axis});
+  const torch::Tensor cols = axis.view({1, n, per_axis}).expand({n, n, per_axis});
+  return torch::cat({rows, cols}, -1);  // [n, n, m]
+}
+
+}  // namespace kvlab::nn

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "spec/attention_spec.h"
+#include "spec/model_shape.h"
+
+namespace kvlab::testing {
+
+inline const torch::TensorOptions kF64 = torch::TensorOptions().dtype(torch::kFloat64);
+
+// Small shapes for exact (f64) module tests: D 16, 4 heads of 4.
+inline ModelShape small_shape(PosScheme pos, ModelKind kind = ModelKind::kDecoder,
+                              BiasKind bias = BiasKind::kAll) {
+  ModelShape s;
+  s.kind = kind;
+  s.n_layers = 2;
+  s.d_model = 16;
+  s.n_heads = 4;
+  s.head_dim = 4;
+  s.mlp_width = 24;
+  s.mlp_kind = MlpKind::kGelu;
+  s.vocab_size = 11;
+  s.max_context = 16;
+  s.norm = NormKind::kLayerNorm;
+  s.bias = bias;
+  s.tied_embeddings = true;
+  s.pos = pos;
+  return s;
+}
+
+inline AttentionSpec spec_of(const std::string& text, const ModelShape& shape) {
+  return AttentionSpec::parse(text, shape, DType::kF32);
+}
+
+inline void copy_into(torch::Tensor dst, const torch::Tensor& src) {
+  torch::NoGradGuard no_grad;
+  dst.copy_(src);
+}
+
+// Largest absolute difference, NaN-aware: a NaN anywhere makes it infinite.
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes()) return std::numeric_limits<double>::infinity();
+  if (torch::isnan(a).any().item<bool>() || torch::isnan(b).any().item<bool>()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return (a - b).abs().max().item<double>();
+}
+
+}  // namespace kvlab::testing

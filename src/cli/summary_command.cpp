@@ -40,8 +40,7 @@ bool is_index(const std::string& name) {
 
 // Depth-first rows; in a list of blocks (layers, experts) the first block of each size is
 // expanded and the others fold into ranges.
-void collect(const torch::nn::Module& module, const std::string& name,
-             std::vector<TreeRow>& rows) {
+void collect(const torch::nn::Module& module, const std::string& name, std::vector<TreeRow>& rows) {
   const auto children = module.named_children();
   const auto own = module.named_parameters(/*recurse=*/false);
   const bool leaf = children.is_empty();
@@ -54,7 +53,8 @@ void collect(const torch::nn::Module& module, const std::string& name,
   }
   const std::string prefix = name.empty() ? "" : name + ".";
   if (!leaf) {  // a leaf's weight and bias are summed in its own row
-    for (const auto& p : own) rows.push_back({prefix + p.key(), p.value().numel(), shape_text(p.value())});
+    for (const auto& p : own)
+      rows.push_back({prefix + p.key(), p.value().numel(), shape_text(p.value())});
   }
   std::set<int64_t> expanded_sizes;  // in a block list, expand the first block of each size
   for (size_t i = 0; i < children.size(); ++i) {
@@ -84,9 +84,11 @@ CLI::App* add_summary_command(CLI::App& app, SummaryOptions& o) {
       "Build the model of a shape and attention variant and print its module tree with "
       "parameter counts, next to the count the spec derives (they must agree).");
   add_model_flags(*cmd, o.model);
-  cmd->add_option("--attn", o.attn, "Attention spec (default: the model's own); see 'kvlab cache --help'")
+  cmd->add_option("--attn", o.attn,
+                  "Attention spec (default: the model's own); see 'kvlab cache --help'")
       ->group("Attention");
-  cmd->add_option("--format", o.format, "table (Markdown) | json")->capture_default_str()
+  cmd->add_option("--format", o.format, "table (Markdown) | json")
+      ->capture_default_str()
       ->group("Output");
   return cmd;
 }
@@ -101,8 +103,9 @@ int run_summary(const SummaryOptions& o, std::ostream& out, std::ostream& err) {
   try {
     config = ModelConfig::make(model.shape, attn, DType::kBf16);
   } catch (const SpecError& e) {
-    throw SpecError(e.field(), fmt::format("invalid --attn \"{}\" for {} ({}): {}", attn, model.name,
-                                           model_kind_name(model.shape.kind), e.what()));
+    throw SpecError(e.field(),
+                    fmt::format("invalid --attn \"{}\" for {} ({}): {}", attn, model.name,
+                                model_kind_name(model.shape.kind), e.what()));
   }
   // The meta device allocates nothing: a 671B-parameter model is counted in milliseconds.
   const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);
@@ -134,15 +137,17 @@ int run_summary(const SummaryOptions& o, std::ostream& out, std::ostream& err) {
     table.add_row({"**total, counted from the module**", "", with_commas(params_module)});
     table.add_row({"**total, derived from the spec**", "", with_commas(params_spec)});
     out << table.to_markdown();
-    out << fmt::format("\n{} parameters ({}); attention {} ({} per layer)\n", format_si(params_spec),
+    out << fmt::format("\n{} parameters ({}); attention {} ({} per layer)\n",
+                       format_si(params_spec),
                        params_module == params_spec ? "module and spec agree" : "MISMATCH",
                        format_si(config.attention_param_count().value()),
                        with_commas(config.attn.param_count().value()));
   }
   if (params_module != params_spec) {
-    err << fmt::format("kvlab summary: internal error: the module has {} parameters but the spec "
-                       "derives {}\n",
-                       params_module, params_spec);
+    err << fmt::format(
+        "kvlab summary: internal error: the module has {} parameters but the spec "
+        "derives {}\n",
+        params_module, params_spec);
     return 1;
   }
   return 0;

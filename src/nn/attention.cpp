@@ -43,10 +43,14 @@ std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,
                                               const torch::TensorOptions& options) {
   spec.validate();
   switch (spec.variant) {
-    case AttnVariant::kMla: return std::make_shared<MlaAttentionImpl>(spec, options);
-    case AttnVariant::kGva: return std::make_shared<GvaAttentionImpl>(spec, options);
-    case AttnVariant::kLinear: return std::make_shared<LinearAttentionImpl>(spec, options);
-    default: return std::make_shared<StandardAttentionImpl>(spec, options);
+    case AttnVariant::kMla:
+      return std::make_shared<MlaAttentionImpl>(spec, options);
+    case AttnVariant::kGva:
+      return std::make_shared<GvaAttentionImpl>(spec, options);
+    case AttnVariant::kLinear:
+      return std::make_shared<LinearAttentionImpl>(spec, options);
+    default:
+      return std::make_shared<StandardAttentionImpl>(spec, options);
   }
 }
 

@@ -9,12 +9,14 @@ GvaAttentionImpl::GvaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
   const int64_t D = spec.d_model, H = spec.n_heads, d = spec.head_dim, G = spec.n_groups;
   const bool in_bias = spec.bias != BiasKind::kNone;
   const bool all_bias = spec.bias == BiasKind::kAll;
-  q_proj = register_module("q_proj", Linear(D, H * (spec.nope_dim + spec.rope_dim), in_bias, options));
+  q_proj =
+      register_module("q_proj", Linear(D, H * (spec.nope_dim + spec.rope_dim), in_bias, options));
   v_proj = register_module("v_proj", Linear(D, G * d, in_bias, options));
   if (spec.rope_dim > 0) {
     r_proj = register_module("r_proj", Linear(D, spec.rope_dim, in_bias, options));
   }
-  if (spec.q_norm) q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, spec.nope_dim, options));
+  if (spec.q_norm)
+    q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, spec.nope_dim, options));
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
   key_maps = register_parameter("key_maps", torch::empty({H, d, spec.nope_dim}, options));
   reset_key_maps();
@@ -78,7 +80,8 @@ torch::Tensor GvaAttentionImpl::attend_explicit(const Query& q, const torch::Ten
   torch::Tensor k_nope = reconstruct_keys(values);  // [B, Tk, H, d_n]
   if (spec_.rope_dim == 0) k_nope = apply_rope(k_nope, key_start, spec_.rope_theta);
   // each head its own key: [B, H, 1, Tq, d_n] · [B, H, 1, d_n, Tk]
-  torch::Tensor scores = torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2));
+  torch::Tensor scores =
+      torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2));
   if (spec_.rope_dim > 0) {
     scores = scores + torch::matmul(group_queries(q.rope, H), group_keys(k_rope).transpose(-1, -2));
   }
@@ -96,8 +99,7 @@ torch::Tensor GvaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
   return attend_explicit(q, values, k_rope, /*key_start=*/start_pos, /*mask_offset=*/0);
 }
 
-std::vector<torch::Tensor> GvaAttentionImpl::cache_rows(const torch::Tensor& x,
-                                                        int64_t start_pos) {
+std::vector<torch::Tensor> GvaAttentionImpl::cache_rows(const torch::Tensor& x, int64_t start_pos) {
   std::vector<torch::Tensor> rows = {split_heads(v_proj(x), spec_.n_groups)};
   if (r_proj) rows.push_back(apply_rope(r_proj(x).unsqueeze(2), start_pos, spec_.rope_theta));
   return rows;
@@ -108,12 +110,12 @@ torch::Tensor GvaAttentionImpl::forward_from_cache(const torch::Tensor& x,
                                                    int64_t start_pos) {
   const Query q = project_query(x, start_pos);
   const torch::Tensor& values = rows.at(0);  // [B, Tk, G, d_h]
-  if (spec_.rope_dim == 0) {  // keys are rebuilt for every cached position
+  if (spec_.rope_dim == 0) {                 // keys are rebuilt for every cached position
     return attend_explicit(q, values, {}, /*key_start=*/0, /*mask_offset=*/start_pos);
   }
   const int64_t G = spec_.n_groups;
-  const torch::Tensor& k_rope = rows.at(1);              // [B, Tk, 1, d_r]
-  const torch::Tensor q_tilde = absorb_query(q.nope);    // [B, Tq, H, d_h]
+  const torch::Tensor& k_rope = rows.at(1);            // [B, Tk, 1, d_r]
+  const torch::Tensor q_tilde = absorb_query(q.nope);  // [B, Tq, H, d_h]
   // one-stream: each value row is read once per group and serves as key and value
   const torch::Tensor scores =
       torch::matmul(group_queries(q_tilde, G), group_keys(values).transpose(-1, -2)) +
@@ -138,7 +140,8 @@ torch::Tensor GvaAttentionImpl::scores(const torch::Tensor& x, bool absorbed) {
   }
   if (spec_.rope_dim > 0) {
     const torch::Tensor k_rope = apply_rope(r_proj(x).unsqueeze(2), 0, spec_.rope_theta);
-    s = s + torch::matmul(group_queries(q.rope, G), group_keys(k_rope).transpose(-1, -2)).flatten(1, 2);
+    s = s +
+        torch::matmul(group_queries(q.rope, G), group_keys(k_rope).transpose(-1, -2)).flatten(1, 2);
   }
   return s * scale();
 }

@@ -24,7 +24,8 @@ NormImpl::NormImpl(NormKind norm_kind, int64_t width, const torch::TensorOptions
                    double epsilon)
     : kind(norm_kind), eps(epsilon) {
   weight = register_parameter("weight", torch::ones({width}, options));
-  if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}, options));
+  if (kind == NormKind::kLayerNorm)
+    bias = register_parameter("bias", torch::zeros({width}, options));
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
@@ -37,8 +38,8 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta) {
   const int64_t seq = x.size(1);
   const int64_t half = x.size(-1) / 2;
-  const auto real = x.options().dtype(x.dtype() == torch::kFloat64 ? torch::kFloat64
-                                                                   : torch::kFloat32);
+  const auto real =
+      x.options().dtype(x.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
   // [half]: θ^(-2k/d)
   const torch::Tensor inv_freq =
       torch::pow(theta, -torch::arange(0, half, real) * (2.0 / static_cast<double>(2 * half)));
@@ -53,13 +54,13 @@ torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta
 
 torch::Tensor sinusoid_2d(int64_t n, int64_t channels, const torch::TensorOptions& options) {
   const int64_t per_axis = channels / 2;  // channels per index (row or column)
-  const int64_t pairs = per_axis / 2;
+  // channel c of an axis: sin (c even) or cos (c odd) of index · 10000^(-2⌊c/2⌋/per_axis)
+  const torch::Tensor c = torch::arange(0, per_axis, options);
   const torch::Tensor freq =
-      torch::pow(10000.0, -torch::arange(0, pairs, options) * (2.0 / static_cast<double>(per_axis)));
-  const torch::Tensor index = torch::arange(0, n, options);
-  const torch::Tensor angles = torch::outer(index, freq);  // [n, pairs]
-  // [n, per_axis]: sin/cos interleaved
-  const torch::Tensor axis = torch::stack({angles.sin(), angles.cos()}, -1).view({n, per_axis});
+      torch::pow(10000.0, -2.0 * torch::floor(c / 2) / static_cast<double>(per_axis));
+  const torch::Tensor angles = torch::outer(torch::arange(0, n, options), freq);  // [n, per_axis]
+  const torch::Tensor is_sin = (torch::remainder(c, 2) == 0);
+  const torch::Tensor axis = torch::where(is_sin, angles.sin(), angles.cos());
   const torch::Tensor rows = axis.view({n, 1, per_axis}).expand({n, n, per_axis});
   const torch::Tensor cols = axis.view({1, n, per_axis}).expand({n, n, per_axis});
   return torch::cat({rows, cols}, -1);  // [n, n, m]

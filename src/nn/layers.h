@@ -41,7 +41,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta
 
 // The fixed 2-D sinusoidal tensor P of the "+" variants (seed 003 §3.1, A.2): [n, n, m].
 // Channels [0, m/2) encode the row (query) index, [m/2, m) the column (key) index, each
-// as interleaved sin/cos pairs at frequencies 10000^(-2k/(m/2)), as in Vaswani et al.
+// as interleaved sin/cos at frequencies 10000^(-2k/(m/2)), as in Vaswani et al.
 torch::Tensor sinusoid_2d(int64_t n, int64_t channels, const torch::TensorOptions& options);
 
 }  // namespace kvlab::nn

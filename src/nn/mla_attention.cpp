@@ -30,8 +30,7 @@ double MlaAttentionImpl::scale() const {
   return 1.0 / std::sqrt(static_cast<double>(spec_.nope_dim + spec_.rope_dim));
 }
 
-MlaAttentionImpl::Query MlaAttentionImpl::project_query(const torch::Tensor& x,
-                                                        int64_t start_pos) {
+MlaAttentionImpl::Query MlaAttentionImpl::project_query(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor q_flat = q_proj ? q_proj(x) : q_b_proj(q_a_layernorm(q_a_proj(x)));
   const torch::Tensor q = split_heads(q_flat, spec_.n_heads);  // [B, T, H, d_n + d_r]
   return {q.narrow(-1, 0, spec_.nope_dim),
@@ -41,8 +40,8 @@ MlaAttentionImpl::Query MlaAttentionImpl::project_query(const torch::Tensor& x,
 std::vector<torch::Tensor> MlaAttentionImpl::latent(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor kv_a = kv_a_proj_with_mqa(x).unsqueeze(2);  // [B, T, 1, d_c + d_r]
   const torch::Tensor c = kv_a_layernorm(kv_a.narrow(-1, 0, spec_.latent_dim));
-  const torch::Tensor k_rope = apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim),
-                                          start_pos, spec_.rope_theta);
+  const torch::Tensor k_rope =
+      apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim), start_pos, spec_.rope_theta);
   return {c, k_rope};
 }
 
@@ -86,8 +85,8 @@ torch::Tensor MlaAttentionImpl::scores(const torch::Tensor& x, bool absorbed) {
     content = torch::matmul(q_tilde.transpose(1, 2), lat[0].transpose(1, 2).transpose(-1, -2));
     if (kv_b_proj->bias.defined()) {
       // q·b_k is constant over keys; added so the scores (not only the softmax) agree
-      const torch::Tensor b_k = kv_b_proj->bias.view({H, spec_.nope_dim + spec_.value_dim})
-                                    .narrow(1, 0, spec_.nope_dim);
+      const torch::Tensor b_k =
+          kv_b_proj->bias.view({H, spec_.nope_dim + spec_.value_dim}).narrow(1, 0, spec_.nope_dim);
       content = content + torch::einsum("bthn,hn->bht", {q.nope, b_k}).unsqueeze(-1);
     }
   } else {
@@ -114,8 +113,7 @@ torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
   return o_proj(merge_grouped_heads(torch::matmul(p, group_keys(v))));
 }
 
-std::vector<torch::Tensor> MlaAttentionImpl::cache_rows(const torch::Tensor& x,
-                                                        int64_t start_pos) {
+std::vector<torch::Tensor> MlaAttentionImpl::cache_rows(const torch::Tensor& x, int64_t start_pos) {
   return latent(x, start_pos);
 }
 
@@ -135,8 +133,7 @@ torch::Tensor MlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
     const torch::Tensor b_k =
         kv_b_proj->bias.view({H, spec_.nope_dim + spec_.value_dim}).narrow(1, 0, spec_.nope_dim);
     // q·b_k per head and query: [B, H, Tq] -> [B, 1, H, Tq, 1], constant over keys
-    scores = scores +
-             torch::einsum("bthn,hn->bht", {q.nope, b_k}).unsqueeze(1).unsqueeze(-1);
+    scores = scores + torch::einsum("bthn,hn->bht", {q.nope, b_k}).unsqueeze(1).unsqueeze(-1);
   }
   const torch::Tensor p = softmax_scores(scores * scale(), start_pos);  // [B, 1, H, Tq, Tk]
   const torch::Tensor latent_out = torch::matmul(p, group_keys(c));     // [B, 1, H, Tq, d_c]

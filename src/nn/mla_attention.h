@@ -26,14 +26,14 @@ class MlaAttentionImpl : public AttentionImpl {
   // Σ_j p_j v_j from Σ_j p_j c_j: [B, T, H, d_c] -> [B, T, H, d_v]
   torch::Tensor absorb_output(const torch::Tensor& latent_out) const;
 
-  Linear q_proj{nullptr};             // D -> H·(d_n + d_r), full-rank query
-  Linear q_a_proj{nullptr};           // D -> d_q, low-rank query
-  Norm q_a_layernorm{nullptr};        // over d_q
-  Linear q_b_proj{nullptr};           // d_q -> H·(d_n + d_r)
-  Linear kv_a_proj_with_mqa{nullptr}; // D -> d_c + d_r
-  Norm kv_a_layernorm{nullptr};       // over d_c
-  Linear kv_b_proj{nullptr};          // d_c -> H·(d_n + d_v): W_uk and W_uv, head by head
-  Linear o_proj{nullptr};             // H·d_v -> D
+  Linear q_proj{nullptr};              // D -> H·(d_n + d_r), full-rank query
+  Linear q_a_proj{nullptr};            // D -> d_q, low-rank query
+  Norm q_a_layernorm{nullptr};         // over d_q
+  Linear q_b_proj{nullptr};            // d_q -> H·(d_n + d_r)
+  Linear kv_a_proj_with_mqa{nullptr};  // D -> d_c + d_r
+  Norm kv_a_layernorm{nullptr};        // over d_c
+  Linear kv_b_proj{nullptr};           // d_c -> H·(d_n + d_v): W_uk and W_uv, head by head
+  Linear o_proj{nullptr};              // H·d_v -> D
 
  private:
   struct Query {

@@ -33,8 +33,11 @@ StandardAttentionImpl::StandardAttentionImpl(const AttentionSpec& spec,
       kv_proj = linear("kv_proj", G * d);
       break;
     case AttnVariant::kQkv1:
-    case AttnVariant::kQkv1Plus: qkv_proj = linear("qkv_proj", H * d); break;
-    default: throw std::logic_error("StandardAttention cannot build this variant");
+    case AttnVariant::kQkv1Plus:
+      qkv_proj = linear("qkv_proj", H * d);
+      break;
+    default:
+      throw std::logic_error("StandardAttention cannot build this variant");
   }
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
   if (spec.k_norm) k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, d, options));
@@ -102,7 +105,7 @@ torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch:
     const torch::Tensor P = sinusoid_2d(n, spec_.bias_channels, scores.options());  // [n, n, m]
     const torch::Tensor bias = torch::einsum("ijc,hc->hij", {P, pos_mix_weight}) +
                                pos_mix_bias.view({H, 1, 1});  // [H, n, n]
-    const torch::Tensor gain = pos_mix_weight.sum(-1);     // [H]
+    const torch::Tensor gain = pos_mix_weight.sum(-1);        // [H]
     const int64_t per_group = H / G;
     scores = scores * gain.view({G, per_group, 1, 1}) + bias.view({G, per_group, n, n});
   }

@@ -23,14 +23,14 @@ class StandardAttentionImpl : public AttentionImpl {
   torch::Tensor scores(const torch::Tensor& x);
 
   // Which projection produces what; names follow Hugging Face where one exists.
-  Linear q_proj{nullptr};    // mha, gqa, mqa, q-kv, q-gqa, q-mqa: D -> H·d
-  Linear k_proj{nullptr};    // mha, gqa, mqa: D -> G·d
-  Linear v_proj{nullptr};    // mha, gqa, mqa, qk-v: D -> G·d
-  Linear qk_proj{nullptr};   // qk-v: D -> H·d, used as query and key
-  Linear kv_proj{nullptr};   // q-kv, q-gqa, q-mqa: D -> G·d, used as key and value
-  Linear qkv_proj{nullptr};  // qkv1: D -> H·d, used as query, key and value
-  Linear o_proj{nullptr};    // H·d -> D
-  Norm k_norm{nullptr};      // knorm: RMSNorm over d on the key side of C
+  Linear q_proj{nullptr};        // mha, gqa, mqa, q-kv, q-gqa, q-mqa: D -> H·d
+  Linear k_proj{nullptr};        // mha, gqa, mqa: D -> G·d
+  Linear v_proj{nullptr};        // mha, gqa, mqa, qk-v: D -> G·d
+  Linear qk_proj{nullptr};       // qk-v: D -> H·d, used as query and key
+  Linear kv_proj{nullptr};       // q-kv, q-gqa, q-mqa: D -> G·d, used as key and value
+  Linear qkv_proj{nullptr};      // qkv1: D -> H·d, used as query, key and value
+  Linear o_proj{nullptr};        // H·d -> D
+  Norm k_norm{nullptr};          // knorm: RMSNorm over d on the key side of C
   torch::Tensor pos_mix_weight;  // "+": [H, m], the 1×1 conv over the 2-D positional channels
   torch::Tensor pos_mix_bias;    // "+": [H]
 

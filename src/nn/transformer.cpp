@@ -85,15 +85,16 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& input, int64_t start_p
       if (shape.class_token) h = torch::cat({cls_token.expand({b, 1, shape.d_model}), h}, 1);
       break;
     }
-    case ModelKind::kSet: h = input_proj(input); break;
+    case ModelKind::kSet:
+      h = input_proj(input);
+      break;
   }
   if (embed_positions.defined()) {
     const int64_t t = h.size(1);
     if (start_pos + t > embed_positions.size(0)) {
-      throw std::invalid_argument("positions " + std::to_string(start_pos) + ".." +
-                                  std::to_string(start_pos + t - 1) +
-                                  " exceed the learned table of " +
-                                  std::to_string(embed_positions.size(0)));
+      throw std::invalid_argument(
+          "positions " + std::to_string(start_pos) + ".." + std::to_string(start_pos + t - 1) +
+          " exceed the learned table of " + std::to_string(embed_positions.size(0)));
     }
     h = h + embed_positions.narrow(0, start_pos, t);
   }
@@ -128,7 +129,9 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& config,
     case ModelKind::kVit:
       head = register_module("head", Linear(s.d_model, s.n_classes, bias, options));
       break;
-    case ModelKind::kSet: head = register_module("head", Linear(s.d_model, 1, bias, options)); break;
+    case ModelKind::kSet:
+      head = register_module("head", Linear(s.d_model, 1, bias, options));
+      break;
   }
 }
 
@@ -143,7 +146,8 @@ torch::Tensor TransformerModelImpl::forward(const torch::Tensor& input, int64_t 
       const torch::Tensor pooled = s.class_token ? h.select(1, 0) : h.mean(1);
       return head(pooled);
     }
-    case ModelKind::kSet: return head(h).squeeze(-1);
+    case ModelKind::kSet:
+      return head(h).squeeze(-1);
   }
   return h;
 }

@@ -11,7 +11,7 @@ namespace kvlab {
 namespace {
 
 constexpr int64_t kDefaultGvaRopeDim = 16;    // the GVA paper's proposed d_r
-constexpr int64_t kDefaultBiasChannels = 32;  // m of the '+' variants (seed 003 leaves it open)
+constexpr int64_t kDefaultBiasChannels = 10;  // m of the '+' variants: seed 003 §4.1 uses 10
 
 struct VariantInfo {
   AttnVariant variant;
@@ -331,9 +331,9 @@ void AttentionSpec::validate() const {
     require(!causal, "attn",
             id + " adds a 2-D positional bias for non-causal models only (seed 003 §3.1); "
                  "a decoder is causal: use an encoder, vit or set model");
-    require(bias_channels > 0 && bias_channels % 4 == 0, "m",
-            "channels of the 2-D positional tensor must be a positive multiple of 4 (sin and "
-            "cos of the row and of the column), got " +
+    require(bias_channels > 0 && bias_channels % 2 == 0, "m",
+            "channels of the 2-D positional tensor must be positive and even (half encode the "
+            "row, half the column), got " +
                 num(bias_channels));
     require(pos == PosScheme::kBias2d, "pos", id + " uses the 2-D positional bias");
   }

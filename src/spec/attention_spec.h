@@ -71,7 +71,7 @@ struct AttentionSpec {
   GvaInit m_init = GvaInit::kBaseline;
 
   // Text form (DESIGN.md, `kvlab cache --help`): "gqa:8", "q-gqa:4,knorm",
-  // "gva:8,dr=16,init=scale-matched,qnorm", "mla:dc=512,dr=64", "qk-v+,m=32", ...
+  // "gva:8,dr=16,init=scale-matched,qnorm", "mla:dc=512,dr=64", "qk-v+:m=16", ...
   // Throws SpecError naming the field, the value and the rule.
   static AttentionSpec parse(std::string_view text, const ModelShape& model, DType cache_dtype);
   // Canonical text: parse(to_string(), same model, same dtype) == *this.

@@ -9,8 +9,8 @@
 #include "nn/gva_attention.h"
 #include "nn/linear_attention.h"
 #include "nn/mla_attention.h"
-#include "nn/standard_attention.h"
 #include "nn/nn_test_util.h"
+#include "nn/standard_attention.h"
 
 namespace kvlab::nn {
 namespace {
@@ -33,23 +33,41 @@ std::vector<VariantCase> every_variant() {
   const ModelShape encoder = small_shape(PosScheme::kLearned, ModelKind::kEncoder);
   const ModelShape no_bias = small_shape(PosScheme::kRope, ModelKind::kDecoder, BiasKind::kNone);
   return {
-      {"mha", rope},         {"mha", learned},        {"gqa:2", rope},
-      {"mqa", rope},         {"qk-v", learned},       {"qk-v", rope},
-      {"q-kv", learned},     {"q-kv", rope},          {"q-kv:knorm", rope},
-      {"qkv1", learned},     {"qkv1:knorm", rope},    {"q-gqa:2", rope},
-      {"q-gqa:2,knorm", no_bias}, {"q-mqa", rope},    {"qk-v+", encoder},
-      {"qkv1+:m=8", encoder}, {"mla", rope},          {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
-      {"mla", no_bias},      {"gva:2,dr=4", rope},    {"gva:1,dr=2,qnorm", rope},
-      {"gva:4,dr=4,dn=6,init=scale-matched", learned}, {"gva:2,dr=0", rope},
-      {"gva:2,dr=0,init=variance-fixed", no_bias},   {"linear", learned},
-      {"mha", encoder},      {"gva:2,dr=4", encoder}, {"linear", encoder},
+      {"mha", rope},
+      {"mha", learned},
+      {"gqa:2", rope},
+      {"mqa", rope},
+      {"qk-v", learned},
+      {"qk-v", rope},
+      {"q-kv", learned},
+      {"q-kv", rope},
+      {"q-kv:knorm", rope},
+      {"qkv1", learned},
+      {"qkv1:knorm", rope},
+      {"q-gqa:2", rope},
+      {"q-gqa:2,knorm", no_bias},
+      {"q-mqa", rope},
+      {"qk-v+", encoder},
+      {"qkv1+:m=6", encoder},
+      {"mla", rope},
+      {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
+      {"mla", no_bias},
+      {"gva:2,dr=4", rope},
+      {"gva:1,dr=2,qnorm", rope},
+      {"gva:4,dr=4,dn=6,init=scale-matched", learned},
+      {"gva:2,dr=0", rope},
+      {"gva:2,dr=0,init=variance-fixed", no_bias},
+      {"linear", learned},
+      {"mha", encoder},
+      {"gva:2,dr=4", encoder},
+      {"linear", encoder},
   };
 }
 
 std::string case_name(const VariantCase& c) {
-  return c.text + " pos=" + std::string(pos_scheme_name(c.shape.pos)) + " kind=" +
-         std::string(model_kind_name(c.shape.kind)) + " bias=" +
-         std::string(bias_kind_name(c.shape.bias));
+  return c.text + " pos=" + std::string(pos_scheme_name(c.shape.pos)) +
+         " kind=" + std::string(model_kind_name(c.shape.kind)) +
+         " bias=" + std::string(bias_kind_name(c.shape.bias));
 }
 
 int64_t module_params(const torch::nn::Module& m) {
@@ -103,9 +121,9 @@ TEST(AttentionModuleTest, NonCausalVariantsDoLookAhead) {
     const torch::Tensor x = torch::randn({2, 9, 16}, kF64);
     torch::Tensor changed = x.clone();
     changed.narrow(1, 8, 1).normal_();
-    EXPECT_GT(max_abs_diff(module->forward(x).narrow(1, 0, 1),
-                           module->forward(changed).narrow(1, 0, 1)),
-              1e-9);
+    EXPECT_GT(
+        max_abs_diff(module->forward(x).narrow(1, 0, 1), module->forward(changed).narrow(1, 0, 1)),
+        1e-9);
   }
 }
 
@@ -282,15 +300,18 @@ TEST(AttentionOracleTest, AbsorbedScoresEqualExplicitScores) {
   for (const auto& [text, shape] : std::vector<std::pair<std::string, ModelShape>>{
            {"mla", rope}, {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned}, {"mla", no_bias}}) {
     SCOPED_TRACE(text);
-    auto mla = std::dynamic_pointer_cast<MlaAttentionImpl>(make_attention(spec_of(text, shape), kF64));
+    auto mla =
+        std::dynamic_pointer_cast<MlaAttentionImpl>(make_attention(spec_of(text, shape), kF64));
     const torch::Tensor x = torch::randn({2, 7, 16}, kF64);
     EXPECT_LT(max_abs_diff(mla->scores(x, true), mla->scores(x, false)), 1e-12);
   }
   for (const auto& [text, shape] : std::vector<std::pair<std::string, ModelShape>>{
-           {"gva:2,dr=4", rope}, {"gva:1,dr=2,qnorm,init=variance-fixed", learned},
+           {"gva:2,dr=4", rope},
+           {"gva:1,dr=2,qnorm,init=variance-fixed", learned},
            {"gva:4,dr=4,dn=6", no_bias}}) {
     SCOPED_TRACE(text);
-    auto gva = std::dynamic_pointer_cast<GvaAttentionImpl>(make_attention(spec_of(text, shape), kF64));
+    auto gva =
+        std::dynamic_pointer_cast<GvaAttentionImpl>(make_attention(spec_of(text, shape), kF64));
     const torch::Tensor x = torch::randn({2, 7, 16}, kF64);
     EXPECT_LT(max_abs_diff(gva->scores(x, true), gva->scores(x, false)), 1e-12);
   }

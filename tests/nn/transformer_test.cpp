@@ -45,8 +45,8 @@ std::vector<std::pair<ModelShape, std::string>> every_model() {
   mean_pool.class_token = false;
   const ModelShape gpt = small_shape(PosScheme::kLearned);
   std::vector<std::pair<ModelShape, std::string>> out;
-  for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "qkv1", "q-gqa:2", "q-mqa",
-                           "mla", "gva:2,dr=4,qnorm", "linear"}) {
+  for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "qkv1", "q-gqa:2", "q-mqa", "mla",
+                           "gva:2,dr=4,qnorm", "linear"}) {
     out.push_back({gpt, attn});
   }
   for (const char* attn : {"mha", "q-gqa:2,knorm", "mla:dc=8,dr=2,dq=6", "gva:2,dr=0"}) {
@@ -131,7 +131,8 @@ TEST(TransformerModelTest, LearnedPositionsRefuseTokensPastTheTable) {
 TEST(TransformerModelTest, PresetsOnTheMetaDeviceMatchTheirCounts) {
   const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);
   for (const char* attn : {"mha", "q-kv", "gqa:8", "mqa", "q-gqa:8", "q-mqa", "gva:8,dr=16"}) {
-    const ModelConfig config = ModelConfig::make(find_preset("paper-1.2b").shape, attn, DType::kBf16);
+    const ModelConfig config =
+        ModelConfig::make(find_preset("paper-1.2b").shape, attn, DType::kBf16);
     TransformerModel model(config, meta);
     EXPECT_EQ(model->parameter_count(), config.param_count().value()) << attn;
   }

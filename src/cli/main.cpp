@@ -1,18 +1,38 @@
 // kvlab: attention variants that keep less in the KV cache. Each subcommand is a thin
-// layer over the libraries; errors become a message on stderr and exit code 2.
+// layer over the libraries; bad input becomes a message on stderr and exit code 2.
 #include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
+#include "cli/bench_command.h"
 #include "cli/cache_command.h"
+#include "cli/compare_command.h"
 #include "cli/summary_command.h"
+#include "cli/train_command.h"
+#include "spec/version.h"
+
+namespace {
+
+// Set by SIGINT/SIGTERM, read by the training loops, which save a checkpoint and stop.
+// A signal handler can reach nothing else, hence the one global of the program.
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  // Idle OpenMP workers must sleep, not spin: on 2 cores spinning pools make 2 threads
+  // slower than 1. Set before libtorch starts its pool; a user's own setting wins.
+  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+
   CLI::App app(
       "kvlab — attention variants that keep less in the KV cache (MHA, GQA, MQA, MLA, GVA and "
       "the projection-sharing family): count what each costs, train, decode, report.",
       "kvlab");
-  app.set_version_flag("--version", KVLAB_VERSION);
+  app.set_version_flag("--version", kvlab::kVersion);
   app.require_subcommand(1);
   app.footer("Run 'kvlab SUBCOMMAND --help' for a subcommand's flags.");
 
@@ -20,6 +40,14 @@ int main(int argc, char** argv) {
   CLI::App* cache = kvlab::add_cache_command(app, cache_options);
   kvlab::SummaryOptions summary_options;
   CLI::App* summary = kvlab::add_summary_command(app, summary_options);
+  kvlab::TrainCommandOptions train_options;
+  CLI::App* train = kvlab::add_train_command(app, train_options);
+  kvlab::EvalCommandOptions eval_options;
+  CLI::App* eval = kvlab::add_eval_command(app, eval_options);
+  kvlab::CompareOptions compare_options;
+  CLI::App* compare = kvlab::add_compare_command(app, compare_options);
+  kvlab::BenchTrainOptions bench_train_options;
+  CLI::App* bench_train = kvlab::add_bench_commands(app, bench_train_options);
 
   try {
     app.parse(argc, argv);
@@ -29,12 +57,31 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const char* command = cache->parsed() ? "cache" : "summary";
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+  std::string command = "kvlab";
   try {
-    if (cache->parsed()) kvlab::run_cache(cache_options, std::cout);
-    if (summary->parsed()) return kvlab::run_summary(summary_options, std::cout, std::cerr);
+    if (cache->parsed()) {
+      command = "kvlab cache";
+      kvlab::run_cache(cache_options, std::cout);
+    } else if (summary->parsed()) {
+      command = "kvlab summary";
+      return kvlab::run_summary(summary_options, std::cout, std::cerr);
+    } else if (train->parsed()) {
+      command = "kvlab train";
+      return kvlab::run_train(train_options, *train, &g_stop_requested, std::cout);
+    } else if (eval->parsed()) {
+      command = "kvlab eval";
+      return kvlab::run_eval(eval_options, std::cout);
+    } else if (compare->parsed()) {
+      command = "kvlab compare";
+      return kvlab::run_compare(compare_options, &g_stop_requested, std::cout);
+    } else if (bench_train->parsed()) {
+      command = "kvlab bench train";
+      return kvlab::run_bench_train(bench_train_options, std::cout);
+    }
   } catch (const std::exception& e) {
-    std::cerr << "kvlab " << command << ": " << e.what() << "\n";
+    std::cerr << command << ": " << e.what() << "\n";
     return 2;
   }
   return 0;

@@ -36,7 +36,8 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--classes", f.classes, "Output classes (encoder, vit)")->group("Model");
   app.add_option("--norm", f.norm, "layernorm | rmsnorm (default layernorm)")->group("Model");
   app.add_option("--bias", f.bias, "none | qkv | all (default all)")->group("Model");
-  app.add_option("--pos", f.pos, "learned | rope | none (default learned)")->group("Model");
+  app.add_option("--pos", f.pos, "learned | sinusoidal | rope | none (default learned)")
+      ->group("Model");
   app.add_option("--rope-theta", f.rope_theta, "RoPE base θ (default 10000)")->group("Model");
   app.add_option("--model-kind", f.model_kind, "decoder | encoder | vit | set (default decoder)")
       ->group("Model");

@@ -52,6 +52,16 @@ torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
+torch::Tensor sinusoid_positions(int64_t start_pos, int64_t n, int64_t width,
+                                 const torch::TensorOptions& options) {
+  const torch::Tensor c = torch::arange(0, width, options);
+  const torch::Tensor freq =
+      torch::pow(10000.0, -2.0 * torch::floor(c / 2) / static_cast<double>(width));
+  const torch::Tensor angles =
+      torch::outer(torch::arange(start_pos, start_pos + n, options), freq);  // [n, width]
+  return torch::where(torch::remainder(c, 2) == 0, angles.sin(), angles.cos());
+}
+
 torch::Tensor sinusoid_2d(int64_t n, int64_t channels, const torch::TensorOptions& options) {
   const int64_t per_axis = channels / 2;  // channels per index (row or column)
   // channel c of an axis: sin (c even) or cos (c odd) of index · 10000^(-2⌊c/2⌋/per_axis)

@@ -39,6 +39,11 @@ TORCH_MODULE(Norm);
 // x: [B, T, n, d] with d even; token t sits at position start_pos + t.
 torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta);
 
+// Vaswani et al.'s fixed position features: [T, width], PE(t, 2i) = sin(t·10000^(-2i/width)),
+// PE(t, 2i+1) = cos(same angle), for positions start_pos .. start_pos + T - 1.
+torch::Tensor sinusoid_positions(int64_t start_pos, int64_t n, int64_t width,
+                                 const torch::TensorOptions& options);
+
 // The fixed 2-D sinusoidal tensor P of the "+" variants (seed 003 §3.1, A.2): [n, n, m].
 // Channels [0, m/2) encode the row (query) index, [m/2, m) the column (key) index, each
 // as interleaved sin/cos at frequencies 10000^(-2k/(m/2)), as in Vaswani et al.

@@ -89,6 +89,9 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& input, int64_t start_p
       h = input_proj(input);
       break;
   }
+  if (shape.pos == PosScheme::kSinusoidal) {
+    h = h + sinusoid_positions(start_pos, h.size(1), shape.d_model, h.options());
+  }
   if (embed_positions.defined()) {
     const int64_t t = h.size(1);
     if (start_pos + t > embed_positions.size(0)) {

@@ -357,9 +357,10 @@ void AttentionSpec::validate() const {
   if (variant != AttnVariant::kMla && variant != AttnVariant::kGva) {
     require(rope_dim == 0 && latent_dim == 0 && q_latent_dim == 0, "attn",
             id + " has no latent or decoupled-RoPE widths");
-    require(pos == PosScheme::kLearned || pos == PosScheme::kRope || pos == PosScheme::kNone ||
+    require(pos == PosScheme::kLearned || pos == PosScheme::kSinusoidal ||
+                pos == PosScheme::kRope || pos == PosScheme::kNone ||
                 (is_plus(variant) && pos == PosScheme::kBias2d),
-            "pos", id + " takes the model's positions: learned, rope or none");
+            "pos", id + " takes the model's positions: learned, sinusoidal, rope or none");
   }
   if (variant == AttnVariant::kLinear) {
     require(pos != PosScheme::kRope, "pos",

@@ -30,8 +30,9 @@ void ModelShape::validate() const {
   require_positive("heads", n_heads);
   require_positive("head_dim", head_dim);
   require_positive("mlp", mlp_width);
-  if (pos != PosScheme::kLearned && pos != PosScheme::kRope && pos != PosScheme::kNone) {
-    throw SpecError("pos", "a model's own positions are learned, rope or none, not " +
+  if (pos != PosScheme::kLearned && pos != PosScheme::kSinusoidal && pos != PosScheme::kRope &&
+      pos != PosScheme::kNone) {
+    throw SpecError("pos", "a model's own positions are learned, sinusoidal, rope or none, not " +
                                std::string(pos_scheme_name(pos)));
   }
   if (pos == PosScheme::kRope && rope_theta <= 0) {
@@ -128,6 +129,8 @@ std::string_view pos_scheme_name(PosScheme pos) {
   switch (pos) {
     case PosScheme::kLearned:
       return "learned";
+    case PosScheme::kSinusoidal:
+      return "sinusoidal";
     case PosScheme::kRope:
       return "rope";
     case PosScheme::kDrope:
@@ -168,12 +171,15 @@ BiasKind parse_bias_kind(std::string_view text) {
 }
 
 PosScheme parse_model_pos(std::string_view text) {
-  for (PosScheme p : {PosScheme::kLearned, PosScheme::kRope, PosScheme::kNone}) {
+  for (PosScheme p :
+       {PosScheme::kLearned, PosScheme::kSinusoidal, PosScheme::kRope, PosScheme::kNone}) {
     if (text == pos_scheme_name(p)) return p;
   }
-  throw SpecError("pos", "unknown positional scheme '" + std::string(text) +
-                             "' for a model (known: learned, rope, none; drope and the 2-D bias "
-                             "come with the mla, gva and '+' attention variants)");
+  throw SpecError("pos",
+                  "unknown positional scheme '" + std::string(text) +
+                      "' for a model (known: learned, sinusoidal, rope, none; drope and the 2-D "
+                      "bias "
+                      "come with the mla, gva and '+' attention variants)");
 }
 
 }  // namespace kvlab

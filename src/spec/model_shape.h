@@ -12,10 +12,12 @@ enum class NormKind { kLayerNorm, kRmsNorm };
 // Which linear layers carry a bias: none (Llama), q/k/v projections only (Qwen2), or every
 // linear layer except the LM head (GPT-2, the seeds' models).
 enum class BiasKind { kNone, kQkv, kAll };
-// learned: absolute position table at the input; rope: RoPE over the full head width;
+// learned: absolute position table at the input; sinusoidal: the fixed sin/cos features of
+// Vaswani et al. added at the input (no parameters; seed 003's synthetic and vision models);
+// rope: RoPE over the full head width;
 // drope: decoupled RoPE of width d_r shared by all heads (mla, gva); none: no positions
 // (sets); bias2d: the 2-D positional score bias of the "+" variants.
-enum class PosScheme { kLearned, kRope, kDrope, kNone, kBias2d };
+enum class PosScheme { kLearned, kSinusoidal, kRope, kDrope, kNone, kBias2d };
 
 // Mixture-of-experts MLP (DeepSeek-V2/V3). n_routed_experts == 0 means a dense model.
 struct MoeShape {
@@ -47,7 +49,7 @@ struct ModelShape {
   NormKind norm = NormKind::kLayerNorm;
   BiasKind bias = BiasKind::kAll;
   bool tied_embeddings = true;          // LM head (or per-token classifier) shares the embedding
-  PosScheme pos = PosScheme::kLearned;  // the model's own scheme: learned, rope or none
+  PosScheme pos = PosScheme::kLearned;  // the model's own: learned, sinusoidal, rope or none
   double rope_theta = 10000.0;
   // vit: image side, square patches, channels; class-token pooling (else mean pooling)
   int64_t image_size = 0;
@@ -77,6 +79,6 @@ ModelKind parse_model_kind(std::string_view text);
 MlpKind parse_mlp_kind(std::string_view text);
 NormKind parse_norm_kind(std::string_view text);
 BiasKind parse_bias_kind(std::string_view text);
-PosScheme parse_model_pos(std::string_view text);  // learned | rope | none
+PosScheme parse_model_pos(std::string_view text);  // learned | sinusoidal | rope | none
 
 }  // namespace kvlab

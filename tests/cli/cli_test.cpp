@@ -1,13 +1,17 @@
 // Runs the built `kvlab` program as a user would and checks stdout, stderr and exit codes.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -207,6 +211,156 @@ TEST(CliTest, BadInputExitsTwoWithAMessageAndNoOutput) {
     EXPECT_TRUE(r.out.empty()) << r.out;
     EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
   }
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/kvlab_cli_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const std::string kTinyTrain =
+    "train --task swap --seq-len 8 --layers 1 --d-model 16 --heads 2 --batch 8 --threads 1 "
+    "--eval-sequences 64 --no-progress";
+
+TEST(CliTrainTest, TrainThenEvalTheCheckpoint) {
+  const std::string dir = fresh_dir("train");
+  const RunResult r =
+      run_kvlab(kTinyTrain + " --attn gva:2,dr=0 --steps 4 --format json --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["steps"], 4);
+  EXPECT_EQ(doc["attn"], "gva:2,dr=0");
+  const RunResult e = run_kvlab("eval --format json --checkpoint " + dir);
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json ev = nlohmann::json::parse(e.out);
+  EXPECT_DOUBLE_EQ(ev["accuracy"].get<double>(), doc["eval_accuracy"].get<double>());
+  EXPECT_EQ(ev["positions"], 64 * 8);
+  // the log has a record per step and the final evaluation
+  EXPECT_TRUE(contains(slurp(dir + "/log.jsonl"), "\"final\":true"));
+  // a second train into the same folder is refused, not overwritten
+  const RunResult again = run_kvlab(kTinyTrain + " --steps 4 --out " + dir);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_TRUE(contains(again.err, "already holds a run"));
+}
+
+// SIGINT mid-run saves a checkpoint; resuming ends bitwise where an uninterrupted run ends.
+TEST(CliTrainTest, SigintThenResumeEqualsUninterruptedBitwise) {
+  const std::string straight = fresh_dir("straight"), cut = fresh_dir("cut");
+  const std::string args = kTinyTrain + " --attn q-kv --steps 1500";
+  ASSERT_EQ(run_kvlab(args + " --out " + straight).exit_code, 0);
+
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string command =
+        std::string(KVLAB_BIN) + " " + args + " --out " + cut + " >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // wait until training is under way, then interrupt it
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto lines_logged = [&] {
+    const std::string log = slurp(cut + "/log.jsonl");
+    return std::count(log.begin(), log.end(), '\n');
+  };
+  while (lines_logged() < 20 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 130);
+  ASSERT_TRUE(std::filesystem::exists(cut + "/checkpoint/trainer_state.json"));
+  const RunResult resumed = run_kvlab("train --resume " + cut + " --threads 1 --no-progress");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(slurp(cut + "/checkpoint/model.safetensors"),
+            slurp(straight + "/checkpoint/model.safetensors"));
+  EXPECT_EQ(slurp(cut + "/checkpoint/optimizer.safetensors"),
+            slurp(straight + "/checkpoint/optimizer.safetensors"));
+}
+
+TEST(CliTrainTest, BadInputIsAClearErrorAndWritesNothing) {
+  const std::string dir = fresh_dir("bad");
+  const std::string trained = fresh_dir("trained");
+  ASSERT_EQ(run_kvlab(kTinyTrain + " --steps 2 --out " + trained).exit_code, 0);
+  const std::string model = trained + "/checkpoint/model.safetensors";
+  const std::string bytes = slurp(model);
+  const BadInvocation cases[] = {
+      {"train --task revers --out " + dir, "unknown task 'revers'"},
+      {"train --task text --out " + dir, "needs --data FILE"},
+      {"train --task text --data /nonexistent.txt --out " + dir, "cannot open '/nonexistent.txt'"},
+      {"train --task swap --seq-len 7 --out " + dir, "length must be even"},
+      {"train --task copy --steps 0 --out " + dir, "steps: must be > 0"},
+      {"train --task copy --batch 6 --accum 4 --out " + dir, "equal micro-batches"},
+      {"train --task copy --attn gqa:3 --out " + dir, "invalid --attn \"gqa:3\""},
+      {"train --task copy", "give --out"},
+      {"train --task copy --out " + dir + " --lr -1", "lr: must be a positive number"},
+      {"train --resume " + dir, "holds no resumable checkpoint"},
+      {"train --resume " + trained + " --lr 0.1", "drop --lr"},
+      {"eval --checkpoint " + dir, "holds no checkpoint"},
+  };
+  for (const BadInvocation& c : cases) {
+    SCOPED_TRACE(c.args);
+    const RunResult r = run_kvlab(c.args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a failed command left files behind";
+  // a truncated weights file and a corrupted header
+  std::ofstream(model, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  RunResult r = run_kvlab("eval --checkpoint " + trained);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "model.safetensors")) << r.err;
+  std::string corrupt = bytes;
+  corrupt[8] = '[';  // the header must open a JSON object
+  std::ofstream(model, std::ios::binary) << corrupt;
+  r = run_kvlab("eval --checkpoint " + trained);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "header does not start with '{'")) << r.err;
+}
+
+TEST(CliCompareTest, SmokeRunWritesResults) {
+  const std::string dir = fresh_dir("compare");
+  const RunResult r = run_kvlab(
+      "compare --suite synthetic --steps 3 --seeds 2 --tasks copy,swap "
+      "--attn mha --attn qkv1+ --out " +
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "| mha "));
+  EXPECT_TRUE(contains(r.out, " ± "));
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
+  EXPECT_EQ(results["runs"].size(), 2u * 2u * 2u);
+  ASSERT_EQ(results["aggregates"].size(), 4u);
+  for (const auto& a : results["aggregates"]) {
+    for (const char* key : {"attn", "task", "mean", "std", "n_seeds"}) {
+      EXPECT_TRUE(a.contains(key)) << key;
+    }
+    EXPECT_EQ(a["n_seeds"], 2);
+  }
+  EXPECT_TRUE(contains(slurp(dir + "/results.md"), "| qkv1+ "));
+  const RunResult bad = run_kvlab("compare --attn qk-v+:m=3 --out " + dir);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "m=3")) << bad.err;
+}
+
+TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
+  const RunResult r = run_kvlab(
+      "bench train --layers 1 --d-model 32 --heads 2 --seq-len 16 "
+      "--batch 2 --steps 2 --warmup 1 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_GT(doc["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(doc["threads"], 1);
 }
 
 }  // namespace

@@ -1,0 +1,266 @@
+#include "cli/train_command.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/units.h"
+#include "nn/checkpoint.h"
+#include "spec/spec_error.h"
+
+namespace kvlab {
+namespace {
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+void TrainModelFlags::add(CLI::App& app) {
+  app.add_option("--layers", layers, "Transformer layers (default 2)")->group("Model");
+  app.add_option("--d-model", d_model, "Model width D (default 64)")->group("Model");
+  app.add_option("--heads", heads, "Query heads H (default 4)")->group("Model");
+  app.add_option("--head-dim", head_dim, "Head width (default D / H)")->group("Model");
+  app.add_option("--mlp", mlp, "MLP width (default 4·D)")->group("Model");
+  app.add_option("--mlp-kind", mlp_kind, "gelu | swiglu (default gelu)")->group("Model");
+  app.add_option("--norm", norm, "layernorm | rmsnorm (default layernorm)")->group("Model");
+  app.add_option("--bias", bias, "none | qkv | all (default all)")->group("Model");
+  app.add_option("--pos", pos, "learned | sinusoidal | rope | none (default learned)")->group("Model");
+  app.add_option("--rope-theta", rope_theta, "RoPE base θ (default 10000)")->group("Model");
+}
+
+ModelShape TrainModelFlags::shape_for(const data::Task& task) const {
+  ModelShape s;
+  s.kind = task.model_kind();
+  s.n_layers = layers.value_or(2);
+  s.d_model = d_model.value_or(64);
+  s.n_heads = heads.value_or(4);
+  if (head_dim) {
+    s.head_dim = *head_dim;
+  } else if (s.n_heads > 0 && s.d_model % s.n_heads == 0) {
+    s.head_dim = s.d_model / s.n_heads;
+  } else {
+    throw SpecError("head_dim", "--d-model " + std::to_string(s.d_model) +
+                                    " is not a multiple of --heads " + std::to_string(s.n_heads) +
+                                    ": give --head-dim");
+  }
+  s.mlp_width = mlp.value_or(4 * s.d_model);
+  s.mlp_kind = mlp_kind ? parse_mlp_kind(*mlp_kind) : MlpKind::kGelu;
+  s.norm = norm ? parse_norm_kind(*norm) : NormKind::kLayerNorm;
+  s.bias = bias ? parse_bias_kind(*bias) : BiasKind::kAll;
+  s.pos = pos ? parse_model_pos(*pos) : PosScheme::kLearned;
+  if (rope_theta) s.rope_theta = *rope_theta;
+  s.vocab_size = task.vocab_size();
+  s.max_context = task.seq_len();
+  s.tied_embeddings = false;
+  s.validate();
+  return s;
+}
+
+CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train a model with one attention variant from scratch on a task; writes checkpoints "
+      "and a JSON-lines log to --out. Ctrl-C saves a checkpoint; --resume continues it.");
+  cmd->add_option("--task", o.task, "reverse | sort | sub | swap | copy | text")->group("Task");
+  cmd->add_option("--data", o.data, "Text file for --task text (byte-level; last 5% held out)")
+      ->group("Task");
+  cmd->add_option("--seq-len", o.seq_len, "Sequence length (default 16; text 128)")->group("Task");
+  cmd->add_option("--eval-sequences", o.eval_sequences,
+                  "Held-out sequences (synthetic) or at most this many windows (text)")
+      ->capture_default_str()
+      ->group("Task");
+  cmd->add_option("--attn", o.attn, "Attention spec (see 'kvlab cache --help')")
+      ->capture_default_str()
+      ->group("Model");
+  o.model.add(*cmd);
+  train::TrainOptions& t = o.train;
+  cmd->add_option("--steps", t.steps, "Optimizer steps")->capture_default_str()->group("Training");
+  cmd->add_option("--batch", t.batch, "Global batch (sequences per optimizer step)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--accum", t.accumulation, "Gradient accumulation: micro-batches per step")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->group("Training");
+  cmd->add_option("--lr-floor", t.lr_floor, "Cosine decays to lr × this")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--warmup", t.warmup, "Linear warm-up steps")->capture_default_str()->group("Training");
+  cmd->add_option("--weight-decay", t.weight_decay, "AdamW decay (not on norms and biases)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--beta1", t.beta1, "AdamW β1")->capture_default_str()->group("Training");
+  cmd->add_option("--beta2", t.beta2, "AdamW β2")->capture_default_str()->group("Training");
+  cmd->add_option("--clip", t.clip, "Gradient clipping by global norm (0: off)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--eval-every", t.eval_every, "Evaluate every N steps (0: at the end)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--checkpoint-every", t.checkpoint_every,
+                  "Checkpoint every N steps (0: at the end and on Ctrl-C)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--seed", t.seed, "Seed of the weights and the data streams")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--threads", o.threads, "Threads for libtorch and OpenBLAS (0: all cores)")
+      ->capture_default_str()
+      ->group("Training");
+  cmd->add_option("--out", o.out, "Run folder: checkpoint/ and log.jsonl")->group("Output");
+  cmd->add_option("--resume", o.resume, "Continue the run in this folder from its checkpoint")
+      ->group("Output");
+  cmd->add_option("--format", o.format, "table | json (the final summary)")
+      ->capture_default_str()
+      ->group("Output");
+  cmd->add_flag("--no-progress", o.no_progress, "No progress bar even on a terminal")
+      ->group("Output");
+  return cmd;
+}
+
+int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::atomic<bool>* stop,
+              std::ostream& out) {
+  if (o.format != "table" && o.format != "json") {
+    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
+  }
+  if (o.threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
+  const int threads = train::set_threads(o.threads);
+  std::unique_ptr<train::Trainer> trainer;
+  if (!o.resume.empty()) {
+    for (const CLI::Option* opt : command.get_options()) {
+      const std::string name = opt->get_name();
+      if (opt->count() > 0 && name != "--resume" && name != "--threads" &&
+          name != "--no-progress" && name != "--format") {
+        throw SpecError("resume", "--resume continues a run with its own settings; drop " + name);
+      }
+    }
+    trainer = train::Trainer::resume(o.resume);
+  } else {
+    if (o.task.empty()) throw SpecError("task", "give --task (or --resume DIR)");
+    if (o.out.empty()) throw SpecError("out", "give --out DIR for the run's checkpoint and log");
+    data::TaskOptions task_options;
+    task_options.name = o.task;
+    task_options.data_path = o.data;
+    task_options.seq_len = o.seq_len.value_or(o.task == "text" ? 128 : 16);
+    task_options.eval_sequences = o.eval_sequences;
+    auto task = data::make_task(task_options);
+    const ModelShape shape = o.model.shape_for(*task);
+    ModelConfig config;
+    try {
+      config = ModelConfig::make(shape, o.attn, DType::kF32);
+    } catch (const SpecError& e) {
+      throw SpecError(e.field(), "invalid --attn \"" + o.attn + "\": " + e.what());
+    }
+    trainer = std::make_unique<train::Trainer>(config, std::move(task), o.train, o.out);
+  }
+  const std::string run_dir = o.resume.empty() ? o.out : o.resume;
+  const train::TrainOptions& t = trainer->options();
+  const bool bar = !o.no_progress && ::isatty(STDERR_FILENO);
+  const int64_t first_step = trainer->step();
+  const auto start = std::chrono::steady_clock::now();
+  std::cerr << fmt::format("kvlab train: {} on {}, {} params, {} threads, steps {}..{}, run {}\n",
+                           trainer->model().config().attn.to_string(), trainer->task().name(),
+                           with_commas(trainer->model().parameter_count()), threads, first_step,
+                           t.steps, run_dir);
+  const train::TrainResult r = trainer->run(stop, [&](int64_t step, double loss, double tps) {
+    if (!bar) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta = elapsed / static_cast<double>(step - first_step) *
+                       static_cast<double>(t.steps - step);
+    const int width = 24;
+    const int filled = static_cast<int>(width * step / t.steps);
+    std::cerr << fmt::format("\r[{}{}] step {}/{} loss {:.4f} {:.0f} tok/s ETA {}   ",
+                             std::string(static_cast<size_t>(filled), '#'),
+                             std::string(static_cast<size_t>(width - filled), '.'), step, t.steps,
+                             loss, tps, duration_text(eta))
+              << std::flush;
+  });
+  if (bar) std::cerr << "\n";
+  switch (r.status) {
+    case train::TrainResult::Status::kInterrupted:
+      std::cerr << "kvlab train: " << r.message << "\n";
+      return 130;
+    case train::TrainResult::Status::kDiverged:
+      std::cerr << "kvlab train: " << r.message << "\n";
+      return 3;
+    case train::TrainResult::Status::kFinished: break;
+  }
+  const bool accuracy = trainer->task().metric() == data::Metric::kAccuracy;
+  if (o.format == "json") {
+    out << nlohmann::json{{"task", trainer->task().name()},
+                          {"attn", trainer->model().config().attn.to_string()},
+                          {"steps", r.step},
+                          {"eval_loss", r.eval.loss},
+                          {"eval_accuracy", r.eval.accuracy},
+                          {"eval_perplexity", r.eval.perplexity},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"seconds", r.seconds},
+                          {"run", run_dir}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format("{} on {}: step {}, held-out {} {:.4f} (loss {:.4f} nats), {:.0f} tokens/s, "
+                       "{}; checkpoint in {}/checkpoint\n",
+                       trainer->model().config().attn.to_string(), trainer->task().name(), r.step,
+                       accuracy ? "accuracy" : "perplexity",
+                       accuracy ? r.eval.accuracy : r.eval.perplexity, r.eval.loss,
+                       r.tokens_per_s, duration_text(r.seconds), run_dir);
+  }
+  return 0;
+}
+
+CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic tasks) or "
+              "loss and perplexity (text).");
+  cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
+  cmd->add_option("--format", o.format, "table | json")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  return cmd;
+}
+
+int run_eval(const EvalCommandOptions& o, std::ostream& out) {
+  if (o.format != "table" && o.format != "json") {
+    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
+  }
+  train::set_threads(o.threads);
+  const std::string dir = train::checkpoint_dir(o.checkpoint);
+  const nlohmann::json config = nn::read_checkpoint_config(dir);
+  if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
+  const auto task = data::task_from_json(config["task"]);
+  nn::TransformerModel model = nn::load_model(dir);
+  const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
+  const train::EvalResult e = train::evaluate(*model, *task, seed, 256);
+  if (o.format == "json") {
+    out << nlohmann::json{{"task", task->name()},
+                          {"attn", model->config().attn.to_string()},
+                          {"accuracy", e.accuracy},
+                          {"loss", e.loss},
+                          {"perplexity", e.perplexity},
+                          {"positions", e.positions},
+                          {"checkpoint", dir}}
+               .dump(2)
+        << "\n";
+  } else if (task->metric() == data::Metric::kAccuracy) {
+    out << fmt::format("{} on {}: accuracy {:.4f}, loss {:.4f} nats over {} held-out positions\n",
+                       model->config().attn.to_string(), task->name(), e.accuracy, e.loss,
+                       with_commas(e.positions));
+  } else {
+    out << fmt::format("{} on text: loss {:.4f} nats/byte, perplexity {:.3f} over {} held-out "
+                       "bytes\n",
+                       model->config().attn.to_string(), e.loss, e.perplexity,
+                       with_commas(e.positions));
+  }
+  return 0;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,213 @@
+#include "data/task.h"
+
+#include <algorithm>
+#include <random>
+
+#include "io/atomic_file.h"
+#include "spec/spec_error.h"
+
+namespace kvlab::data {
+namespace {
+
+// Independent, reproducible streams: one generator per (seed, stream, index).
+std::mt19937_64 stream_rng(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xBF58476D1CE4E5B9ULL ^
+               (index + 1) * 0x94D049BB133111EBULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return std::mt19937_64(z ^ (z >> 31));
+}
+
+constexpr uint64_t kTrainStream = 0;
+constexpr uint64_t kTestStream = 1;
+
+class SyntheticTask : public Task {
+ public:
+  SyntheticTask(SyntheticKind kind, int64_t n, int64_t eval_sequences)
+      : kind_(kind), n_(n), eval_sequences_(eval_sequences) {}
+
+  std::string name() const override { return std::string(synthetic_name(kind_)); }
+  ModelKind model_kind() const override { return ModelKind::kEncoder; }
+  int64_t vocab_size() const override { return 10; }
+  int64_t seq_len() const override { return n_; }
+  Metric metric() const override { return Metric::kAccuracy; }
+
+  Batch train_batch(uint64_t seed, int64_t step, int64_t batch_size) const override {
+    std::mt19937_64 rng = stream_rng(seed, kTrainStream, static_cast<uint64_t>(step));
+    return make_batch(rng, batch_size);
+  }
+
+  std::vector<Batch> eval_batches(uint64_t seed, int64_t batch_size) const override {
+    std::vector<Batch> out;
+    std::mt19937_64 rng = stream_rng(seed, kTestStream, 0);
+    for (int64_t done = 0; done < eval_sequences_; done += batch_size) {
+      out.push_back(make_batch(rng, std::min(batch_size, eval_sequences_ - done)));
+    }
+    return out;
+  }
+
+  nlohmann::json to_json() const override {
+    return {{"name", name()}, {"seq_len", n_}, {"eval_sequences", eval_sequences_}};
+  }
+
+ private:
+  Batch make_batch(std::mt19937_64& rng, int64_t batch_size) const {
+    torch::Tensor inputs = torch::empty({batch_size, n_}, torch::kInt64);
+    torch::Tensor targets = torch::empty({batch_size, n_}, torch::kInt64);
+    auto in = inputs.accessor<int64_t, 2>();
+    auto out = targets.accessor<int64_t, 2>();
+    std::vector<int64_t> row(static_cast<size_t>(n_)), target(static_cast<size_t>(n_));
+    for (int64_t b = 0; b < batch_size; ++b) {
+      for (auto& digit : row) digit = static_cast<int64_t>(rng() % 10);
+      target = row;
+      switch (kind_) {
+        case SyntheticKind::kReverse: std::reverse(target.begin(), target.end()); break;
+        case SyntheticKind::kSort: std::sort(target.begin(), target.end()); break;
+        case SyntheticKind::kSub:
+          for (auto& digit : target) digit = 9 - digit;
+          break;
+        case SyntheticKind::kSwap:
+          std::rotate(target.begin(), target.begin() + n_ / 2, target.end());
+          break;
+        case SyntheticKind::kCopy: break;
+      }
+      for (int64_t t = 0; t < n_; ++t) {
+        in[b][t] = row[static_cast<size_t>(t)];
+        out[b][t] = target[static_cast<size_t>(t)];
+      }
+    }
+    return {inputs, targets};
+  }
+
+  SyntheticKind kind_;
+  int64_t n_;
+  int64_t eval_sequences_;
+};
+
+// Byte-level causal language modelling on a file: the last 5% is held out.
+class TextTask : public Task {
+ public:
+  TextTask(std::string path, int64_t context, int64_t eval_windows)
+      : path_(std::move(path)), context_(context), eval_windows_(eval_windows) {
+    std::string bytes;
+    try {
+      bytes = read_file(path_);
+    } catch (const std::runtime_error& e) {
+      throw SpecError("data", e.what());
+    }
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    split_ = total - total / 20;
+    if (total / 20 < context_ + 1) {
+      throw SpecError("data", "'" + path_ + "' holds " + std::to_string(total) +
+                                  " bytes: its held-out 5% must fit one window of " +
+                                  std::to_string(context_ + 1) + " bytes (use a longer file or "
+                                  "a shorter --seq-len)");
+    }
+    data_ = torch::empty({total}, torch::kInt64);
+    auto d = data_.accessor<int64_t, 1>();
+    for (int64_t i = 0; i < total; ++i) d[i] = static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
+  }
+
+  std::string name() const override { return "text"; }
+  ModelKind model_kind() const override { return ModelKind::kDecoder; }
+  int64_t vocab_size() const override { return 256; }
+  int64_t seq_len() const override { return context_; }
+  Metric metric() const override { return Metric::kPerplexity; }
+
+  Batch train_batch(uint64_t seed, int64_t step, int64_t batch_size) const override {
+    std::mt19937_64 rng = stream_rng(seed, kTrainStream, static_cast<uint64_t>(step));
+    const uint64_t starts = static_cast<uint64_t>(split_ - context_);  // windows of context + 1
+    std::vector<torch::Tensor> windows;
+    for (int64_t b = 0; b < batch_size; ++b) {
+      windows.push_back(data_.narrow(0, static_cast<int64_t>(rng() % starts), context_ + 1));
+    }
+    const torch::Tensor w = torch::stack(windows);
+    return {w.narrow(1, 0, context_), w.narrow(1, 1, context_)};
+  }
+
+  std::vector<Batch> eval_batches(uint64_t, int64_t batch_size) const override {
+    // non-overlapping windows over the held-out tail, in order
+    std::vector<torch::Tensor> windows;
+    const int64_t total = data_.size(0);
+    for (int64_t start = split_; start + context_ + 1 <= total &&
+                                 static_cast<int64_t>(windows.size()) < eval_windows_;
+         start += context_) {
+      windows.push_back(data_.narrow(0, start, context_ + 1));
+    }
+    std::vector<Batch> out;
+    for (size_t i = 0; i < windows.size(); i += static_cast<size_t>(batch_size)) {
+      const size_t end = std::min(windows.size(), i + static_cast<size_t>(batch_size));
+      const torch::Tensor w = torch::stack(
+          std::vector<torch::Tensor>(windows.begin() + static_cast<std::ptrdiff_t>(i),
+                                     windows.begin() + static_cast<std::ptrdiff_t>(end)));
+      out.push_back({w.narrow(1, 0, context_), w.narrow(1, 1, context_)});
+    }
+    return out;
+  }
+
+  nlohmann::json to_json() const override {
+    return {{"name", "text"}, {"seq_len", context_}, {"eval_sequences", eval_windows_},
+            {"data", path_}};
+  }
+
+ private:
+  std::string path_;
+  int64_t context_;
+  int64_t eval_windows_;
+  int64_t split_ = 0;
+  torch::Tensor data_;  // [bytes] int64
+};
+
+}  // namespace
+
+std::string_view synthetic_name(SyntheticKind kind) {
+  switch (kind) {
+    case SyntheticKind::kReverse: return "reverse";
+    case SyntheticKind::kSort: return "sort";
+    case SyntheticKind::kSub: return "sub";
+    case SyntheticKind::kSwap: return "swap";
+    case SyntheticKind::kCopy: return "copy";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& synthetic_task_names() {
+  static const std::vector<std::string> names = {"reverse", "sort", "sub", "swap", "copy"};
+  return names;
+}
+
+std::unique_ptr<Task> make_task(const TaskOptions& o) {
+  if (o.seq_len <= 0) throw SpecError("seq_len", "must be > 0, got " + std::to_string(o.seq_len));
+  if (o.eval_sequences <= 0) throw SpecError("eval_sequences", "must be > 0");
+  if (o.name == "text") {
+    if (o.data_path.empty()) throw SpecError("data", "the text task needs --data FILE");
+    return std::make_unique<TextTask>(o.data_path, o.seq_len, o.eval_sequences);
+  }
+  for (SyntheticKind kind : {SyntheticKind::kReverse, SyntheticKind::kSort, SyntheticKind::kSub,
+                             SyntheticKind::kSwap, SyntheticKind::kCopy}) {
+    if (o.name != synthetic_name(kind)) continue;
+    if (kind == SyntheticKind::kSwap && o.seq_len % 2 != 0) {
+      throw SpecError("seq_len", "swap exchanges two halves: the length must be even, got " +
+                                     std::to_string(o.seq_len));
+    }
+    if (!o.data_path.empty()) throw SpecError("data", o.name + " is synthetic and reads no file");
+    return std::make_unique<SyntheticTask>(kind, o.seq_len, o.eval_sequences);
+  }
+  throw SpecError("task", "unknown task '" + o.name +
+                              "' (known: reverse, sort, sub, swap, copy, text)");
+}
+
+std::unique_ptr<Task> task_from_json(const nlohmann::json& doc) {
+  try {
+    TaskOptions o;
+    o.name = doc.at("name").get<std::string>();
+    o.seq_len = doc.at("seq_len").get<int64_t>();
+    o.eval_sequences = doc.at("eval_sequences").get<int64_t>();
+    if (doc.contains("data")) o.data_path = doc.at("data").get<std::string>();
+    return make_task(o);
+  } catch (const nlohmann::json::exception& e) {
+    throw SpecError("task", std::string("malformed task record: ") + e.what());
+  }
+}
+
+}  // namespace kvlab::data

@@ -1,0 +1,62 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace kvlab {
+namespace {
+
+std::runtime_error system_error(const std::string& what, const std::string& path) {
+  return std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw system_error("cannot create", temp);
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const auto error = system_error("cannot write", temp);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw error;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const auto error = system_error("cannot flush", temp);
+    ::unlink(temp.c_str());
+    throw error;
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const auto error = system_error("cannot rename onto", path);
+    ::unlink(temp.c_str());
+    throw error;
+  }
+}
+
+std::string read_file(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) throw system_error("cannot open", path);
+  if (S_ISDIR(info.st_mode)) throw std::runtime_error("'" + path + "' is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw system_error("cannot open", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw system_error("cannot read", path);
+  return text.str();
+}
+
+}  // namespace kvlab

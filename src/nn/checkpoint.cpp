@@ -1,0 +1,148 @@
+#include "nn/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "io/atomic_file.h"
+#include "io/model_config_json.h"
+#include "io/safetensors.h"
+#include "spec/spec_error.h"
+#include "spec/version.h"
+
+namespace kvlab::nn {
+namespace {
+
+StDtype to_st(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat64: return StDtype::kF64;
+    case torch::kFloat32: return StDtype::kF32;
+    case torch::kFloat16: return StDtype::kF16;
+    case torch::kBFloat16: return StDtype::kBF16;
+    case torch::kInt64: return StDtype::kI64;
+    case torch::kInt32: return StDtype::kI32;
+    case torch::kInt16: return StDtype::kI16;
+    case torch::kInt8: return StDtype::kI8;
+    case torch::kUInt8: return StDtype::kU8;
+    case torch::kBool: return StDtype::kBool;
+    default: throw std::invalid_argument("no safetensors dtype for this tensor type");
+  }
+}
+
+torch::ScalarType from_st(StDtype t) {
+  switch (t) {
+    case StDtype::kF64: return torch::kFloat64;
+    case StDtype::kF32: return torch::kFloat32;
+    case StDtype::kF16: return torch::kFloat16;
+    case StDtype::kBF16: return torch::kBFloat16;
+    case StDtype::kI64: return torch::kInt64;
+    case StDtype::kI32: return torch::kInt32;
+    case StDtype::kI16: return torch::kInt16;
+    case StDtype::kI8: return torch::kInt8;
+    case StDtype::kU8: return torch::kUInt8;
+    case StDtype::kBool: return torch::kBool;
+  }
+  return torch::kFloat32;
+}
+
+void make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw std::runtime_error("cannot create folder '" + dir + "': " + std::strerror(errno));
+  }
+}
+
+std::string shape_text(torch::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies outlive the write
+  std::vector<TensorToWrite> entries;
+  for (const auto& [name, tensor] : tensors) {
+    keep.push_back(tensor.detach().to(torch::kCPU).contiguous());
+    const torch::Tensor& t = keep.back();
+    entries.push_back({name, to_st(t.scalar_type()),
+                       std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), t.data_ptr(),
+                       static_cast<uint64_t>(t.nbytes())});
+  }
+  write_safetensors(path, entries, {{"format", "pt"}});
+}
+
+std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::read(path);
+  std::map<std::string, torch::Tensor> out;
+  for (const TensorInfo& info : file.tensors()) {
+    torch::Tensor t = torch::empty(info.shape, torch::TensorOptions().dtype(from_st(info.dtype)));
+    if (info.nbytes() > 0) std::memcpy(t.data_ptr(), file.data(info), info.nbytes());
+    out.emplace(info.name, t);
+  }
+  return out;
+}
+
+void copy_by_name(const std::map<std::string, torch::Tensor>& source,
+                  const std::map<std::string, torch::Tensor>& targets, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, target] : targets) {
+    const auto it = source.find(name);
+    if (it == source.end()) throw SafetensorsError(what + ": tensor '" + name + "' is missing");
+    if (it->second.sizes() != target.sizes()) {
+      throw SafetensorsError(what + ": tensor '" + name + "' has shape " +
+                             shape_text(it->second.sizes()) + ", the model needs " +
+                             shape_text(target.sizes()));
+    }
+    if (!it->second.is_floating_point() && target.is_floating_point()) {
+      throw SafetensorsError(what + ": tensor '" + name + "' is not floating point");
+    }
+    target.copy_(it->second);
+  }
+  for (const auto& [name, unused] : source) {
+    if (targets.find(name) == targets.end()) {
+      throw SafetensorsError(what + ": unexpected tensor '" + name + "' (not in the model)");
+    }
+  }
+}
+
+void save_model(const TransformerModelImpl& model, const std::string& dir,
+                const nlohmann::json& extra) {
+  make_dir(dir);
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& item : model.named_parameters()) tensors.emplace(item.key(), item.value());
+  save_tensors(dir + "/model.safetensors", tensors);
+  nlohmann::json config = model_config_to_json(model.config());
+  config["kvlab_version"] = kVersion;
+  for (const auto& [key, value] : extra.items()) config[key] = value;
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+}
+
+nlohmann::json read_checkpoint_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw SpecError("checkpoint", std::string(e.what()) + " (is '" + dir + "' a checkpoint folder?)");
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw SpecError("checkpoint", path + " is not valid JSON: " + e.what());
+  }
+}
+
+TransformerModel load_model(const std::string& dir, const torch::TensorOptions& options) {
+  const ModelConfig config = model_config_from_json(read_checkpoint_config(dir), dir + "/config.json");
+  TransformerModel model(config, options);
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& item : model->named_parameters()) targets.emplace(item.key(), item.value());
+  const std::string path = dir + "/model.safetensors";
+  copy_by_name(load_tensors(path), targets, path);
+  return model;
+}
+
+}  // namespace kvlab::nn

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "nn/transformer.h"
+
+namespace kvlab::nn {
+
+// A checkpoint is a folder: model.safetensors (Hugging Face style names) and config.json
+// (model shape, canonical spec text, kvlab version, and whatever `extra` the caller adds,
+// e.g. the task). Every file is written to a temporary name and renamed.
+void save_model(const TransformerModelImpl& model, const std::string& dir,
+                const nlohmann::json& extra = nlohmann::json::object());
+
+// Reads config.json, builds the model and loads every weight, checking that each tensor
+// exists with the right shape and that nothing unexpected is in the file.
+// Throws SpecError (config) or SafetensorsError (weights) naming the file and the tensor.
+TransformerModel load_model(const std::string& dir,
+                            const torch::TensorOptions& options = torch::kFloat32);
+// config.json of a checkpoint folder, parsed (throws when unreadable or not JSON).
+nlohmann::json read_checkpoint_config(const std::string& dir);
+
+// Named tensors <-> safetensors, for model and optimizer state alike.
+void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
+std::map<std::string, torch::Tensor> load_tensors(const std::string& path);
+// Copies `source` into `targets` by name: every target must be present with its shape, and
+// no source tensor may be left over. Throws SafetensorsError naming `what` and the tensor.
+void copy_by_name(const std::map<std::string, torch::Tensor>& source,
+                  const std::map<std::string, torch::Tensor>& targets, const std::string& what);
+
+}  // namespace kvlab::nn

@@ -1,0 +1,313 @@
+#include "train/trainer.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "nn/checkpoint.h"
+#include "spec/spec_error.h"
+#include "spec/version.h"
+
+namespace kvlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// torch::manual_seed sets one process-wide generator: runs built on several threads at once
+// (kvlab compare) take turns so each model's initial weights depend on its seed alone.
+std::mutex& init_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+bool exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                              targets.reshape({-1}));
+}
+
+}  // namespace
+
+void TrainOptions::validate() const {
+  auto positive = [](const char* field, int64_t v) {
+    if (v <= 0) throw SpecError(field, "must be > 0, got " + std::to_string(v));
+  };
+  positive("steps", steps);
+  positive("batch", batch);
+  positive("accumulation", accumulation);
+  positive("eval_batch", eval_batch);
+  if (batch % accumulation != 0) {
+    throw SpecError("accumulation", "batch " + std::to_string(batch) +
+                                        " does not split into " + std::to_string(accumulation) +
+                                        " equal micro-batches");
+  }
+  if (!(lr > 0) || !std::isfinite(lr)) throw SpecError("lr", "must be a positive number");
+  if (lr_floor < 0 || lr_floor > 1) throw SpecError("lr_floor", "must be in [0, 1]");
+  if (warmup < 0) throw SpecError("warmup", "must be >= 0");
+  if (weight_decay < 0) throw SpecError("weight_decay", "must be >= 0");
+  if (beta1 < 0 || beta1 >= 1) throw SpecError("beta1", "must be in [0, 1)");
+  if (beta2 < 0 || beta2 >= 1) throw SpecError("beta2", "must be in [0, 1)");
+  if (clip < 0) throw SpecError("clip", "must be >= 0 (0 disables clipping)");
+  if (eval_every < 0) throw SpecError("eval_every", "must be >= 0");
+  if (checkpoint_every < 0) throw SpecError("checkpoint_every", "must be >= 0");
+}
+
+json TrainOptions::to_json() const {
+  return {{"steps", steps},     {"batch", batch},
+          {"accumulation", accumulation}, {"lr", lr},
+          {"lr_floor", lr_floor}, {"warmup", warmup},
+          {"weight_decay", weight_decay}, {"beta1", beta1},
+          {"beta2", beta2},     {"clip", clip},
+          {"eval_every", eval_every}, {"checkpoint_every", checkpoint_every},
+          {"eval_batch", eval_batch}, {"seed", seed}};
+}
+
+TrainOptions TrainOptions::from_json(const json& doc) {
+  TrainOptions o;
+  try {
+    o.steps = doc.at("steps").get<int64_t>();
+    o.batch = doc.at("batch").get<int64_t>();
+    o.accumulation = doc.at("accumulation").get<int64_t>();
+    o.lr = doc.at("lr").get<double>();
+    o.lr_floor = doc.at("lr_floor").get<double>();
+    o.warmup = doc.at("warmup").get<int64_t>();
+    o.weight_decay = doc.at("weight_decay").get<double>();
+    o.beta1 = doc.at("beta1").get<double>();
+    o.beta2 = doc.at("beta2").get<double>();
+    o.clip = doc.at("clip").get<double>();
+    o.eval_every = doc.at("eval_every").get<int64_t>();
+    o.checkpoint_every = doc.at("checkpoint_every").get<int64_t>();
+    o.eval_batch = doc.at("eval_batch").get<int64_t>();
+    o.seed = doc.at("seed").get<uint64_t>();
+  } catch (const json::exception& e) {
+    throw SpecError("train", std::string("malformed training options: ") + e.what());
+  }
+  o.validate();
+  return o;
+}
+
+int set_threads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(threads);
+  // OpenBLAS keeps its own pool; find its setter in whichever BLAS libtorch loaded.
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(threads);
+  }
+  return threads;
+}
+
+EvalResult evaluate(nn::TransformerModelImpl& model, const data::Task& task, uint64_t seed,
+                    int64_t batch_size) {
+  c10::InferenceMode inference;
+  double loss_sum = 0, correct = 0;
+  int64_t positions = 0;
+  for (const data::Batch& b : task.eval_batches(seed, batch_size)) {
+    const torch::Tensor logits = model.forward(b.inputs);
+    const int64_t n = b.targets.numel();
+    loss_sum += cross_entropy(logits, b.targets).item<double>() * static_cast<double>(n);
+    correct += (logits.argmax(-1) == b.targets).sum().item<double>();
+    positions += n;
+  }
+  EvalResult r;
+  r.positions = positions;
+  r.loss = loss_sum / static_cast<double>(positions);
+  r.accuracy = correct / static_cast<double>(positions);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+std::string checkpoint_dir(const std::string& dir) {
+  if (exists(dir + "/config.json")) return dir;
+  if (exists(dir + "/checkpoint/config.json")) return dir + "/checkpoint";
+  throw SpecError("checkpoint", "'" + dir + "' holds no checkpoint (no config.json in it or in " +
+                                    dir + "/checkpoint)");
+}
+
+Trainer::Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, TrainOptions options,
+                 std::string run_dir)
+    : Trainer(
+          [&] {
+            std::lock_guard<std::mutex> lock(init_mutex());
+            torch::manual_seed(options.seed);
+            return nn::TransformerModel(config, torch::kFloat32);
+          }(),
+          std::move(task), options, std::move(run_dir)) {
+  if (exists(run_dir_ + "/checkpoint")) {
+    throw SpecError("out", "'" + run_dir_ + "' already holds a run: resume it with --resume " +
+                               run_dir_ + " or choose another --out");
+  }
+}
+
+Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task,
+                 TrainOptions options, std::string run_dir)
+    : model_(std::move(model)),
+      task_(std::move(task)),
+      options_(options),
+      run_dir_(std::move(run_dir)) {
+  options_.validate();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
+  optimizer_ = std::make_unique<AdamW>(
+      params, AdamW::Options{options_.beta1, options_.beta2, 1e-8, options_.weight_decay});
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
+  std::string dir = run_dir + "/checkpoint";
+  if (!exists(dir + "/trainer_state.json") && exists(run_dir + "/checkpoint.old/trainer_state.json")) {
+    dir = run_dir + "/checkpoint.old";  // a save was cut short between its two renames
+  }
+  if (!exists(dir + "/trainer_state.json")) {
+    throw SpecError("resume", "'" + run_dir + "' holds no resumable checkpoint (missing " + dir +
+                                  "/trainer_state.json)");
+  }
+  const json config = nn::read_checkpoint_config(dir);
+  json state;
+  try {
+    state = json::parse(read_file(dir + "/trainer_state.json"));
+  } catch (const std::exception& e) {
+    throw SpecError("resume", dir + "/trainer_state.json: " + e.what());
+  }
+  if (!config.contains("task") || !config.contains("train")) {
+    throw SpecError("resume", dir + "/config.json has no task or training options");
+  }
+  auto trainer = std::unique_ptr<Trainer>(
+      new Trainer(nn::load_model(dir), data::task_from_json(config["task"]),
+                  TrainOptions::from_json(config["train"]), run_dir));
+  trainer->optimizer_->load_state(nn::load_tensors(dir + "/optimizer.safetensors"),
+                                  dir + "/optimizer.safetensors");
+  trainer->step_ = state.value("step", int64_t{-1});
+  if (trainer->step_ != trainer->optimizer_->steps_taken()) {
+    throw SpecError("resume", dir + ": trainer_state.json says step " +
+                                  std::to_string(trainer->step_) + " but the optimizer state is at " +
+                                  std::to_string(trainer->optimizer_->steps_taken()));
+  }
+  // the log keeps what led to this checkpoint, nothing after it
+  const std::string log_path = run_dir + "/log.jsonl";
+  if (exists(log_path)) {
+    std::istringstream lines(read_file(log_path));
+    std::string line, kept;
+    while (std::getline(lines, line)) {
+      try {
+        if (json::parse(line).value("step", int64_t{0}) <= trainer->step_) kept += line + "\n";
+      } catch (const json::exception&) {
+        // a line cut short by the interruption
+      }
+    }
+    write_file_atomic(log_path, kept);
+  }
+  return trainer;
+}
+
+void Trainer::log(const json& record) {
+  std::ofstream out(run_dir_ + "/log.jsonl", std::ios::app);
+  out << record.dump() << "\n";
+}
+
+void Trainer::save_checkpoint() {
+  fs::create_directories(run_dir_);
+  const std::string final_dir = run_dir_ + "/checkpoint";
+  const std::string temp_dir = run_dir_ + "/checkpoint.tmp";
+  const std::string old_dir = run_dir_ + "/checkpoint.old";
+  fs::remove_all(temp_dir);
+  const json extra = {{"task", task_->to_json()}, {"train", options_.to_json()}};
+  nn::save_model(*model_, temp_dir, extra);
+  nn::save_tensors(temp_dir + "/optimizer.safetensors", optimizer_->state());
+  write_file_atomic(temp_dir + "/trainer_state.json",
+                    json{{"step", step_}, {"kvlab_version", kVersion}}.dump(2) + "\n");
+  // swap in: a crash between the renames leaves checkpoint.old, which resume falls back to
+  fs::remove_all(old_dir);
+  if (exists(final_dir)) fs::rename(final_dir, old_dir);
+  fs::rename(temp_dir, final_dir);
+  fs::remove_all(old_dir);
+}
+
+TrainResult Trainer::run(const std::atomic<bool>* stop,
+                         const std::function<void(int64_t, double, double)>& progress) {
+  fs::create_directories(run_dir_);
+  TrainResult result;
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t micro = options_.batch / options_.accumulation;
+  int64_t tokens = 0;
+  double compute_seconds = 0;
+  while (step_ < options_.steps) {
+    if (stop != nullptr && stop->load()) {
+      save_checkpoint();
+      result.status = TrainResult::Status::kInterrupted;
+      result.message = "stopped at step " + std::to_string(step_) + "; checkpoint saved in " +
+                       run_dir_ + "/checkpoint (resume with --resume " + run_dir_ + ")";
+      break;
+    }
+    const auto step_start = std::chrono::steady_clock::now();
+    const data::Batch batch = task_->train_batch(options_.seed, step_, options_.batch);
+    optimizer_->zero_grad();
+    double loss_value = 0;
+    for (int64_t k = 0; k < options_.accumulation; ++k) {
+      const torch::Tensor inputs = batch.inputs.narrow(0, k * micro, micro);
+      const torch::Tensor targets = batch.targets.narrow(0, k * micro, micro);
+      // each micro-batch's mean weighs 1/accumulation: the sum is the global batch's mean
+      const torch::Tensor loss =
+          cross_entropy(model_->forward(inputs), targets) / static_cast<double>(options_.accumulation);
+      loss_value += loss.item<double>();
+      loss.backward();
+    }
+    if (!std::isfinite(loss_value)) {
+      result.status = TrainResult::Status::kDiverged;
+      result.message = "the loss became " + std::to_string(loss_value) + " at step " +
+                       std::to_string(step_) + "; stopped without saving (the last good "
+                       "checkpoint, if any, is kept in " + run_dir_ + "/checkpoint)";
+      log({{"step", step_}, {"loss", nullptr}, {"error", "non-finite loss"}});
+      break;
+    }
+    double grad_norm = 0;
+    if (options_.clip > 0) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.clip);
+    }
+    const double lr =
+        learning_rate(step_, options_.steps, options_.warmup, options_.lr, options_.lr_floor);
+    optimizer_->step(lr);
+    ++step_;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    tokens += batch.targets.numel();
+    compute_seconds += seconds;
+    const double tokens_per_s = static_cast<double>(batch.targets.numel()) / seconds;
+    log({{"step", step_}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", grad_norm},
+         {"tokens_per_s", tokens_per_s}});
+    if (progress) progress(step_, loss_value, tokens_per_s);
+    if (options_.eval_every > 0 && step_ % options_.eval_every == 0 && step_ < options_.steps) {
+      const EvalResult e = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
+      log({{"step", step_}, {"eval_loss", e.loss}, {"eval_accuracy", e.accuracy},
+           {"eval_perplexity", e.perplexity}});
+    }
+    if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) save_checkpoint();
+  }
+  if (result.status == TrainResult::Status::kFinished) {
+    result.eval = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
+    log({{"step", step_}, {"eval_loss", result.eval.loss}, {"eval_accuracy", result.eval.accuracy},
+         {"eval_perplexity", result.eval.perplexity}, {"final", true}});
+    save_checkpoint();
+  }
+  result.step = step_;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.tokens_per_s = compute_seconds > 0 ? static_cast<double>(tokens) / compute_seconds : 0;
+  return result;
+}
+
+}  // namespace kvlab::train

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "data/task.h"
+#include "nn/transformer.h"
+#include "train/adamw.h"
+
+namespace kvlab::train {
+
+struct TrainOptions {
+  int64_t steps = 1000;
+  int64_t batch = 64;           // global batch per optimizer step
+  int64_t accumulation = 1;     // micro-batches per step (batch must divide evenly)
+  double lr = 1e-3;             // peak learning rate
+  double lr_floor = 0.1;        // cosine decays to lr · lr_floor
+  int64_t warmup = 50;          // linear warm-up steps
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double clip = 1.0;            // global gradient-norm clip; 0 disables
+  int64_t eval_every = 0;       // 0: evaluate at the end only
+  int64_t checkpoint_every = 0; // 0: checkpoint at the end (and on SIGINT/SIGTERM) only
+  int64_t eval_batch = 256;
+  uint64_t seed = 0;
+
+  // Throws SpecError naming the field.
+  void validate() const;
+  nlohmann::json to_json() const;
+  static TrainOptions from_json(const nlohmann::json& doc);
+};
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy per position, nats
+  double accuracy = 0;  // per-position accuracy (synthetic tasks)
+  double perplexity = 0;
+  int64_t positions = 0;
+};
+
+EvalResult evaluate(nn::TransformerModelImpl& model, const data::Task& task, uint64_t seed,
+                    int64_t batch_size);
+
+struct TrainResult {
+  enum class Status { kFinished, kInterrupted, kDiverged };
+  Status status = Status::kFinished;
+  int64_t step = 0;  // optimizer steps completed
+  EvalResult eval;   // final evaluation (finished runs)
+  double tokens_per_s = 0;
+  double seconds = 0;
+  std::string message;
+};
+
+// Sets both thread pools explicitly: libtorch's intra-op OpenMP pool and OpenBLAS's own
+// (torch::set_num_threads does not bound OpenBLAS). threads <= 0 means all cores.
+int set_threads(int threads);
+
+// A training run in a folder: DIR/checkpoint/ (model.safetensors, config.json,
+// optimizer.safetensors, trainer_state.json) and DIR/log.jsonl (one JSON record per step and
+// per evaluation). Checkpoints are written to DIR/checkpoint.tmp and swapped in by rename.
+class Trainer {
+ public:
+  Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, TrainOptions options,
+          std::string run_dir);
+  // Continues the run saved in `run_dir` from its last checkpoint.
+  static std::unique_ptr<Trainer> resume(const std::string& run_dir);
+
+  // Trains to options.steps. Stops early, saving a checkpoint, once *stop becomes true; stops
+  // without saving when the loss is not finite. `progress` (may be empty) sees each step.
+  TrainResult run(const std::atomic<bool>* stop,
+                  const std::function<void(int64_t step, double loss, double tokens_per_s)>&
+                      progress = {});
+
+  nn::TransformerModelImpl& model() { return *model_; }
+  const data::Task& task() const { return *task_; }
+  const TrainOptions& options() const { return options_; }
+  int64_t step() const { return step_; }
+  void save_checkpoint();
+
+ private:
+  Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, TrainOptions options,
+          std::string run_dir);
+  void log(const nlohmann::json& record);
+
+  nn::TransformerModel model_;
+  std::unique_ptr<data::Task> task_;
+  TrainOptions options_;
+  std::string run_dir_;
+  std::unique_ptr<AdamW> optimizer_;
+  int64_t step_ = 0;
+};
+
+// Where a checkpoint folder is: DIR itself if it holds config.json, else DIR/checkpoint.
+std::string checkpoint_dir(const std::string& dir);
+
+}  // namespace kvlab::train

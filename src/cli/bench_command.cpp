@@ -24,7 +24,8 @@ CLI::App* add_bench_commands(CLI::App& app, BenchTrainOptions& o) {
   train->add_option("--heads", o.heads, "Heads")->capture_default_str();
   train->add_option("--seq-len", o.seq_len, "Tokens per sequence")->capture_default_str();
   train->add_option("--batch", o.batch, "Sequences per step")->capture_default_str();
-  train->add_option("--threads", o.threads, "Threads (libtorch and OpenBLAS)")->capture_default_str();
+  train->add_option("--threads", o.threads, "Threads (libtorch and OpenBLAS)")
+      ->capture_default_str();
   train->add_option("--steps", o.steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
   train->add_option("--format", o.format, "table | json")->capture_default_str();
@@ -77,25 +78,32 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   const double median = seconds[seconds.size() / 2];
   const double tokens = static_cast<double>(o.batch * o.seq_len);
   if (o.format == "json") {
-    out << nlohmann::json{{"attn", config.attn.to_string()}, {"d_model", o.d_model},
-                          {"layers", o.layers}, {"heads", o.heads}, {"seq_len", o.seq_len},
-                          {"batch", o.batch}, {"threads", threads},
+    out << nlohmann::json{{"attn", config.attn.to_string()},
+                          {"d_model", o.d_model},
+                          {"layers", o.layers},
+                          {"heads", o.heads},
+                          {"seq_len", o.seq_len},
+                          {"batch", o.batch},
+                          {"threads", threads},
                           {"params", model->parameter_count()},
                           {"tokens_per_s", tokens / median},
                           {"step_ms_median", 1e3 * median},
                           {"step_ms_min", 1e3 * seconds.front()},
-                          {"step_ms_max", 1e3 * seconds.back()}, {"steps", o.steps}}
+                          {"step_ms_max", 1e3 * seconds.back()},
+                          {"steps", o.steps}}
                .dump(2)
         << "\n";
   } else {
-    out << fmt::format("bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
-                       "thread(s), {} params\n",
-                       config.attn.to_string(), o.d_model, o.layers, o.heads, o.seq_len, o.batch,
-                       threads, model->parameter_count());
-    out << fmt::format("{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
-                       "after {} warm-up)\n",
-                       tokens / median, 1e3 * median, 1e3 * seconds.front(),
-                       1e3 * seconds.back(), o.steps, o.warmup);
+    out << fmt::format(
+        "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
+        "thread(s), {} params\n",
+        config.attn.to_string(), o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads,
+        model->parameter_count());
+    out << fmt::format(
+        "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
+        "after {} warm-up)\n",
+        tokens / median, 1e3 * median, 1e3 * seconds.front(), 1e3 * seconds.back(), o.steps,
+        o.warmup);
   }
   return 0;
 }

@@ -52,12 +52,12 @@ std::vector<SuiteConfig> preset_configs(const std::string& preset) {
 // Seed 003 Table 2 as quoted in DESIGN.md: average accuracy of the six variants, and the
 // Reverse / Swap cells the text gives.
 struct PaperNumbers {
-  std::map<std::string, double> average = {{"mha", 0.758},   {"q-kv", 0.751},
-                                           {"qk-v", 0.724},  {"qkv1", 0.651},
-                                           {"qk-v+", 0.761}, {"qkv1+", 0.700}};
-  std::map<std::pair<std::string, std::string>, double> cells = {
-      {{"mha", "reverse"}, 0.529}, {{"qkv1", "reverse"}, 0.295},
-      {{"mha", "swap"}, 0.524},    {{"qkv1", "swap"}, 0.307}};
+  std::map<std::string, double> average = {{"mha", 0.758},  {"q-kv", 0.751},  {"qk-v", 0.724},
+                                           {"qkv1", 0.651}, {"qk-v+", 0.761}, {"qkv1+", 0.700}};
+  std::map<std::pair<std::string, std::string>, double> cells = {{{"mha", "reverse"}, 0.529},
+                                                                 {{"qkv1", "reverse"}, 0.295},
+                                                                 {{"mha", "swap"}, 0.524},
+                                                                 {{"qkv1", "swap"}, 0.307}};
 };
 
 struct RunSpec {
@@ -81,7 +81,8 @@ std::vector<std::string> split_list(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t end = text.find(',', start);
-    const std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string item =
+        text.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (!item.empty()) out.push_back(item);
     if (end == std::string::npos) break;
     start = end + 1;
@@ -142,7 +143,8 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
       ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps per run, overriding the preset");
   cmd->add_option("--out", o.out, "Folder for results.json, results.md and runs/")->required();
-  cmd->add_option("--jobs", o.jobs, "Runs trained at once (0: one per core)")->capture_default_str();
+  cmd->add_option("--jobs", o.jobs, "Runs trained at once (0: one per core)")
+      ->capture_default_str();
   return cmd;
 }
 
@@ -195,12 +197,14 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
     }
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int jobs = std::max(1, std::min<int>(o.jobs > 0 ? o.jobs : cores, static_cast<int>(runs.size())));
+  const int jobs =
+      std::max(1, std::min<int>(o.jobs > 0 ? o.jobs : cores, static_cast<int>(runs.size())));
   train::set_threads(std::max(1, cores / jobs));
   fs::create_directories(o.out);
-  std::cerr << fmt::format("kvlab compare: {} runs ({} variants × {} tasks × {} seeds × {} "
-                           "configurations), {} at a time\n",
-                           runs.size(), attns.size(), tasks.size(), o.seeds, configs.size(), jobs);
+  std::cerr << fmt::format(
+      "kvlab compare: {} runs ({} variants × {} tasks × {} seeds × {} "
+      "configurations), {} at a time\n",
+      runs.size(), attns.size(), tasks.size(), o.seeds, configs.size(), jobs);
 
   std::vector<RunOutcome> outcomes(runs.size());
   std::mutex mutex;
@@ -255,23 +259,33 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
 
   // Aggregate: per (variant, task) over every configuration and seed.
   const PaperNumbers paper;
-  json results = {{"suite", o.suite}, {"preset", o.preset}, {"seeds", o.seeds},
-                  {"configs", json::array()}, {"runs", json::array()},
-                  {"aggregates", json::array()}, {"variants", json::array()}};
+  json results = {{"suite", o.suite},         {"preset", o.preset},
+                  {"seeds", o.seeds},         {"configs", json::array()},
+                  {"runs", json::array()},    {"aggregates", json::array()},
+                  {"variants", json::array()}};
   for (const SuiteConfig& c : configs) {
-    results["configs"].push_back({{"d_model", c.d_model}, {"layers", c.n_layers},
-                                  {"heads", c.n_heads}, {"seq_len", c.seq_len},
-                                  {"steps", c.steps}, {"batch", c.batch}, {"lr", c.lr}});
+    results["configs"].push_back({{"d_model", c.d_model},
+                                  {"layers", c.n_layers},
+                                  {"heads", c.n_heads},
+                                  {"seq_len", c.seq_len},
+                                  {"steps", c.steps},
+                                  {"batch", c.batch},
+                                  {"lr", c.lr}});
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    results["runs"].push_back({{"attn", runs[i].attn}, {"task", runs[i].task},
-                               {"seed", runs[i].seed}, {"config", runs[i].config_index},
-                               {"accuracy", outcomes[i].accuracy}, {"loss", outcomes[i].loss},
-                               {"steps", outcomes[i].steps}, {"seconds", outcomes[i].seconds}});
+    results["runs"].push_back({{"attn", runs[i].attn},
+                               {"task", runs[i].task},
+                               {"seed", runs[i].seed},
+                               {"config", runs[i].config_index},
+                               {"accuracy", outcomes[i].accuracy},
+                               {"loss", outcomes[i].loss},
+                               {"steps", outcomes[i].steps},
+                               {"seconds", outcomes[i].seconds}});
   }
   std::vector<std::string> headers = {"variant"};
   for (const std::string& task : tasks) headers.push_back(task);
-  for (const char* h : {"average", "paper avg", "params", "cached/token/layer"}) headers.push_back(h);
+  for (const char* h : {"average", "paper avg", "params", "cached/token/layer"})
+    headers.push_back(h);
   Table table(headers);
   for (const std::string& attn : canonical) {
     std::vector<std::string> row = {attn};
@@ -284,8 +298,11 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
         per_seed[runs[i].seed].push_back(outcomes[i].accuracy);
       }
       const auto [mean, std] = mean_std(xs);
-      results["aggregates"].push_back({{"attn", attn}, {"task", task}, {"mean", mean},
-                                       {"std", std}, {"n_seeds", o.seeds},
+      results["aggregates"].push_back({{"attn", attn},
+                                       {"task", task},
+                                       {"mean", mean},
+                                       {"std", std},
+                                       {"n_seeds", o.seeds},
                                        {"n_runs", static_cast<int64_t>(xs.size())}});
       std::string cell = fmt::format("{:.3f} ± {:.3f}", mean, std);
       const auto it = paper.cells.find({attn, task});
@@ -301,13 +318,13 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
     const ModelConfig m = ModelConfig::make(encoder_shape(configs.front()), attn, DType::kF32);
     row.push_back(with_commas(m.param_count().value()));
     row.push_back(std::to_string(m.attn.cache_layout().scalars_per_token()));
-    results["variants"].push_back({{"attn", attn}, {"average", avg}, {"average_std", avg_std},
-                                   {"params", m.param_count().value()},
-                                   {"cached_scalars_per_token",
-                                    m.attn.cache_layout().scalars_per_token()},
-                                   {"paper_average", pa == paper.average.end()
-                                                         ? json()
-                                                         : json(pa->second)}});
+    results["variants"].push_back(
+        {{"attn", attn},
+         {"average", avg},
+         {"average_std", avg_std},
+         {"params", m.param_count().value()},
+         {"cached_scalars_per_token", m.attn.cache_layout().scalars_per_token()},
+         {"paper_average", pa == paper.average.end() ? json() : json(pa->second)}});
     table.add_row(row);
   }
   const SuiteConfig& c0 = configs.front();
@@ -318,8 +335,9 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
       "params and cached scalars per token per layer from the spec (a non-causal model caches "
       "nothing; the column shows what a causal model of this variant would). In parentheses: "
       "seed 003 Table 2's reported numbers (averaged there over its whole sweep).\n\n",
-      o.suite, o.preset, o.seeds, configs.size() > 1 ? fmt::format(" and {} configurations", configs.size()) : "",
-      c0.d_model, c0.n_layers, c0.n_heads, c0.seq_len, c0.steps, c0.batch);
+      o.suite, o.preset, o.seeds,
+      configs.size() > 1 ? fmt::format(" and {} configurations", configs.size()) : "", c0.d_model,
+      c0.n_layers, c0.n_heads, c0.seq_len, c0.steps, c0.batch);
   md += table.to_markdown();
   write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
   write_file_atomic(o.out + "/results.md", md);

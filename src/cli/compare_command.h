@@ -1,12 +1,11 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 namespace kvlab {
 

@@ -32,7 +32,8 @@ void TrainModelFlags::add(CLI::App& app) {
   app.add_option("--mlp-kind", mlp_kind, "gelu | swiglu (default gelu)")->group("Model");
   app.add_option("--norm", norm, "layernorm | rmsnorm (default layernorm)")->group("Model");
   app.add_option("--bias", bias, "none | qkv | all (default all)")->group("Model");
-  app.add_option("--pos", pos, "learned | sinusoidal | rope | none (default learned)")->group("Model");
+  app.add_option("--pos", pos, "learned | sinusoidal | rope | none (default learned)")
+      ->group("Model");
   app.add_option("--rope-theta", rope_theta, "RoPE base θ (default 10000)")->group("Model");
 }
 
@@ -93,7 +94,9 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
   cmd->add_option("--lr-floor", t.lr_floor, "Cosine decays to lr × this")
       ->capture_default_str()
       ->group("Training");
-  cmd->add_option("--warmup", t.warmup, "Linear warm-up steps")->capture_default_str()->group("Training");
+  cmd->add_option("--warmup", t.warmup, "Linear warm-up steps")
+      ->capture_default_str()
+      ->group("Training");
   cmd->add_option("--weight-decay", t.weight_decay, "AdamW decay (not on norms and biases)")
       ->capture_default_str()
       ->group("Training");
@@ -174,8 +177,8 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     if (!bar) return;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double eta = elapsed / static_cast<double>(step - first_step) *
-                       static_cast<double>(t.steps - step);
+    const double eta =
+        elapsed / static_cast<double>(step - first_step) * static_cast<double>(t.steps - step);
     const int width = 24;
     const int filled = static_cast<int>(width * step / t.steps);
     std::cerr << fmt::format("\r[{}{}] step {}/{} loss {:.4f} {:.0f} tok/s ETA {}   ",
@@ -192,7 +195,8 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     case train::TrainResult::Status::kDiverged:
       std::cerr << "kvlab train: " << r.message << "\n";
       return 3;
-    case train::TrainResult::Status::kFinished: break;
+    case train::TrainResult::Status::kFinished:
+      break;
   }
   const bool accuracy = trainer->task().metric() == data::Metric::kAccuracy;
   if (o.format == "json") {
@@ -208,20 +212,21 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
                .dump(2)
         << "\n";
   } else {
-    out << fmt::format("{} on {}: step {}, held-out {} {:.4f} (loss {:.4f} nats), {:.0f} tokens/s, "
-                       "{}; checkpoint in {}/checkpoint\n",
-                       trainer->model().config().attn.to_string(), trainer->task().name(), r.step,
-                       accuracy ? "accuracy" : "perplexity",
-                       accuracy ? r.eval.accuracy : r.eval.perplexity, r.eval.loss,
-                       r.tokens_per_s, duration_text(r.seconds), run_dir);
+    out << fmt::format(
+        "{} on {}: step {}, held-out {} {:.4f} (loss {:.4f} nats), {:.0f} tokens/s, "
+        "{}; checkpoint in {}/checkpoint\n",
+        trainer->model().config().attn.to_string(), trainer->task().name(), r.step,
+        accuracy ? "accuracy" : "perplexity", accuracy ? r.eval.accuracy : r.eval.perplexity,
+        r.eval.loss, r.tokens_per_s, duration_text(r.seconds), run_dir);
   }
   return 0;
 }
 
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   CLI::App* cmd = app.add_subcommand(
-      "eval", "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic tasks) or "
-              "loss and perplexity (text).");
+      "eval",
+      "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic tasks) or "
+      "loss and perplexity (text).");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--format", o.format, "table | json")->capture_default_str();
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
@@ -241,12 +246,9 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
   const train::EvalResult e = train::evaluate(*model, *task, seed, 256);
   if (o.format == "json") {
-    out << nlohmann::json{{"task", task->name()},
-                          {"attn", model->config().attn.to_string()},
-                          {"accuracy", e.accuracy},
-                          {"loss", e.loss},
-                          {"perplexity", e.perplexity},
-                          {"positions", e.positions},
+    out << nlohmann::json{{"task", task->name()},       {"attn", model->config().attn.to_string()},
+                          {"accuracy", e.accuracy},     {"loss", e.loss},
+                          {"perplexity", e.perplexity}, {"positions", e.positions},
                           {"checkpoint", dir}}
                .dump(2)
         << "\n";
@@ -255,10 +257,10 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
                        model->config().attn.to_string(), task->name(), e.accuracy, e.loss,
                        with_commas(e.positions));
   } else {
-    out << fmt::format("{} on text: loss {:.4f} nats/byte, perplexity {:.3f} over {} held-out "
-                       "bytes\n",
-                       model->config().attn.to_string(), e.loss, e.perplexity,
-                       with_commas(e.positions));
+    out << fmt::format(
+        "{} on text: loss {:.4f} nats/byte, perplexity {:.3f} over {} held-out "
+        "bytes\n",
+        model->config().attn.to_string(), e.loss, e.perplexity, with_commas(e.positions));
   }
   return 0;
 }

@@ -1,11 +1,10 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <optional>
 #include <ostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "spec/model_config.h"
 #include "train/trainer.h"

@@ -61,15 +61,20 @@ class SyntheticTask : public Task {
       for (auto& digit : row) digit = static_cast<int64_t>(rng() % 10);
       target = row;
       switch (kind_) {
-        case SyntheticKind::kReverse: std::reverse(target.begin(), target.end()); break;
-        case SyntheticKind::kSort: std::sort(target.begin(), target.end()); break;
+        case SyntheticKind::kReverse:
+          std::reverse(target.begin(), target.end());
+          break;
+        case SyntheticKind::kSort:
+          std::sort(target.begin(), target.end());
+          break;
         case SyntheticKind::kSub:
           for (auto& digit : target) digit = 9 - digit;
           break;
         case SyntheticKind::kSwap:
           std::rotate(target.begin(), target.begin() + n_ / 2, target.end());
           break;
-        case SyntheticKind::kCopy: break;
+        case SyntheticKind::kCopy:
+          break;
       }
       for (int64_t t = 0; t < n_; ++t) {
         in[b][t] = row[static_cast<size_t>(t)];
@@ -100,7 +105,8 @@ class TextTask : public Task {
     if (total / 20 < context_ + 1) {
       throw SpecError("data", "'" + path_ + "' holds " + std::to_string(total) +
                                   " bytes: its held-out 5% must fit one window of " +
-                                  std::to_string(context_ + 1) + " bytes (use a longer file or "
+                                  std::to_string(context_ + 1) +
+                                  " bytes (use a longer file or "
                                   "a shorter --seq-len)");
     }
     data_ = torch::empty({total}, torch::kInt64);
@@ -129,8 +135,8 @@ class TextTask : public Task {
     // non-overlapping windows over the held-out tail, in order
     std::vector<torch::Tensor> windows;
     const int64_t total = data_.size(0);
-    for (int64_t start = split_; start + context_ + 1 <= total &&
-                                 static_cast<int64_t>(windows.size()) < eval_windows_;
+    for (int64_t start = split_;
+         start + context_ + 1 <= total && static_cast<int64_t>(windows.size()) < eval_windows_;
          start += context_) {
       windows.push_back(data_.narrow(0, start, context_ + 1));
     }
@@ -146,7 +152,9 @@ class TextTask : public Task {
   }
 
   nlohmann::json to_json() const override {
-    return {{"name", "text"}, {"seq_len", context_}, {"eval_sequences", eval_windows_},
+    return {{"name", "text"},
+            {"seq_len", context_},
+            {"eval_sequences", eval_windows_},
             {"data", path_}};
   }
 
@@ -162,11 +170,16 @@ class TextTask : public Task {
 
 std::string_view synthetic_name(SyntheticKind kind) {
   switch (kind) {
-    case SyntheticKind::kReverse: return "reverse";
-    case SyntheticKind::kSort: return "sort";
-    case SyntheticKind::kSub: return "sub";
-    case SyntheticKind::kSwap: return "swap";
-    case SyntheticKind::kCopy: return "copy";
+    case SyntheticKind::kReverse:
+      return "reverse";
+    case SyntheticKind::kSort:
+      return "sort";
+    case SyntheticKind::kSub:
+      return "sub";
+    case SyntheticKind::kSwap:
+      return "swap";
+    case SyntheticKind::kCopy:
+      return "copy";
   }
   return "?";
 }
@@ -193,8 +206,8 @@ std::unique_ptr<Task> make_task(const TaskOptions& o) {
     if (!o.data_path.empty()) throw SpecError("data", o.name + " is synthetic and reads no file");
     return std::make_unique<SyntheticTask>(kind, o.seq_len, o.eval_sequences);
   }
-  throw SpecError("task", "unknown task '" + o.name +
-                              "' (known: reverse, sort, sub, swap, copy, text)");
+  throw SpecError("task",
+                  "unknown task '" + o.name + "' (known: reverse, sort, sub, swap, copy, text)");
 }
 
 std::unique_ptr<Task> task_from_json(const nlohmann::json& doc) {

@@ -45,10 +45,10 @@ std::string_view synthetic_name(SyntheticKind kind);
 const std::vector<std::string>& synthetic_task_names();  // reverse, sort, sub, swap, copy
 
 struct TaskOptions {
-  std::string name;             // reverse | sort | sub | swap | copy | text
-  int64_t seq_len = 16;         // synthetic length n, or text context
+  std::string name;               // reverse | sort | sub | swap | copy | text
+  int64_t seq_len = 16;           // synthetic length n, or text context
   int64_t eval_sequences = 1000;  // held-out synthetic sequences, or text windows (at most)
-  std::string data_path;        // text: the file
+  std::string data_path;          // text: the file
 };
 
 // Throws SpecError naming the field (task, seq_len, data) for bad options or an unreadable

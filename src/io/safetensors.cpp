@@ -19,9 +19,9 @@ struct DtypeName {
 };
 
 constexpr DtypeName kDtypes[] = {
-    {StDtype::kF64, "F64", 8}, {StDtype::kF32, "F32", 4}, {StDtype::kF16, "F16", 2},
+    {StDtype::kF64, "F64", 8},   {StDtype::kF32, "F32", 4}, {StDtype::kF16, "F16", 2},
     {StDtype::kBF16, "BF16", 2}, {StDtype::kI64, "I64", 8}, {StDtype::kI32, "I32", 4},
-    {StDtype::kI16, "I16", 2}, {StDtype::kI8, "I8", 1},   {StDtype::kU8, "U8", 1},
+    {StDtype::kI16, "I16", 2},   {StDtype::kI8, "I8", 1},   {StDtype::kU8, "U8", 1},
     {StDtype::kBool, "BOOL", 1},
 };
 
@@ -138,7 +138,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& sou
       fail(source, where + ": missing shape");
     }
     for (const json& dim : entry["shape"]) {
-      if (!dim.is_number_unsigned()) fail(source, where + ": shape entries must be non-negative integers");
+      if (!dim.is_number_unsigned())
+        fail(source, where + ": shape entries must be non-negative integers");
       const uint64_t d = dim.get<uint64_t>();
       if (d > static_cast<uint64_t>(INT64_MAX)) fail(source, where + ": dimension overflows");
       info.shape.push_back(static_cast<int64_t>(d));

@@ -20,6 +20,16 @@ torch::Tensor AttentionImpl::forward_from_cache(const torch::Tensor&,
   throw std::logic_error(std::string(attn_variant_id(spec_.variant)) + " has no cached decode");
 }
 
+AttentionImpl::DecodeQuery AttentionImpl::decode_query(const torch::Tensor&, int64_t) {
+  throw std::logic_error(std::string(attn_variant_id(spec_.variant)) +
+                         " does not decode with the one- or two-stream kernel");
+}
+
+torch::Tensor AttentionImpl::decode_output(const torch::Tensor&) {
+  throw std::logic_error(std::string(attn_variant_id(spec_.variant)) +
+                         " does not decode with the one- or two-stream kernel");
+}
+
 torch::Tensor AttentionImpl::causal_mask(int64_t tq, int64_t tk, int64_t mask_offset,
                                          const torch::Device& device) const {
   const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);

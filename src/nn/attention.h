@@ -34,6 +34,20 @@ class AttentionImpl : public torch::nn::Module {
                                            const std::vector<torch::Tensor>& rows,
                                            int64_t start_pos);
 
+  // What a decode kernel needs from this layer for tokens x [B, T, D] at positions
+  // start_pos ..: the queries against the cached key rows (rotated; absorbed for gva and
+  // mla) [B, T, H, key_width], the queries against the shared rope stream [B, T, H, d_r] (or
+  // undefined) and the score scale.
+  struct DecodeQuery {
+    torch::Tensor q;
+    torch::Tensor q_rope;
+    double scale = 1.0;
+  };
+  virtual DecodeQuery decode_query(const torch::Tensor& x, int64_t start_pos);
+  // The kernel's weighted sums over value rows [B, T, H, value_width] -> layer output [B, T, D]
+  // (mla applies W_uv here, then every variant its output projection).
+  virtual torch::Tensor decode_output(const torch::Tensor& attended);
+
  protected:
   // Causal mask for Tq queries over Tk keys, the first query mask_offset positions after the
   // first key: true where masked.

@@ -17,32 +17,53 @@ namespace {
 
 StDtype to_st(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat64: return StDtype::kF64;
-    case torch::kFloat32: return StDtype::kF32;
-    case torch::kFloat16: return StDtype::kF16;
-    case torch::kBFloat16: return StDtype::kBF16;
-    case torch::kInt64: return StDtype::kI64;
-    case torch::kInt32: return StDtype::kI32;
-    case torch::kInt16: return StDtype::kI16;
-    case torch::kInt8: return StDtype::kI8;
-    case torch::kUInt8: return StDtype::kU8;
-    case torch::kBool: return StDtype::kBool;
-    default: throw std::invalid_argument("no safetensors dtype for this tensor type");
+    case torch::kFloat64:
+      return StDtype::kF64;
+    case torch::kFloat32:
+      return StDtype::kF32;
+    case torch::kFloat16:
+      return StDtype::kF16;
+    case torch::kBFloat16:
+      return StDtype::kBF16;
+    case torch::kInt64:
+      return StDtype::kI64;
+    case torch::kInt32:
+      return StDtype::kI32;
+    case torch::kInt16:
+      return StDtype::kI16;
+    case torch::kInt8:
+      return StDtype::kI8;
+    case torch::kUInt8:
+      return StDtype::kU8;
+    case torch::kBool:
+      return StDtype::kBool;
+    default:
+      throw std::invalid_argument("no safetensors dtype for this tensor type");
   }
 }
 
 torch::ScalarType from_st(StDtype t) {
   switch (t) {
-    case StDtype::kF64: return torch::kFloat64;
-    case StDtype::kF32: return torch::kFloat32;
-    case StDtype::kF16: return torch::kFloat16;
-    case StDtype::kBF16: return torch::kBFloat16;
-    case StDtype::kI64: return torch::kInt64;
-    case StDtype::kI32: return torch::kInt32;
-    case StDtype::kI16: return torch::kInt16;
-    case StDtype::kI8: return torch::kInt8;
-    case StDtype::kU8: return torch::kUInt8;
-    case StDtype::kBool: return torch::kBool;
+    case StDtype::kF64:
+      return torch::kFloat64;
+    case StDtype::kF32:
+      return torch::kFloat32;
+    case StDtype::kF16:
+      return torch::kFloat16;
+    case StDtype::kBF16:
+      return torch::kBFloat16;
+    case StDtype::kI64:
+      return torch::kInt64;
+    case StDtype::kI32:
+      return torch::kInt32;
+    case StDtype::kI16:
+      return torch::kInt16;
+    case StDtype::kI8:
+      return torch::kInt8;
+    case StDtype::kU8:
+      return torch::kUInt8;
+    case StDtype::kBool:
+      return torch::kBool;
   }
   return torch::kFloat32;
 }
@@ -126,7 +147,8 @@ nlohmann::json read_checkpoint_config(const std::string& dir) {
   try {
     text = read_file(path);
   } catch (const std::runtime_error& e) {
-    throw SpecError("checkpoint", std::string(e.what()) + " (is '" + dir + "' a checkpoint folder?)");
+    throw SpecError("checkpoint",
+                    std::string(e.what()) + " (is '" + dir + "' a checkpoint folder?)");
   }
   try {
     return nlohmann::json::parse(text);
@@ -136,7 +158,8 @@ nlohmann::json read_checkpoint_config(const std::string& dir) {
 }
 
 TransformerModel load_model(const std::string& dir, const torch::TensorOptions& options) {
-  const ModelConfig config = model_config_from_json(read_checkpoint_config(dir), dir + "/config.json");
+  const ModelConfig config =
+      model_config_from_json(read_checkpoint_config(dir), dir + "/config.json");
   TransformerModel model(config, options);
   std::map<std::string, torch::Tensor> targets;
   for (const auto& item : model->named_parameters()) targets.emplace(item.key(), item.value());

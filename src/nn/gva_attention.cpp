@@ -146,4 +146,15 @@ torch::Tensor GvaAttentionImpl::scores(const torch::Tensor& x, bool absorbed) {
   return s * scale();
 }
 
+AttentionImpl::DecodeQuery GvaAttentionImpl::decode_query(const torch::Tensor& x,
+                                                          int64_t start_pos) {
+  if (spec_.rope_dim == 0) return AttentionImpl::decode_query(x, start_pos);  // rebuilds keys
+  const Query q = project_query(x, start_pos);
+  return {absorb_query(q.nope), q.rope, scale()};
+}
+
+torch::Tensor GvaAttentionImpl::decode_output(const torch::Tensor& attended) {
+  return o_proj(attended.flatten(2));
+}
+
 }  // namespace kvlab::nn

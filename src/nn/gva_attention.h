@@ -19,6 +19,8 @@ class GvaAttentionImpl : public AttentionImpl {
   std::vector<torch::Tensor> cache_rows(const torch::Tensor& x, int64_t start_pos = 0) override;
   torch::Tensor forward_from_cache(const torch::Tensor& x, const std::vector<torch::Tensor>& rows,
                                    int64_t start_pos) override;
+  DecodeQuery decode_query(const torch::Tensor& x, int64_t start_pos) override;
+  torch::Tensor decode_output(const torch::Tensor& attended) override;
 
   // Pre-softmax scores [B, H, T, T]: explicit (reconstructed keys) or absorbed (dr > 0 only).
   torch::Tensor scores(const torch::Tensor& x, bool absorbed);

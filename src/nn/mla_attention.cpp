@@ -143,4 +143,19 @@ torch::Tensor MlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
   return o_proj(v.flatten(2));
 }
 
+AttentionImpl::DecodeQuery MlaAttentionImpl::decode_query(const torch::Tensor& x,
+                                                          int64_t start_pos) {
+  const Query q = project_query(x, start_pos);
+  DecodeQuery out;
+  // with a kv_b bias, q·b_k is the same for every key: the softmax ignores it
+  out.q = absorb_query(q.nope);
+  out.q_rope = q.rope;
+  out.scale = scale();
+  return out;
+}
+
+torch::Tensor MlaAttentionImpl::decode_output(const torch::Tensor& attended) {
+  return o_proj(absorb_output(attended).flatten(2));
+}
+
 }  // namespace kvlab::nn

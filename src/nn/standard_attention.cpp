@@ -149,4 +149,18 @@ torch::Tensor StandardAttentionImpl::forward_from_cache(const torch::Tensor& x,
   return attend(q, rows.at(0), rows.at(1), start_pos);
 }
 
+AttentionImpl::DecodeQuery StandardAttentionImpl::decode_query(const torch::Tensor& x,
+                                                               int64_t start_pos) {
+  if (is_plus()) return AttentionImpl::decode_query(x, start_pos);
+  const torch::Tensor q = project_query(x);
+  DecodeQuery out;
+  out.q = spec_.pos == PosScheme::kRope ? apply_rope(q, start_pos, spec_.rope_theta) : q;
+  out.scale = 1.0 / std::sqrt(static_cast<double>(spec_.head_dim));
+  return out;
+}
+
+torch::Tensor StandardAttentionImpl::decode_output(const torch::Tensor& attended) {
+  return o_proj(attended.flatten(2));
+}
+
 }  // namespace kvlab::nn

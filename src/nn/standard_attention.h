@@ -18,6 +18,8 @@ class StandardAttentionImpl : public AttentionImpl {
   std::vector<torch::Tensor> cache_rows(const torch::Tensor& x, int64_t start_pos = 0) override;
   torch::Tensor forward_from_cache(const torch::Tensor& x, const std::vector<torch::Tensor>& rows,
                                    int64_t start_pos) override;
+  DecodeQuery decode_query(const torch::Tensor& x, int64_t start_pos) override;
+  torch::Tensor decode_output(const torch::Tensor& attended) override;
 
   // Pre-softmax scores [B, H, T, T] of the explicit form ("+" bias included).
   torch::Tensor scores(const torch::Tensor& x);

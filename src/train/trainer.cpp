@@ -53,9 +53,8 @@ void TrainOptions::validate() const {
   positive("accumulation", accumulation);
   positive("eval_batch", eval_batch);
   if (batch % accumulation != 0) {
-    throw SpecError("accumulation", "batch " + std::to_string(batch) +
-                                        " does not split into " + std::to_string(accumulation) +
-                                        " equal micro-batches");
+    throw SpecError("accumulation", "batch " + std::to_string(batch) + " does not split into " +
+                                        std::to_string(accumulation) + " equal micro-batches");
   }
   if (!(lr > 0) || !std::isfinite(lr)) throw SpecError("lr", "must be a positive number");
   if (lr_floor < 0 || lr_floor > 1) throw SpecError("lr_floor", "must be in [0, 1]");
@@ -69,13 +68,20 @@ void TrainOptions::validate() const {
 }
 
 json TrainOptions::to_json() const {
-  return {{"steps", steps},     {"batch", batch},
-          {"accumulation", accumulation}, {"lr", lr},
-          {"lr_floor", lr_floor}, {"warmup", warmup},
-          {"weight_decay", weight_decay}, {"beta1", beta1},
-          {"beta2", beta2},     {"clip", clip},
-          {"eval_every", eval_every}, {"checkpoint_every", checkpoint_every},
-          {"eval_batch", eval_batch}, {"seed", seed}};
+  return {{"steps", steps},
+          {"batch", batch},
+          {"accumulation", accumulation},
+          {"lr", lr},
+          {"lr_floor", lr_floor},
+          {"warmup", warmup},
+          {"weight_decay", weight_decay},
+          {"beta1", beta1},
+          {"beta2", beta2},
+          {"clip", clip},
+          {"eval_every", eval_every},
+          {"checkpoint_every", checkpoint_every},
+          {"eval_batch", eval_batch},
+          {"seed", seed}};
 }
 
 TrainOptions TrainOptions::from_json(const json& doc) {
@@ -155,8 +161,8 @@ Trainer::Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, Tr
   }
 }
 
-Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task,
-                 TrainOptions options, std::string run_dir)
+Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, TrainOptions options,
+                 std::string run_dir)
     : model_(std::move(model)),
       task_(std::move(task)),
       options_(options),
@@ -170,7 +176,8 @@ Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task,
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
   std::string dir = run_dir + "/checkpoint";
-  if (!exists(dir + "/trainer_state.json") && exists(run_dir + "/checkpoint.old/trainer_state.json")) {
+  if (!exists(dir + "/trainer_state.json") &&
+      exists(run_dir + "/checkpoint.old/trainer_state.json")) {
     dir = run_dir + "/checkpoint.old";  // a save was cut short between its two renames
   }
   if (!exists(dir + "/trainer_state.json")) {
@@ -195,7 +202,8 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
   trainer->step_ = state.value("step", int64_t{-1});
   if (trainer->step_ != trainer->optimizer_->steps_taken()) {
     throw SpecError("resume", dir + ": trainer_state.json says step " +
-                                  std::to_string(trainer->step_) + " but the optimizer state is at " +
+                                  std::to_string(trainer->step_) +
+                                  " but the optimizer state is at " +
                                   std::to_string(trainer->optimizer_->steps_taken()));
   }
   // the log keeps what led to this checkpoint, nothing after it
@@ -262,16 +270,18 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
       const torch::Tensor inputs = batch.inputs.narrow(0, k * micro, micro);
       const torch::Tensor targets = batch.targets.narrow(0, k * micro, micro);
       // each micro-batch's mean weighs 1/accumulation: the sum is the global batch's mean
-      const torch::Tensor loss =
-          cross_entropy(model_->forward(inputs), targets) / static_cast<double>(options_.accumulation);
+      const torch::Tensor loss = cross_entropy(model_->forward(inputs), targets) /
+                                 static_cast<double>(options_.accumulation);
       loss_value += loss.item<double>();
       loss.backward();
     }
     if (!std::isfinite(loss_value)) {
       result.status = TrainResult::Status::kDiverged;
       result.message = "the loss became " + std::to_string(loss_value) + " at step " +
-                       std::to_string(step_) + "; stopped without saving (the last good "
-                       "checkpoint, if any, is kept in " + run_dir_ + "/checkpoint)";
+                       std::to_string(step_) +
+                       "; stopped without saving (the last good "
+                       "checkpoint, if any, is kept in " +
+                       run_dir_ + "/checkpoint)";
       log({{"step", step_}, {"loss", nullptr}, {"error", "non-finite loss"}});
       break;
     }
@@ -288,20 +298,28 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     tokens += batch.targets.numel();
     compute_seconds += seconds;
     const double tokens_per_s = static_cast<double>(batch.targets.numel()) / seconds;
-    log({{"step", step_}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", grad_norm},
+    log({{"step", step_},
+         {"loss", loss_value},
+         {"lr", lr},
+         {"grad_norm", grad_norm},
          {"tokens_per_s", tokens_per_s}});
     if (progress) progress(step_, loss_value, tokens_per_s);
     if (options_.eval_every > 0 && step_ % options_.eval_every == 0 && step_ < options_.steps) {
       const EvalResult e = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
-      log({{"step", step_}, {"eval_loss", e.loss}, {"eval_accuracy", e.accuracy},
+      log({{"step", step_},
+           {"eval_loss", e.loss},
+           {"eval_accuracy", e.accuracy},
            {"eval_perplexity", e.perplexity}});
     }
     if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) save_checkpoint();
   }
   if (result.status == TrainResult::Status::kFinished) {
     result.eval = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
-    log({{"step", step_}, {"eval_loss", result.eval.loss}, {"eval_accuracy", result.eval.accuracy},
-         {"eval_perplexity", result.eval.perplexity}, {"final", true}});
+    log({{"step", step_},
+         {"eval_loss", result.eval.loss},
+         {"eval_accuracy", result.eval.accuracy},
+         {"eval_perplexity", result.eval.perplexity},
+         {"final", true}});
     save_checkpoint();
   }
   result.step = step_;

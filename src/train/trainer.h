@@ -14,17 +14,17 @@ namespace kvlab::train {
 
 struct TrainOptions {
   int64_t steps = 1000;
-  int64_t batch = 64;           // global batch per optimizer step
-  int64_t accumulation = 1;     // micro-batches per step (batch must divide evenly)
-  double lr = 1e-3;             // peak learning rate
-  double lr_floor = 0.1;        // cosine decays to lr · lr_floor
-  int64_t warmup = 50;          // linear warm-up steps
+  int64_t batch = 64;        // global batch per optimizer step
+  int64_t accumulation = 1;  // micro-batches per step (batch must divide evenly)
+  double lr = 1e-3;          // peak learning rate
+  double lr_floor = 0.1;     // cosine decays to lr · lr_floor
+  int64_t warmup = 50;       // linear warm-up steps
   double weight_decay = 0.01;
   double beta1 = 0.9;
   double beta2 = 0.98;
-  double clip = 1.0;            // global gradient-norm clip; 0 disables
-  int64_t eval_every = 0;       // 0: evaluate at the end only
-  int64_t checkpoint_every = 0; // 0: checkpoint at the end (and on SIGINT/SIGTERM) only
+  double clip = 1.0;             // global gradient-norm clip; 0 disables
+  int64_t eval_every = 0;        // 0: evaluate at the end only
+  int64_t checkpoint_every = 0;  // 0: checkpoint at the end (and on SIGINT/SIGTERM) only
   int64_t eval_batch = 256;
   uint64_t seed = 0;
 
@@ -70,9 +70,9 @@ class Trainer {
 
   // Trains to options.steps. Stops early, saving a checkpoint, once *stop becomes true; stops
   // without saving when the loss is not finite. `progress` (may be empty) sees each step.
-  TrainResult run(const std::atomic<bool>* stop,
-                  const std::function<void(int64_t step, double loss, double tokens_per_s)>&
-                      progress = {});
+  TrainResult run(
+      const std::atomic<bool>* stop,
+      const std::function<void(int64_t step, double loss, double tokens_per_s)>& progress = {});
 
   nn::TransformerModelImpl& model() { return *model_; }
   const data::Task& task() const { return *task_; }

@@ -121,8 +121,8 @@ TEST(SafetensorsTest, RejectsBrokenFilesNamingTheRule) {
   };
   for (const auto& [bytes, message] : cases) {
     const std::string error = parse_error(bytes);
-    EXPECT_NE(error.find(message), std::string::npos) << "wanted '" << message << "', got '"
-                                                      << error << "'";
+    EXPECT_NE(error.find(message), std::string::npos)
+        << "wanted '" << message << "', got '" << error << "'";
     EXPECT_EQ(error.rfind("test.safetensors: ", 0), 0u) << error;
   }
 }
@@ -160,10 +160,10 @@ TEST(SafetensorsTest, WriterRefusesInconsistentInput) {
   const float x[2] = {1, 2};
   EXPECT_THROW(serialize_safetensors({{"a", StDtype::kF32, {3}, x, sizeof x}}, {}),
                SafetensorsError);
-  EXPECT_THROW(serialize_safetensors({{"a", StDtype::kF32, {2}, x, sizeof x},
-                                      {"a", StDtype::kF32, {2}, x, sizeof x}},
-                                     {}),
-               SafetensorsError);
+  EXPECT_THROW(
+      serialize_safetensors(
+          {{"a", StDtype::kF32, {2}, x, sizeof x}, {"a", StDtype::kF32, {2}, x, sizeof x}}, {}),
+      SafetensorsError);
   EXPECT_THROW(serialize_safetensors({{"__metadata__", StDtype::kF32, {2}, x, sizeof x}}, {}),
                SafetensorsError);
 }

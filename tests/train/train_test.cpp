@@ -59,7 +59,8 @@ TEST(TaskTest, SyntheticTargetsFollowTheSeedsDefinitions) {
   const data::Batch sorted = task("sort", 6)->train_batch(1, 0, 4);
   EXPECT_TRUE(sorted.targets.equal(std::get<0>(sorted.inputs.sort(1))));
   const data::Batch swap = task("swap", 6)->train_batch(1, 0, 4);
-  EXPECT_TRUE(swap.targets.equal(torch::cat({swap.inputs.narrow(1, 3, 3), swap.inputs.narrow(1, 0, 3)}, 1)));
+  EXPECT_TRUE(swap.targets.equal(
+      torch::cat({swap.inputs.narrow(1, 3, 3), swap.inputs.narrow(1, 0, 3)}, 1)));
   const data::Batch copy = task("copy", 6)->train_batch(1, 0, 4);
   EXPECT_TRUE(copy.targets.equal(copy.inputs));
   EXPECT_TRUE((copy.inputs >= 0).all().item<bool>() && (copy.inputs <= 9).all().item<bool>());
@@ -118,12 +119,14 @@ TEST(AdamWTest, MatchesTorchAdamWAndSkipsDecayOnVectors) {
   torch::Tensor tw = w0.clone().requires_grad_(), tb = b0.clone().requires_grad_();
   AdamW ours({{"w", w}, {"b", b}}, {0.9, 0.95, 1e-8, 0.1});
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<torch::Tensor>{tw},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
-  groups.emplace_back(std::vector<torch::Tensor>{tb},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{tw},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{tb},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
   torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(0.01));
   const torch::Tensor x = torch::randn({5, 3}, torch::kFloat64);
   for (int step = 0; step < 4; ++step) {
@@ -149,7 +152,8 @@ TEST(AdamWTest, WarmupThenCosineToTheFloor) {
 
 std::map<std::string, torch::Tensor> params_of(nn::TransformerModelImpl& m) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& item : m.named_parameters()) out.emplace(item.key(), item.value().detach().clone());
+  for (const auto& item : m.named_parameters())
+    out.emplace(item.key(), item.value().detach().clone());
   return out;
 }
 
@@ -203,8 +207,8 @@ TEST(TrainerTest, InterruptedAndResumedEqualsUninterruptedBitwise) {
     std::ifstream log(dir + "/log.jsonl");
     int64_t step_records = 0;
     for (std::string line; std::getline(log, line);) {
-      step_records += line.find("\"loss\"") != std::string::npos &&
-                      line.find("eval_loss") == std::string::npos;
+      step_records +=
+          line.find("\"loss\"") != std::string::npos && line.find("eval_loss") == std::string::npos;
     }
     EXPECT_EQ(step_records, 12);
   }
@@ -268,7 +272,8 @@ TEST(CheckpointTest, RoundTripAndBrokenFiles) {
   ModelShape wide = tiny_encoder(8);
   wide.d_model = 32;
   wide.head_dim = 16;
-  nn::TransformerModel other(ModelConfig::make(wide, "gva:2,dr=0,qnorm", DType::kF32), torch::kFloat32);
+  nn::TransformerModel other(ModelConfig::make(wide, "gva:2,dr=0,qnorm", DType::kF32),
+                             torch::kFloat32);
   const std::string other_dir = temp_dir("ckpt_other");
   nn::save_model(*other, other_dir);
   fs::copy_file(other_dir + "/model.safetensors", dir + "/model.safetensors",

@@ -1,0 +1,170 @@
+#include "cache/paged_cache.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace kvlab {
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+int64_t PageTable::tokens(int64_t seq) const {
+  const int64_t pages = indptr[static_cast<size_t>(seq) + 1] - indptr[static_cast<size_t>(seq)];
+  return pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[static_cast<size_t>(seq)];
+}
+
+PagedKvCache::PagedKvCache(const CacheLayout& layout, int64_t n_layers, int64_t page_size,
+                           int64_t max_pages, int64_t max_seqs)
+    : layout_(layout),
+      n_layers_(n_layers),
+      page_size_(page_size),
+      max_pages_(max_pages),
+      memory_(nullptr, std::free) {
+  if (n_layers <= 0) throw CacheError("layers must be > 0");
+  if (page_size <= 0) throw CacheError("page size must be > 0");
+  if (max_pages < 0 || max_seqs <= 0) throw CacheError("max pages >= 0 and max sequences > 0");
+  const int64_t elem = dtype_bytes(layout.dtype);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    for (const CacheStream& s : layout.streams) {
+      pool_offset_.push_back(bytes_);
+      bytes_ += round_up(max_pages * page_size * s.width() * elem, kAlign);
+    }
+  }
+  state_offset_ = bytes_;
+  bytes_ += round_up(n_layers * max_seqs * layout.state_scalars * 4, kAlign);
+  if (bytes_ > 0) {
+    memory_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, static_cast<size_t>(bytes_))));
+    if (!memory_) throw CacheError("cannot allocate " + std::to_string(bytes_) + " cache bytes");
+    std::memset(memory_.get(), 0, static_cast<size_t>(bytes_));
+  }
+  free_pages_.reserve(static_cast<size_t>(max_pages));
+  for (int64_t p = max_pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int32_t>(p));
+  seqs_.resize(static_cast<size_t>(max_seqs));
+  for (Sequence& s : seqs_) s.pages.reserve(static_cast<size_t>(max_pages));
+}
+
+int32_t PagedKvCache::add_sequence() {
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    if (!seqs_[i].live) {
+      seqs_[i].live = true;
+      seqs_[i].length = 0;
+      if (layout_.state_scalars > 0) {
+        for (int64_t l = 0; l < n_layers_; ++l) {
+          std::memset(state(l, static_cast<int32_t>(i)), 0,
+                      static_cast<size_t>(layout_.state_scalars) * sizeof(float));
+        }
+      }
+      return static_cast<int32_t>(i);
+    }
+  }
+  throw CacheError("all " + std::to_string(seqs_.size()) + " sequence slots are in use");
+}
+
+const PagedKvCache::Sequence& PagedKvCache::live(int32_t seq) const {
+  if (seq < 0 || static_cast<size_t>(seq) >= seqs_.size() || !seqs_[static_cast<size_t>(seq)].live) {
+    throw CacheError("no live sequence " + std::to_string(seq));
+  }
+  return seqs_[static_cast<size_t>(seq)];
+}
+
+void PagedKvCache::free_sequence(int32_t seq) {
+  truncate(seq, 0);
+  seqs_[static_cast<size_t>(seq)].live = false;
+}
+
+int64_t PagedKvCache::append(int32_t seq, int64_t n_tokens) {
+  live(seq);
+  if (n_tokens < 0) throw CacheError("cannot append a negative number of tokens");
+  Sequence& s = seqs_[static_cast<size_t>(seq)];
+  const int64_t first = s.length;
+  if (layout_.streams.empty()) {  // recurrent or cache-free: nothing per token
+    s.length += n_tokens;
+    return first;
+  }
+  const int64_t needed = (s.length + n_tokens + page_size_ - 1) / page_size_ -
+                         static_cast<int64_t>(s.pages.size());
+  if (needed > free_pages()) {
+    throw CacheError("cache full: sequence " + std::to_string(seq) + " needs " +
+                     std::to_string(needed) + " more pages, " + std::to_string(free_pages()) +
+                     " of " + std::to_string(max_pages_) + " are free");
+  }
+  for (int64_t i = 0; i < needed; ++i) {
+    s.pages.push_back(free_pages_.back());
+    free_pages_.pop_back();
+  }
+  s.length += n_tokens;
+  return first;
+}
+
+void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
+  live(seq);
+  Sequence& s = seqs_[static_cast<size_t>(seq)];
+  if (n_tokens < 0 || n_tokens > s.length) {
+    throw CacheError("cannot truncate sequence " + std::to_string(seq) + " of " +
+                     std::to_string(s.length) + " tokens to " + std::to_string(n_tokens));
+  }
+  const size_t keep = static_cast<size_t>((n_tokens + page_size_ - 1) / page_size_);
+  while (s.pages.size() > keep) {
+    free_pages_.push_back(s.pages.back());
+    s.pages.pop_back();
+  }
+  s.length = n_tokens;
+}
+
+int64_t PagedKvCache::length(int32_t seq) const { return live(seq).length; }
+
+std::byte* PagedKvCache::row(int64_t layer, int64_t stream, int32_t seq, int64_t pos) {
+  const Sequence& s = live(seq);
+  if (pos < 0 || pos >= s.length) throw CacheError("token " + std::to_string(pos) + " is not cached");
+  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  const int64_t page = s.pages[static_cast<size_t>(pos / page_size_)];
+  const int64_t row_bytes = st.width() * dtype_bytes(layout_.dtype);
+  const int64_t offset =
+      pool_offset_[static_cast<size_t>(layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
+  return memory_.get() + offset + (page * page_size_ + pos % page_size_) * row_bytes;
+}
+
+const std::byte* PagedKvCache::pool(int64_t layer, int64_t stream) const {
+  return memory_.get() +
+         pool_offset_[static_cast<size_t>(layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
+}
+
+float* PagedKvCache::state(int64_t layer, int32_t seq) {
+  return reinterpret_cast<float*>(memory_.get() + state_offset_) +
+         (layer * static_cast<int64_t>(seqs_.size()) + seq) * layout_.state_scalars;
+}
+
+PageTable PagedKvCache::page_table(const std::vector<int32_t>& seqs) const {
+  PageTable t;
+  t.page_size = static_cast<int32_t>(page_size_);
+  t.indptr.push_back(0);
+  for (int32_t seq : seqs) {
+    const Sequence& s = live(seq);
+    t.page_ids.insert(t.page_ids.end(), s.pages.begin(), s.pages.end());
+    t.indptr.push_back(static_cast<int32_t>(t.page_ids.size()));
+    t.last_page_len.push_back(
+        s.length == 0 ? 0 : static_cast<int32_t>((s.length - 1) % page_size_ + 1));
+  }
+  return t;
+}
+
+int64_t PagedKvCache::page_bytes_all_layers() const {
+  return n_layers_ * page_size_ * layout_.bytes_per_token();
+}
+
+int64_t PagedKvCache::bytes_in_use() const {
+  int64_t bytes = 0;
+  for (const Sequence& s : seqs_) {
+    if (!s.live) continue;
+    bytes += static_cast<int64_t>(s.pages.size()) * page_bytes_all_layers() +
+             n_layers_ * layout_.state_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace kvlab

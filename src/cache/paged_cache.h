@@ -1,0 +1,90 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/decode_attention.h"
+#include "spec/cache_layout.h"
+
+namespace kvlab {
+
+// CSR page table over a batch of sequences (FlashInfer's layout): sequence i owns pages
+// page_ids[indptr[i] .. indptr[i+1]), the last of them holding last_page_len[i] tokens.
+struct PageTable {
+  std::vector<int32_t> indptr;
+  std::vector<int32_t> page_ids;
+  std::vector<int32_t> last_page_len;
+  int32_t page_size = 0;
+
+  int64_t n_seqs() const { return static_cast<int64_t>(last_page_len.size()); }
+  int64_t tokens(int64_t seq) const;
+  PageTableView view() const {
+    return {indptr.data(), page_ids.data(), last_page_len.data(), page_size};
+  }
+};
+
+class CacheError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A paged KV cache whose streams are exactly the spec's CacheLayout: per layer, one pool per
+// stream of [max_pages][page_size][stream width] rows in the layout's dtype, all carved from
+// one 64-byte-aligned allocation made up front (nothing allocates per token). A page id names
+// the same slot in every layer and stream, so one page table serves the whole model.
+// Recurrent layouts (linear attention) keep a fixed f32 state per sequence slot instead.
+class PagedKvCache {
+ public:
+  PagedKvCache(const CacheLayout& layout, int64_t n_layers, int64_t page_size, int64_t max_pages,
+               int64_t max_seqs);
+
+  // Sequence ids are reused after free_sequence. Throws CacheError when all slots are taken.
+  int32_t add_sequence();
+  void free_sequence(int32_t seq);
+  // Makes room for n more tokens and returns the position of the first of them; throws
+  // CacheError, changing nothing, when the free pages do not suffice.
+  int64_t append(int32_t seq, int64_t n_tokens);
+  // Keeps the first n tokens, returning pages no longer needed.
+  void truncate(int32_t seq, int64_t n_tokens);
+  int64_t length(int32_t seq) const;
+
+  // The row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)).
+  std::byte* row(int64_t layer, int64_t stream, int32_t seq, int64_t pos);
+  // Base of a stream's page pool: [max_pages][page_size][width] elements of the dtype.
+  const std::byte* pool(int64_t layer, int64_t stream) const;
+  // Recurrent state of a sequence in a layer: layout.state_scalars f32 values.
+  float* state(int64_t layer, int32_t seq);
+  PageTable page_table(const std::vector<int32_t>& seqs) const;
+
+  const CacheLayout& layout() const { return layout_; }
+  int64_t page_size() const { return page_size_; }
+  int64_t free_pages() const { return static_cast<int64_t>(free_pages_.size()); }
+  // Bytes of the pages (and states) held by live sequences, over all layers and streams.
+  int64_t bytes_in_use() const;
+  int64_t bytes_allocated() const { return bytes_; }
+
+ private:
+  struct Sequence {
+    bool live = false;
+    int64_t length = 0;
+    std::vector<int32_t> pages;
+  };
+  const Sequence& live(int32_t seq) const;
+  int64_t page_bytes_all_layers() const;
+
+  CacheLayout layout_;
+  int64_t n_layers_;
+  int64_t page_size_;
+  int64_t max_pages_;
+  int64_t bytes_ = 0;
+  std::unique_ptr<std::byte, void (*)(void*)> memory_;
+  std::vector<int64_t> pool_offset_;  // [layer * n_streams + stream]
+  int64_t state_offset_ = 0;          // states: [layer][seq][state_scalars] f32
+  std::vector<int32_t> free_pages_;
+  std::vector<Sequence> seqs_;
+};
+
+}  // namespace kvlab

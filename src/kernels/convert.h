@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "spec/dtype.h"
+
+namespace kvlab {
+
+// Scalar element conversions of the cache dtypes; the fast kernels have vector twins.
+inline float bf16_to_f32(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof out);
+  return out;
+}
+
+// Round to nearest even, NaN stays NaN.
+inline uint16_t f32_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) {
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
+  }
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+inline float f16_to_f32(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, sizeof h);
+  return static_cast<float>(h);
+}
+
+inline uint16_t f32_to_f16(float value) {
+  const _Float16 h = static_cast<_Float16>(value);
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+
+// Element i of a row stored in `dtype` (f32, bf16 or f16), as f32.
+inline float load_element(const void* row, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(row)[i];
+    case DType::kBf16: return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kFp8: break;
+  }
+  return 0.0f;
+}
+
+// Writes f32 values into a row stored in `dtype`.
+void store_row(const float* values, int64_t n, DType dtype, void* row);
+
+}  // namespace kvlab

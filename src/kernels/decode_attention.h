@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "spec/dtype.h"
+
+namespace kvlab {
+
+// A CSR page table over n_seqs sequences, as plain pointers (FlashInfer's layout).
+struct PageTableView {
+  const int32_t* indptr = nullptr;         // [n_seqs + 1]
+  const int32_t* page_ids = nullptr;       // [indptr[n_seqs]]
+  const int32_t* last_page_len = nullptr;  // [n_seqs]
+  int32_t page_size = 0;
+};
+
+// One decode step of attention for a batch of sequences, over a paged cache. Both kernel
+// shapes of DESIGN.md are this one call:
+//  two-stream: key_pool = K, value_pool = V;
+//  one-stream: key_pool == value_pool = C (each cached row read once, used as key and value),
+//              plus an optional rope stream shared by all heads (gva, mla), and optionally
+//              K = RoPE(RMSNorm(C)) computed on read (the shared K=V + RoPE layout).
+// Scores: (q_h · k_{g(h),j} + q_rope_h · r_j) · scale, softmax over j in f32, output
+// Σ_j p_j v_{g(h),j}. Head h uses group h / (n_heads / n_groups). Queries arrive already
+// rotated (and absorbed: q̃ for gva and mla).
+struct DecodeParams {
+  const float* q = nullptr;       // [n_seqs, n_heads, key_width]
+  const float* q_rope = nullptr;  // [n_seqs, n_heads, rope_width], or nullptr
+  const std::byte* key_pool = nullptr;    // [page][page_size][n_groups][key_width]
+  const std::byte* value_pool = nullptr;  // [page][page_size][n_groups][value_width]
+  const std::byte* rope_pool = nullptr;   // [page][page_size][rope_width], or nullptr
+  PageTableView pages;
+  int64_t n_seqs = 0;
+  int64_t n_heads = 0;
+  int64_t n_groups = 0;
+  int64_t key_width = 0;
+  int64_t value_width = 0;
+  int64_t rope_width = 0;
+  DType dtype = DType::kF32;
+  float scale = 1.0f;
+  // one-stream with RoPE on read: cached row j becomes RoPE_j(RMSNorm(c_j)) as a key
+  bool rope_on_read = false;
+  double rope_theta = 10000.0;
+  const float* norm_weight = nullptr;  // [key_width]: RMS-normalise keys on read, or nullptr
+  float norm_eps = 1e-5f;
+  float* out = nullptr;  // [n_seqs, n_heads, value_width]
+};
+
+// The plain scalar reference: every fast kernel is tested against it. Throws
+// std::invalid_argument naming the field for inconsistent parameters.
+void decode_attention_reference(const DecodeParams& params);
+void validate_decode_params(const DecodeParams& params);
+
+}  // namespace kvlab

@@ -1,0 +1,101 @@
+#include "cache/paged_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "spec/model_config.h"
+#include "spec/test_shapes.h"
+
+namespace kvlab {
+namespace {
+
+// Bytes reserved for T tokens equal the spec's cache bytes up to page rounding, every variant.
+TEST(PagedKvCacheTest, ReservedBytesMatchTheSpecUpToPageRounding) {
+  const ModelShape rope = testing::rope_decoder(8, 16);
+  const ModelShape learned = testing::tiny_gpt();
+  const std::pair<const char*, ModelShape> variants[] = {
+      {"mha", rope},   {"gqa:2", rope},  {"mqa", rope},         {"qk-v", rope},
+      {"q-kv", rope},  {"qkv1", rope},   {"q-gqa:4,knorm", rope}, {"q-mqa", rope},
+      {"mla", rope},   {"gva:2,dr=8", rope}, {"gva:4,dr=0", rope}, {"linear", learned}};
+  for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {
+    for (const auto& [attn, shape] : variants) {
+      SCOPED_TRACE(attn);
+      const ModelConfig m = ModelConfig::make(shape, attn, dtype);
+      const int64_t page = 16;
+      PagedKvCache cache(m.attn.cache_layout(), shape.n_layers, page, /*max_pages=*/64,
+                         /*max_seqs=*/4);
+      for (int64_t tokens : {0, 1, 7, 16, 17, 97, 160}) {
+        const int32_t seq = cache.add_sequence();
+        cache.append(seq, tokens);
+        const int64_t spec = m.cache_bytes(tokens, 1).value();
+        const int64_t rounded = m.cache_bytes((tokens + page - 1) / page * page, 1).value();
+        EXPECT_EQ(cache.bytes_in_use(), rounded) << tokens << " tokens";
+        EXPECT_GE(cache.bytes_in_use(), spec);
+        if (tokens % page == 0) {
+          EXPECT_EQ(cache.bytes_in_use(), spec);
+        }
+        cache.free_sequence(seq);
+        EXPECT_EQ(cache.bytes_in_use(), 0);
+      }
+    }
+  }
+}
+
+TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
+  const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 4}, {"v", 2, 4}}, DType::kF32};
+  PagedKvCache cache(layout, /*n_layers=*/2, /*page_size=*/4, /*max_pages=*/6, /*max_seqs=*/3);
+  const int32_t a = cache.add_sequence(), b = cache.add_sequence();
+  EXPECT_EQ(cache.append(a, 5), 0);  // 2 pages
+  EXPECT_EQ(cache.append(b, 4), 0);  // 1 page
+  EXPECT_EQ(cache.append(a, 3), 5);  // still 2 pages
+  EXPECT_EQ(cache.free_pages(), 3);
+  // rows are distinct memory and keep what is written
+  for (int64_t pos = 0; pos < 8; ++pos) {
+    float row[8];
+    for (int i = 0; i < 8; ++i) row[i] = static_cast<float>(100 * pos + i);
+    std::memcpy(cache.row(1, 1, a, pos), row, sizeof row);
+  }
+  float back[8];
+  std::memcpy(back, cache.row(1, 1, a, 6), sizeof back);
+  EXPECT_EQ(back[3], 603.0f);
+  const PageTable t = cache.page_table({a, b});
+  EXPECT_EQ(t.indptr, (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_EQ(t.last_page_len, (std::vector<int32_t>{4, 4}));
+  EXPECT_EQ(t.tokens(0), 8);
+  EXPECT_EQ(t.tokens(1), 4);
+  cache.truncate(a, 3);  // back to one page
+  EXPECT_EQ(cache.free_pages(), 4);
+  EXPECT_EQ(cache.page_table({a}).last_page_len, (std::vector<int32_t>{3}));
+  EXPECT_THROW(cache.append(b, 100), CacheError);  // needs 25 pages, 4 free
+  EXPECT_EQ(cache.length(b), 4);                   // unchanged by the refusal
+  EXPECT_THROW(cache.row(0, 0, a, 3), CacheError);  // not cached
+  EXPECT_THROW(cache.truncate(a, 9), CacheError);
+  cache.free_sequence(a);
+  EXPECT_THROW(cache.length(a), CacheError);
+  EXPECT_EQ(cache.add_sequence(), a);  // the slot is reused
+  cache.add_sequence();
+  EXPECT_THROW(cache.add_sequence(), CacheError);  // 3 slots
+}
+
+TEST(PagedKvCacheTest, PoolsAreAlignedAndStatesZeroed) {
+  const CacheLayout layout{DecodeKernel::kOneStream, {{"c", 3, 5}, {"kr", 1, 2}}, DType::kBf16};
+  PagedKvCache cache(layout, 3, 16, 5, 2);
+  for (int64_t l = 0; l < 3; ++l) {
+    for (int64_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(cache.pool(l, s)) % 64, 0u);
+    }
+  }
+  CacheLayout recurrent{DecodeKernel::kRecurrentState, {}, DType::kBf16};
+  recurrent.state_scalars = 20;
+  PagedKvCache states(recurrent, 2, 16, 0, 2);
+  const int32_t seq = states.add_sequence();
+  states.state(1, seq)[19] = 7.0f;
+  states.free_sequence(seq);
+  EXPECT_EQ(states.add_sequence(), seq);
+  EXPECT_EQ(states.state(1, seq)[19], 0.0f);  // a new sequence starts from zero state
+  EXPECT_EQ(states.bytes_in_use(), 2 * 20 * 4);
+}
+
+}  // namespace
+}  // namespace kvlab

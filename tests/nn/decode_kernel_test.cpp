@@ -1,0 +1,118 @@
+// The scalar decode kernel, fed the rows a module writes to a paged cache and the queries the
+// module computes, reproduces the module's own forward pass: kernel == libtorch, every
+// one- and two-stream variant, every cache dtype, partly filled pages, ragged batches.
+#include <gtest/gtest.h>
+
+#include "cache/paged_cache.h"
+#include "kernels/convert.h"
+#include "kernels/decode_attention.h"
+#include "nn/attention.h"
+#include "nn/nn_test_util.h"
+#include "nn/standard_attention.h"
+
+namespace kvlab::nn {
+namespace {
+
+using testing::max_abs_diff;
+using testing::small_shape;
+
+const torch::TensorOptions kF32 = torch::TensorOptions().dtype(torch::kFloat32);
+
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 1e-4;
+    case DType::kF16: return 5e-3;
+    default: return 3e-2;  // bf16 keeps 8 bits of mantissa
+  }
+}
+
+TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
+  const ModelShape rope = small_shape(PosScheme::kRope);
+  const ModelShape learned = small_shape(PosScheme::kLearned);
+  const std::pair<const char*, ModelShape> cases[] = {
+      {"mha", rope},           {"gqa:2", rope},          {"mqa", learned},
+      {"qk-v", rope},          {"q-kv", learned},        {"qkv1", rope},
+      {"q-gqa:2", rope},       {"q-gqa:2,knorm", rope},  {"q-mqa,knorm", rope},
+      {"gva:2,dr=4", rope},    {"gva:1,dr=2,qnorm", learned}, {"mla", rope},
+      {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
+  };
+  const int64_t lengths[] = {11, 7, 1};
+  for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {
+    for (const auto& [text, shape] : cases) {
+      SCOPED_TRACE(std::string(text) + " " + std::string(dtype_name(dtype)));
+      torch::manual_seed(30);
+      const AttentionSpec spec = AttentionSpec::parse(text, shape, dtype);
+      const CacheLayout layout = spec.cache_layout();
+      auto module = make_attention(spec, kF32);
+      torch::NoGradGuard no_grad;
+      PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/4, /*max_pages=*/16, /*max_seqs=*/3);
+      const int64_t n_seqs = 3, H = spec.n_heads;
+      const int64_t key_width = layout.streams[0].head_width;
+      const int64_t value_width =
+          layout.kernel == DecodeKernel::kTwoStream ? layout.streams[1].head_width : key_width;
+      const bool rope_stream = layout.kernel == DecodeKernel::kOneStream && layout.streams.size() == 2;
+      const int64_t rope_width = rope_stream ? layout.streams[1].head_width : 0;
+      std::vector<torch::Tensor> q_rows, qr_rows, expected;
+      double scale = 0;
+      for (int64_t b = 0; b < n_seqs; ++b) {
+        const int64_t len = lengths[b];
+        const torch::Tensor x = torch::randn({1, len, 16}, kF32);
+        const int32_t seq = cache.add_sequence();
+        cache.append(seq, len);
+        const std::vector<torch::Tensor> rows = module->cache_rows(x);
+        for (size_t s = 0; s < rows.size(); ++s) {
+          for (int64_t pos = 0; pos < len; ++pos) {
+            const torch::Tensor row = rows[s][0][pos].contiguous();
+            store_row(row.data_ptr<float>(), row.numel(), dtype,
+                      cache.row(0, static_cast<int64_t>(s), seq, pos));
+          }
+        }
+        const auto query = module->decode_query(x.narrow(1, len - 1, 1), len - 1);
+        q_rows.push_back(query.q.reshape({H, key_width}));
+        if (rope_stream) qr_rows.push_back(query.q_rope.reshape({H, rope_width}));
+        scale = query.scale;
+        expected.push_back(module->forward(x).narrow(1, len - 1, 1));
+      }
+      const torch::Tensor q = torch::stack(q_rows).contiguous();
+      const torch::Tensor q_rope = rope_stream ? torch::stack(qr_rows).contiguous() : torch::Tensor();
+      torch::Tensor out = torch::zeros({n_seqs, H, value_width}, kF32);
+      const PageTable table = cache.page_table({0, 1, 2});
+      DecodeParams p;
+      p.q = q.data_ptr<float>();
+      p.q_rope = rope_stream ? q_rope.data_ptr<float>() : nullptr;
+      p.key_pool = cache.pool(0, 0);
+      p.value_pool = layout.kernel == DecodeKernel::kTwoStream ? cache.pool(0, 1) : cache.pool(0, 0);
+      p.rope_pool = rope_stream ? cache.pool(0, 1) : nullptr;
+      p.pages = table.view();
+      p.n_seqs = n_seqs;
+      p.n_heads = H;
+      p.n_groups = layout.streams[0].n_heads;
+      p.key_width = key_width;
+      p.value_width = value_width;
+      p.rope_width = rope_width;
+      p.dtype = dtype;
+      p.scale = static_cast<float>(scale);
+      p.rope_on_read = layout.rope_on_read;
+      p.rope_theta = spec.rope_theta;
+      if (layout.norm_on_read) {
+        auto standard = std::dynamic_pointer_cast<StandardAttentionImpl>(module);
+        p.norm_weight = standard->k_norm->weight.data_ptr<float>();
+      }
+      p.out = out.data_ptr<float>();
+      decode_attention_reference(p);
+      for (int64_t b = 0; b < n_seqs; ++b) {
+        const torch::Tensor y = module->decode_output(out[b].view({1, 1, H, value_width}));
+        EXPECT_LT(max_abs_diff(y, expected[static_cast<size_t>(b)]), tolerance(dtype))
+            << "sequence " << b << " of length " << lengths[b];
+      }
+    }
+  }
+}
+
+TEST(DecodeKernelTest, InconsistentParametersAreRejected) {
+  DecodeParams p;
+  EXPECT_THROW(decode_attention_reference(p), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvlab::nn

@@ -66,7 +66,8 @@ int32_t PagedKvCache::add_sequence() {
 }
 
 const PagedKvCache::Sequence& PagedKvCache::live(int32_t seq) const {
-  if (seq < 0 || static_cast<size_t>(seq) >= seqs_.size() || !seqs_[static_cast<size_t>(seq)].live) {
+  if (seq < 0 || static_cast<size_t>(seq) >= seqs_.size() ||
+      !seqs_[static_cast<size_t>(seq)].live) {
     throw CacheError("no live sequence " + std::to_string(seq));
   }
   return seqs_[static_cast<size_t>(seq)];
@@ -86,8 +87,8 @@ int64_t PagedKvCache::append(int32_t seq, int64_t n_tokens) {
     s.length += n_tokens;
     return first;
   }
-  const int64_t needed = (s.length + n_tokens + page_size_ - 1) / page_size_ -
-                         static_cast<int64_t>(s.pages.size());
+  const int64_t needed =
+      (s.length + n_tokens + page_size_ - 1) / page_size_ - static_cast<int64_t>(s.pages.size());
   if (needed > free_pages()) {
     throw CacheError("cache full: sequence " + std::to_string(seq) + " needs " +
                      std::to_string(needed) + " more pages, " + std::to_string(free_pages()) +
@@ -120,18 +121,19 @@ int64_t PagedKvCache::length(int32_t seq) const { return live(seq).length; }
 
 std::byte* PagedKvCache::row(int64_t layer, int64_t stream, int32_t seq, int64_t pos) {
   const Sequence& s = live(seq);
-  if (pos < 0 || pos >= s.length) throw CacheError("token " + std::to_string(pos) + " is not cached");
+  if (pos < 0 || pos >= s.length)
+    throw CacheError("token " + std::to_string(pos) + " is not cached");
   const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
   const int64_t page = s.pages[static_cast<size_t>(pos / page_size_)];
   const int64_t row_bytes = st.width() * dtype_bytes(layout_.dtype);
-  const int64_t offset =
-      pool_offset_[static_cast<size_t>(layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
+  const int64_t offset = pool_offset_[static_cast<size_t>(
+      layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
   return memory_.get() + offset + (page * page_size_ + pos % page_size_) * row_bytes;
 }
 
 const std::byte* PagedKvCache::pool(int64_t layer, int64_t stream) const {
-  return memory_.get() +
-         pool_offset_[static_cast<size_t>(layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
+  return memory_.get() + pool_offset_[static_cast<size_t>(
+                             layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
 }
 
 float* PagedKvCache::state(int64_t layer, int32_t seq) {

@@ -5,7 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
 
+#include "cache/paged_cache.h"
+#include "cli/table.h"
+#include "cli/units.h"
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+#include "kernels/memory_bandwidth.h"
 #include "nn/transformer.h"
 #include "spec/spec_error.h"
 #include "train/adamw.h"
@@ -13,7 +21,8 @@
 
 namespace kvlab {
 
-CLI::App* add_bench_commands(CLI::App& app, BenchTrainOptions& o) {
+BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemoryOptions& m,
+                                 BenchDecodeOptions& d) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (speed, reported with medians)");
   bench->require_subcommand(1);
   CLI::App* train = bench->add_subcommand(
@@ -29,7 +38,226 @@ CLI::App* add_bench_commands(CLI::App& app, BenchTrainOptions& o) {
   train->add_option("--steps", o.steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
   train->add_option("--format", o.format, "table | json")->capture_default_str();
-  return train;
+  CLI::App* memory = bench->add_subcommand(
+      "memory", "Streaming read bandwidth (all threads, median of repeats): the decode ceiling");
+  memory->add_option("--mib", m.mib, "Buffer size in MiB (>= 1024 to defeat the caches)")
+      ->capture_default_str();
+  memory->add_option("--threads", m.threads, "Reader threads (0: all cores)")
+      ->capture_default_str();
+  memory->add_option("--repeats", m.repeats, "Timed passes after one warm-up")
+      ->capture_default_str();
+  memory->add_option("--format", m.format, "table | json")->capture_default_str();
+  CLI::App* decode = bench->add_subcommand(
+      "decode",
+      "Decode attention of one layer at one step: time, bytes, GB/s and the fraction "
+      "of the read bandwidth measured in the same run");
+  decode->add_option("--attn", d.attn, "Attention spec, repeatable (one- and two-stream variants)")
+      ->required();
+  decode->add_option("--heads", d.heads, "Query heads")->capture_default_str();
+  decode->add_option("--head-dim", d.head_dim, "Head width")->capture_default_str();
+  decode->add_option("--context", d.context, "Cached tokens, comma list (k = 1024)")
+      ->delimiter(',')
+      ->capture_default_str();
+  decode->add_option("--batch", d.batch, "Sequences")->capture_default_str();
+  decode->add_option("--dtype", d.dtype, "f32 | bf16 | f16")->capture_default_str();
+  decode->add_option("--threads", d.threads, "Threads (0: all cores)")->capture_default_str();
+  decode->add_option("--repeats", d.repeats, "Timed steps after warm-up")->capture_default_str();
+  decode
+      ->add_option("--rotate-mib", d.rotate_mib,
+                   "Rotate over layers' caches until they hold this many MiB (defeats the LLC)")
+      ->capture_default_str();
+  decode->add_option("--format", d.format, "table | json")->capture_default_str();
+  return {train, memory, decode};
+}
+
+int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
+  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  if (o.batch <= 0 || o.repeats <= 0) throw SpecError("batch", "batch and repeats must be > 0");
+  const DType dtype = parse_dtype(o.dtype);
+  if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
+  ModelShape shape;
+  shape.n_layers = 1;
+  shape.n_heads = o.heads;
+  shape.head_dim = o.head_dim;
+  shape.d_model = o.heads * o.head_dim;
+  shape.mlp_width = 4 * shape.d_model;
+  shape.vocab_size = 1000;
+  shape.max_context = 0;
+  shape.pos = PosScheme::kRope;
+  shape.norm = NormKind::kRmsNorm;
+  shape.bias = BiasKind::kNone;
+  shape.tied_embeddings = false;
+  std::vector<AttentionSpec> specs;
+  for (const std::string& text : o.attn) {
+    try {
+      specs.push_back(AttentionSpec::parse(text, shape, dtype));
+    } catch (const SpecError& e) {
+      throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
+    }
+    const DecodeKernel k = specs.back().cache_layout().kernel;
+    if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream) {
+      throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
+                                  " kernel, which bench decode does not cover yet");
+    }
+  }
+  std::vector<int64_t> contexts;
+  for (const std::string& c : o.context) contexts.push_back(parse_tokens(c, "context"));
+  for (int64_t t : contexts) {
+    if (t <= 0) throw SpecError("context", "must be > 0");
+  }
+  FastDecoder decoder(o.threads);
+  const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, decoder.threads(), 5);
+  struct Row {
+    std::string attn;
+    int64_t context, layers;
+    double median_us, min_us, max_us;
+    int64_t bytes;
+  };
+  std::vector<Row> rows;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const AttentionSpec& spec : specs) {
+    const CacheLayout layout = spec.cache_layout();
+    for (int64_t context : contexts) {
+      const int64_t layer_bytes = context * o.batch * layout.bytes_per_token();
+      const int64_t layers =
+          std::max<int64_t>(1, ((o.rotate_mib << 20) + layer_bytes - 1) / layer_bytes);
+      const int64_t pages_per_seq = (context + 15) / 16;
+      PagedKvCache cache(layout, layers, 16, pages_per_seq * o.batch, o.batch);
+      std::vector<int32_t> seqs;
+      for (int64_t b = 0; b < o.batch; ++b) {
+        seqs.push_back(cache.add_sequence());
+        cache.append(seqs.back(), context);
+      }
+      // Fill every pool with small pseudo-random values (an LCG: 1 GiB in well under a second).
+      uint32_t state = 12345;
+      for (int64_t l = 0; l < layers; ++l) {
+        for (size_t s = 0; s < layout.streams.size(); ++s) {
+          const int64_t n = pages_per_seq * o.batch * 16 * layout.streams[s].width();
+          auto* pool = const_cast<std::byte*>(cache.pool(l, static_cast<int64_t>(s)));
+          for (int64_t i = 0; i < n; ++i) {
+            state = state * 1664525u + 1013904223u;
+            const float v =
+                static_cast<float>(static_cast<int32_t>(state >> 8) % 2001 - 1000) / 1000.0f;
+            store_row(&v, 1, dtype, pool + i * dtype_bytes(dtype));
+          }
+        }
+      }
+      const CacheStream& content = layout.streams[0];
+      const bool two = layout.kernel == DecodeKernel::kTwoStream;
+      const bool rope = !two && layout.streams.size() == 2;
+      const int64_t key_width = content.head_width;
+      const int64_t rope_width = rope ? layout.streams[1].head_width : 0;
+      std::vector<float> q(static_cast<size_t>(o.batch * spec.n_heads * key_width));
+      std::vector<float> qr(static_cast<size_t>(o.batch * spec.n_heads * rope_width));
+      std::vector<float> result(static_cast<size_t>(o.batch * spec.n_heads * key_width));
+      for (float& x : q) x = uniform(rng);
+      for (float& x : qr) x = uniform(rng);
+      const std::vector<float> norm_weight(static_cast<size_t>(key_width), 1.0f);
+      const PageTable table = cache.page_table(seqs);
+      std::vector<double> micros;
+      for (int r = 0; r < o.repeats + 3; ++r) {
+        const int64_t l = r % layers;
+        DecodeParams p;
+        p.q = q.data();
+        p.q_rope = rope ? qr.data() : nullptr;
+        p.key_pool = cache.pool(l, 0);
+        p.value_pool = two ? cache.pool(l, 1) : cache.pool(l, 0);
+        p.rope_pool = rope ? cache.pool(l, 1) : nullptr;
+        p.pages = table.view();
+        p.n_seqs = o.batch;
+        p.n_heads = spec.n_heads;
+        p.n_groups = content.n_heads;
+        p.key_width = key_width;
+        p.value_width = two ? layout.streams[1].head_width : key_width;
+        p.rope_width = rope_width;
+        p.dtype = dtype;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
+        p.rope_on_read = layout.rope_on_read;
+        p.rope_theta = spec.rope_theta;
+        p.norm_weight = layout.norm_on_read ? norm_weight.data() : nullptr;
+        p.out = result.data();
+        const auto start = std::chrono::steady_clock::now();
+        decoder.run(p);
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
+        if (r >= 3) micros.push_back(us);
+      }
+      std::sort(micros.begin(), micros.end());
+      rows.push_back({spec.to_string(), context, layers, micros[micros.size() / 2], micros.front(),
+                      micros.back(), layer_bytes});
+    }
+  }
+  const double ceiling = bandwidth.median();
+  auto gbps = [](const Row& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
+  if (o.format == "json") {
+    nlohmann::json doc = {{"bandwidth_gb_per_s", ceiling},
+                          {"threads", decoder.threads()},
+                          {"isa", std::string(cpu_isa_name(decoder.isa()))},
+                          {"dtype", std::string(dtype_name(dtype))},
+                          {"rows", nlohmann::json::array()}};
+    for (const Row& r : rows) {
+      doc["rows"].push_back({{"attn", r.attn},
+                             {"context", r.context},
+                             {"batch", o.batch},
+                             {"us_per_step", r.median_us},
+                             {"us_min", r.min_us},
+                             {"us_max", r.max_us},
+                             {"cache_bytes_read", r.bytes},
+                             {"gb_per_s", gbps(r)},
+                             {"bandwidth_fraction", gbps(r) / ceiling},
+                             {"time_vs_first", r.median_us / rows.front().median_us},
+                             {"bytes_vs_first", static_cast<double>(r.bytes) /
+                                                    static_cast<double>(rows.front().bytes)},
+                             {"layers_rotated", r.layers}});
+    }
+    out << doc.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "bench decode: {} kernel, {} threads, {} cache, H {} × d_h {}; read bandwidth "
+      "{:.2f} GB/s (median, same run; GB = 10^9 B)\n\n",
+      cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
+      ceiling);
+  Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
+               "of bandwidth", "time vs first", "bytes vs first"});
+  for (const Row& r : rows) {
+    table.add_row({r.attn, with_commas(r.context), fmt::format("{:.0f}", r.median_us),
+                   fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
+                   fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
+                   fmt::format("{:.3f}", r.median_us / rows.front().median_us),
+                   fmt::format("{:.3f}", static_cast<double>(r.bytes) /
+                                             static_cast<double>(rows.front().bytes))});
+  }
+  out << table.to_markdown();
+  return 0;
+}
+
+int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
+  if (m.mib < 1) throw SpecError("mib", "must be >= 1");
+  if (m.repeats < 1) throw SpecError("repeats", "must be >= 1");
+  if (m.format != "table" && m.format != "json") throw SpecError("format", "table | json");
+  const int threads = m.threads > 0
+                          ? m.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const BandwidthResult r = measure_read_bandwidth(m.mib << 20, threads, m.repeats);
+  if (m.format == "json") {
+    out << nlohmann::json{{"bytes", r.bytes},
+                          {"threads", r.threads},
+                          {"gb_per_s_median", r.median()},
+                          {"gb_per_s_min", r.min()},
+                          {"gb_per_s_max", r.max()},
+                          {"gb_per_s", r.gb_per_s}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format(
+        "read bandwidth: {:.2f} GB/s median (min {:.2f}, max {:.2f}; {} passes over "
+        "{} MiB, {} threads; GB = 10^9 B)\n",
+        r.median(), r.min(), r.max(), r.gb_per_s.size(), m.mib, r.threads);
+  }
+  return 0;
 }
 
 int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace kvlab {
 
@@ -17,7 +18,39 @@ struct BenchTrainOptions {
 
 // `kvlab bench train`: tokens/s of full training steps (forward, backward, AdamW) of a
 // small byte-level GPT on random tokens; median and spread over steps after warm-up.
-CLI::App* add_bench_commands(CLI::App& app, BenchTrainOptions& train_options);
+struct BenchMemoryOptions {
+  int64_t mib = 1024;  // buffer size
+  int threads = 0;     // 0: all cores
+  int repeats = 7;
+  std::string format = "table";
+};
+
+// `kvlab bench decode`: one layer's decode attention at one step, over caches rotated across
+// enough layers to exceed the last-level cache, against the bandwidth measured in the same run.
+struct BenchDecodeOptions {
+  std::vector<std::string> attn;
+  int64_t heads = 32;
+  int64_t head_dim = 128;
+  std::vector<std::string> context = {"16k"};
+  int64_t batch = 1;
+  std::string dtype = "bf16";
+  int threads = 0;
+  int repeats = 20;
+  int64_t rotate_mib = 1024;  // caches rotated over at least this many bytes
+  std::string format = "table";
+};
+
+// `kvlab bench memory`: this machine's streaming read bandwidth, the ceiling of decode.
+struct BenchCommands {
+  CLI::App* train = nullptr;
+  CLI::App* memory = nullptr;
+  CLI::App* decode = nullptr;
+};
+BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& train_options,
+                                 BenchMemoryOptions& memory_options,
+                                 BenchDecodeOptions& decode_options);
+int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out);
+int run_bench_memory(const BenchMemoryOptions& options, std::ostream& out);
 int run_bench_train(const BenchTrainOptions& options, std::ostream& out);
 
 }  // namespace kvlab

@@ -47,7 +47,10 @@ int main(int argc, char** argv) {
   kvlab::CompareOptions compare_options;
   CLI::App* compare = kvlab::add_compare_command(app, compare_options);
   kvlab::BenchTrainOptions bench_train_options;
-  CLI::App* bench_train = kvlab::add_bench_commands(app, bench_train_options);
+  kvlab::BenchMemoryOptions bench_memory_options;
+  kvlab::BenchDecodeOptions bench_decode_options;
+  const kvlab::BenchCommands bench = kvlab::add_bench_commands(
+      app, bench_train_options, bench_memory_options, bench_decode_options);
 
   try {
     app.parse(argc, argv);
@@ -76,9 +79,15 @@ int main(int argc, char** argv) {
     } else if (compare->parsed()) {
       command = "kvlab compare";
       return kvlab::run_compare(compare_options, &g_stop_requested, std::cout);
-    } else if (bench_train->parsed()) {
+    } else if (bench.train->parsed()) {
       command = "kvlab bench train";
       return kvlab::run_bench_train(bench_train_options, std::cout);
+    } else if (bench.decode->parsed()) {
+      command = "kvlab bench decode";
+      return kvlab::run_bench_decode(bench_decode_options, std::cout);
+    } else if (bench.memory->parsed()) {
+      command = "kvlab bench memory";
+      return kvlab::run_bench_memory(bench_memory_options, std::cout);
     }
   } catch (const std::exception& e) {
     std::cerr << command << ": " << e.what() << "\n";

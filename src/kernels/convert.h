@@ -42,10 +42,14 @@ inline uint16_t f32_to_f16(float value) {
 // Element i of a row stored in `dtype` (f32, bf16 or f16), as f32.
 inline float load_element(const void* row, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(row)[i];
-    case DType::kBf16: return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    case DType::kFp8: break;
+    case DType::kF32:
+      return static_cast<const float*>(row)[i];
+    case DType::kBf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kFp8:
+      break;
   }
   return 0.0f;
 }

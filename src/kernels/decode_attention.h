@@ -25,8 +25,8 @@ struct PageTableView {
 // Σ_j p_j v_{g(h),j}. Head h uses group h / (n_heads / n_groups). Queries arrive already
 // rotated (and absorbed: q̃ for gva and mla).
 struct DecodeParams {
-  const float* q = nullptr;       // [n_seqs, n_heads, key_width]
-  const float* q_rope = nullptr;  // [n_seqs, n_heads, rope_width], or nullptr
+  const float* q = nullptr;               // [n_seqs, n_heads, key_width]
+  const float* q_rope = nullptr;          // [n_seqs, n_heads, rope_width], or nullptr
   const std::byte* key_pool = nullptr;    // [page][page_size][n_groups][key_width]
   const std::byte* value_pool = nullptr;  // [page][page_size][n_groups][value_width]
   const std::byte* rope_pool = nullptr;   // [page][page_size][rope_width], or nullptr

@@ -47,14 +47,16 @@ void decode_attention_reference(const DecodeParams& p) {
       for (int64_t j = 0; j < tokens; ++j) {
         const int64_t slot = p.pages.page_ids[first + j / page] * page + j % page;
         const std::byte* k_row = p.key_pool + ((slot * p.n_groups + g) * p.key_width) * elem;
-        for (int64_t i = 0; i < p.key_width; ++i) key[static_cast<size_t>(i)] = load_element(k_row, p.dtype, i);
+        for (int64_t i = 0; i < p.key_width; ++i)
+          key[static_cast<size_t>(i)] = load_element(k_row, p.dtype, i);
         if (p.rope_on_read) {
           if (p.norm_weight != nullptr) {
             double ss = 0;
             for (float x : key) ss += static_cast<double>(x) * x;
             const double inv = 1.0 / std::sqrt(ss / static_cast<double>(p.key_width) + p.norm_eps);
             for (int64_t i = 0; i < p.key_width; ++i) {
-              key[static_cast<size_t>(i)] = static_cast<float>(key[static_cast<size_t>(i)] * inv) * p.norm_weight[i];
+              key[static_cast<size_t>(i)] =
+                  static_cast<float>(key[static_cast<size_t>(i)] * inv) * p.norm_weight[i];
             }
           }
           const int64_t half = p.key_width / 2;
@@ -63,15 +65,19 @@ void decode_attention_reference(const DecodeParams& p) {
                                  std::pow(p.rope_theta, -2.0 * static_cast<double>(i) /
                                                             static_cast<double>(p.key_width));
             const double x1 = key[static_cast<size_t>(i)], x2 = key[static_cast<size_t>(i + half)];
-            key[static_cast<size_t>(i)] = static_cast<float>(x1 * std::cos(angle) - x2 * std::sin(angle));
-            key[static_cast<size_t>(i + half)] = static_cast<float>(x2 * std::cos(angle) + x1 * std::sin(angle));
+            key[static_cast<size_t>(i)] =
+                static_cast<float>(x1 * std::cos(angle) - x2 * std::sin(angle));
+            key[static_cast<size_t>(i + half)] =
+                static_cast<float>(x2 * std::cos(angle) + x1 * std::sin(angle));
           }
         }
         double dot = 0;
-        for (int64_t i = 0; i < p.key_width; ++i) dot += static_cast<double>(q[i]) * key[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < p.key_width; ++i)
+          dot += static_cast<double>(q[i]) * key[static_cast<size_t>(i)];
         if (qr != nullptr) {
           const std::byte* r_row = p.rope_pool + slot * p.rope_width * elem;
-          for (int64_t i = 0; i < p.rope_width; ++i) dot += static_cast<double>(qr[i]) * load_element(r_row, p.dtype, i);
+          for (int64_t i = 0; i < p.rope_width; ++i)
+            dot += static_cast<double>(qr[i]) * load_element(r_row, p.dtype, i);
         }
         scores[static_cast<size_t>(j)] = dot * p.scale;
       }

@@ -15,9 +15,9 @@ TEST(PagedKvCacheTest, ReservedBytesMatchTheSpecUpToPageRounding) {
   const ModelShape rope = testing::rope_decoder(8, 16);
   const ModelShape learned = testing::tiny_gpt();
   const std::pair<const char*, ModelShape> variants[] = {
-      {"mha", rope},   {"gqa:2", rope},  {"mqa", rope},         {"qk-v", rope},
-      {"q-kv", rope},  {"qkv1", rope},   {"q-gqa:4,knorm", rope}, {"q-mqa", rope},
-      {"mla", rope},   {"gva:2,dr=8", rope}, {"gva:4,dr=0", rope}, {"linear", learned}};
+      {"mha", rope},  {"gqa:2", rope},      {"mqa", rope},           {"qk-v", rope},
+      {"q-kv", rope}, {"qkv1", rope},       {"q-gqa:4,knorm", rope}, {"q-mqa", rope},
+      {"mla", rope},  {"gva:2,dr=8", rope}, {"gva:4,dr=0", rope},    {"linear", learned}};
   for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {
     for (const auto& [attn, shape] : variants) {
       SCOPED_TRACE(attn);
@@ -67,8 +67,8 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   cache.truncate(a, 3);  // back to one page
   EXPECT_EQ(cache.free_pages(), 4);
   EXPECT_EQ(cache.page_table({a}).last_page_len, (std::vector<int32_t>{3}));
-  EXPECT_THROW(cache.append(b, 100), CacheError);  // needs 25 pages, 4 free
-  EXPECT_EQ(cache.length(b), 4);                   // unchanged by the refusal
+  EXPECT_THROW(cache.append(b, 100), CacheError);   // needs 25 pages, 4 free
+  EXPECT_EQ(cache.length(b), 4);                    // unchanged by the refusal
   EXPECT_THROW(cache.row(0, 0, a, 3), CacheError);  // not cached
   EXPECT_THROW(cache.truncate(a, 9), CacheError);
   cache.free_sequence(a);

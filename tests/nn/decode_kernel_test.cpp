@@ -20,9 +20,12 @@ const torch::TensorOptions kF32 = torch::TensorOptions().dtype(torch::kFloat32);
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 1e-4;
-    case DType::kF16: return 5e-3;
-    default: return 3e-2;  // bf16 keeps 8 bits of mantissa
+    case DType::kF32:
+      return 1e-4;
+    case DType::kF16:
+      return 5e-3;
+    default:
+      return 3e-2;  // bf16 keeps 8 bits of mantissa
   }
 }
 
@@ -30,10 +33,18 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
   const ModelShape rope = small_shape(PosScheme::kRope);
   const ModelShape learned = small_shape(PosScheme::kLearned);
   const std::pair<const char*, ModelShape> cases[] = {
-      {"mha", rope},           {"gqa:2", rope},          {"mqa", learned},
-      {"qk-v", rope},          {"q-kv", learned},        {"qkv1", rope},
-      {"q-gqa:2", rope},       {"q-gqa:2,knorm", rope},  {"q-mqa,knorm", rope},
-      {"gva:2,dr=4", rope},    {"gva:1,dr=2,qnorm", learned}, {"mla", rope},
+      {"mha", rope},
+      {"gqa:2", rope},
+      {"mqa", learned},
+      {"qk-v", rope},
+      {"q-kv", learned},
+      {"qkv1", rope},
+      {"q-gqa:2", rope},
+      {"q-gqa:2,knorm", rope},
+      {"q-mqa,knorm", rope},
+      {"gva:2,dr=4", rope},
+      {"gva:1,dr=2,qnorm", learned},
+      {"mla", rope},
       {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
   };
   const int64_t lengths[] = {11, 7, 1};
@@ -50,7 +61,8 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       const int64_t key_width = layout.streams[0].head_width;
       const int64_t value_width =
           layout.kernel == DecodeKernel::kTwoStream ? layout.streams[1].head_width : key_width;
-      const bool rope_stream = layout.kernel == DecodeKernel::kOneStream && layout.streams.size() == 2;
+      const bool rope_stream =
+          layout.kernel == DecodeKernel::kOneStream && layout.streams.size() == 2;
       const int64_t rope_width = rope_stream ? layout.streams[1].head_width : 0;
       std::vector<torch::Tensor> q_rows, qr_rows, expected;
       double scale = 0;
@@ -74,14 +86,16 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
         expected.push_back(module->forward(x).narrow(1, len - 1, 1));
       }
       const torch::Tensor q = torch::stack(q_rows).contiguous();
-      const torch::Tensor q_rope = rope_stream ? torch::stack(qr_rows).contiguous() : torch::Tensor();
+      const torch::Tensor q_rope =
+          rope_stream ? torch::stack(qr_rows).contiguous() : torch::Tensor();
       torch::Tensor out = torch::zeros({n_seqs, H, value_width}, kF32);
       const PageTable table = cache.page_table({0, 1, 2});
       DecodeParams p;
       p.q = q.data_ptr<float>();
       p.q_rope = rope_stream ? q_rope.data_ptr<float>() : nullptr;
       p.key_pool = cache.pool(0, 0);
-      p.value_pool = layout.kernel == DecodeKernel::kTwoStream ? cache.pool(0, 1) : cache.pool(0, 0);
+      p.value_pool =
+          layout.kernel == DecodeKernel::kTwoStream ? cache.pool(0, 1) : cache.pool(0, 0);
       p.rope_pool = rope_stream ? cache.pool(0, 1) : nullptr;
       p.pages = table.view();
       p.n_seqs = n_seqs;

@@ -1,0 +1,332 @@
+// AVX2 + FMA + F16C decode attention (built with -mavx2 -mfma -mf16c, chosen at run time).
+// v1: items of (sequence, group, chunk), 32-token blocks, scalar exp: 20% of bandwidth,
+//     compute-bound on strided per-group reads.
+// v2: items of (sequence, chunk) stream whole token rows (all groups, contiguous); blocks of
+//     16 tokens converted to f32 once, scored 8 rows at a time, vector exp, one softmax
+//     rescale and one accumulator load/store per block and head.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int64_t kBlock = 16;         // tokens scored before one softmax rescale
+constexpr int64_t kChunkTokens = 512;  // tokens per work item
+
+// Row -> f32. Returns the row itself when it is already f32.
+const float* to_f32(const std::byte* src, DType dtype, int64_t n, float* scratch) {
+  if (dtype == DType::kF32) return reinterpret_cast<const float*>(src);
+  const uint16_t* in = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  if (dtype == DType::kBf16) {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+      _mm256_storeu_ps(scratch + i, _mm256_castsi256_ps(w));
+    }
+    for (; i < n; ++i) scratch[i] = bf16_to_f32(in[i]);
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(scratch + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    }
+    for (; i < n; ++i) scratch[i] = f16_to_f32(in[i]);
+  }
+  return scratch;
+}
+
+float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  }
+  float sum = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// e^x for 8 lanes: range reduction x = n·ln2 + r, |r| ≤ ln2/2, degree-6 polynomial for e^r
+// (relative error ~2e-7 over the softmax's range); inputs below -87 give 0.
+__m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 poly = _mm256_set1_ps(1.0f / 720);
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 120));
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 24));
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 6));
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(0.5f));
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
+  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
+  const __m256i pow2 = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(poly, _mm256_castsi256_ps(pow2));
+  return _mm256_andnot_ps(below, result);
+}
+
+// s[i] = q · rows[i] for 8 rows at once: 8 accumulators, q loaded once per 8 lanes.
+void dot8(const float* q, const float* const* rows, int64_t width, float* s) {
+  __m256 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= width; c += 8) {
+    const __m256 qc = _mm256_loadu_ps(q + c);
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[i] + c), acc[i]);
+  }
+  // horizontal sums of the 8 accumulators into one vector (transpose-and-add)
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]);
+  const __m256 t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]);
+  const __m256 t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+  _mm256_storeu_ps(s, _mm256_add_ps(lo, hi));
+  for (; c < width; ++c) {
+    for (int i = 0; i < 8; ++i) s[i] += q[c] * rows[i][c];
+  }
+}
+
+// acc[0..width) = acc · alpha + Σ_i w[i] · rows[i]: the accumulator stays in a register
+// across the block, so it is loaded and stored once per block, not once per token.
+void accumulate_block(float* acc, float alpha, const float* w, const float* const* rows, int64_t n,
+                      int64_t width) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t c = 0;
+  for (; c + 8 <= width; c += 8) {
+    __m256 sum = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c));
+    for (int64_t i = 0; i < n; ++i) {
+      sum = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(rows[i] + c), sum);
+    }
+    _mm256_storeu_ps(acc + c, sum);
+  }
+  for (; c < width; ++c) {
+    float sum = alpha * acc[c];
+    for (int64_t i = 0; i < n; ++i) sum += w[i] * rows[i][c];
+    acc[c] = sum;
+  }
+}
+
+void axpy(float* y, float alpha, const float* x, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void scale_row(float* y, float alpha, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] *= alpha;
+}
+
+// K = RoPE_j(RMSNorm(c)) for the shared K=V + RoPE layout, in place on an f32 row;
+// cos_sin holds [cos(j·θ_i) for i < half, sin(j·θ_i) for i < half] of this position.
+void rope_norm_on_read(float* k, int64_t width, const float* cos_sin, const DecodeParams& p) {
+  if (p.norm_weight != nullptr) {
+    const float inv = 1.0f / std::sqrt(dot(k, k, width) / static_cast<float>(width) + p.norm_eps);
+    int64_t i = 0;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; i + 8 <= width; i += 8) {
+      _mm256_storeu_ps(k + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(k + i), vinv),
+                                            _mm256_loadu_ps(p.norm_weight + i)));
+    }
+    for (; i < width; ++i) k[i] = k[i] * inv * p.norm_weight[i];
+  }
+  const int64_t half = width / 2;
+  const float* cos = cos_sin;
+  const float* sin = cos_sin + half;
+  int64_t i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m256 x1 = _mm256_loadu_ps(k + i), x2 = _mm256_loadu_ps(k + half + i);
+    const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+    _mm256_storeu_ps(k + i, _mm256_fnmadd_ps(x2, s, _mm256_mul_ps(x1, c)));
+    _mm256_storeu_ps(k + half + i, _mm256_fmadd_ps(x1, s, _mm256_mul_ps(x2, c)));
+  }
+  for (; i < half; ++i) {
+    const float x1 = k[i], x2 = k[i + half];
+    k[i] = x1 * cos[i] - x2 * sin[i];
+    k[i + half] = x2 * cos[i] + x1 * sin[i];
+  }
+}
+
+}  // namespace
+
+void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<float>& workspace,
+                           const std::vector<float>& rope_table) {
+  validate_decode_params(p);
+  const int64_t elem = dtype_bytes(p.dtype);
+  const int64_t G = p.n_groups, per_group = p.n_heads / p.n_groups;
+  const int64_t page = p.pages.page_size;
+  const int64_t kw = p.key_width, vw = p.value_width, rw = p.rope_width;
+  const bool shared_rows = p.key_pool == p.value_pool && kw == vw && !p.rope_on_read;
+
+  // Work items: (sequence, chunk of tokens). An item streams whole token rows (every group
+  // at once, contiguous in memory) and keeps one online-softmax partial per head.
+  std::vector<int64_t> tokens(static_cast<size_t>(p.n_seqs));
+  std::vector<int64_t> item_start(static_cast<size_t>(p.n_seqs) + 1);
+  for (int64_t b = 0; b < p.n_seqs; ++b) {
+    const int32_t first = p.pages.indptr[b], last = p.pages.indptr[b + 1];
+    const int64_t t = last == first ? 0 : (last - first - 1) * page + p.pages.last_page_len[b];
+    tokens[static_cast<size_t>(b)] = t;
+    const int64_t chunks = std::max<int64_t>(1, (t + kChunkTokens - 1) / kChunkTokens);
+    item_start[static_cast<size_t>(b) + 1] = item_start[static_cast<size_t>(b)] + chunks;
+  }
+  const int64_t n_items = item_start.back();
+  const int64_t head_partial = 2 + vw;  // max, sum, accumulator
+  const int64_t partial = p.n_heads * head_partial;
+  // per worker-item scratch: a block of f32 key rows, value rows, rope rows and scores
+  const int64_t scratch = kBlock * (G * kw + G * vw + rw) + per_group * kBlock;
+  const int64_t need = n_items * (partial + scratch);
+  if (static_cast<int64_t>(workspace.size()) < need) workspace.resize(static_cast<size_t>(need));
+  float* const partials = workspace.data();
+  float* const scratches = workspace.data() + n_items * partial;
+
+  pool.parallel_for(n_items, [&](int64_t item) {
+    const int64_t b =
+        std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
+    const int64_t chunk = item - item_start[static_cast<size_t>(b)];
+    const int64_t t0 = chunk * kChunkTokens;
+    const int64_t t1 = std::min(tokens[static_cast<size_t>(b)], t0 + kChunkTokens);
+    float* part = partials + item * partial;  // [H][2 + vw]
+    float* keys = scratches + item * scratch;  // [kBlock][G·kw]
+    float* values = keys + kBlock * G * kw;    // [kBlock][G·vw]
+    float* ropes = values + kBlock * G * vw;   // [kBlock][rw]
+    float* scores = ropes + kBlock * rw;       // [per_group][kBlock]
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      float* ph = part + h * head_partial;
+      ph[0] = -INFINITY;
+      ph[1] = 0.0f;
+      std::fill(ph + 2, ph + 2 + vw, 0.0f);
+    }
+    const int32_t first_page = p.pages.indptr[b];
+    const float* key_rows[kBlock];
+    const float* value_rows[kBlock];
+    const float* rope_rows[kBlock];
+    const float* key_base[kBlock];
+    const float* value_base[kBlock];
+    for (int64_t start = t0; start < t1; start += kBlock) {
+      const int64_t n = std::min(kBlock, t1 - start);
+      // load the block: each token's rows of every group are contiguous
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t j = start + i;
+        const int64_t slot = p.pages.page_ids[first_page + j / page] * page + j % page;
+        const std::byte* k_src = p.key_pool + slot * G * kw * elem;
+        if (p.rope_on_read) {
+          const float* raw = to_f32(k_src, p.dtype, G * kw, values + i * G * vw);
+          if (raw != values + i * G * vw) {
+            std::memcpy(values + i * G * vw, raw, static_cast<size_t>(G * kw) * 4);
+          }
+          std::memcpy(keys + i * G * kw, values + i * G * vw, static_cast<size_t>(G * kw) * 4);
+          for (int64_t g = 0; g < G; ++g) {
+            rope_norm_on_read(keys + i * G * kw + g * kw, kw, rope_table.data() + j * kw, p);
+          }
+          key_base[i] = keys + i * G * kw;
+          value_base[i] = values + i * G * vw;
+        } else {
+          key_base[i] = to_f32(k_src, p.dtype, G * kw, keys + i * G * kw);
+          value_base[i] =
+              shared_rows ? key_base[i]
+                          : to_f32(p.value_pool + slot * G * vw * elem, p.dtype, G * vw,
+                                   values + i * G * vw);
+        }
+        rope_rows[i] =
+            rw > 0 ? to_f32(p.rope_pool + slot * rw * elem, p.dtype, rw, ropes + i * rw) : nullptr;
+      }
+      for (int64_t i = n; i < kBlock; ++i) {  // pad to whole 8-row groups (scores ignored)
+        key_base[i] = key_base[n - 1];
+        rope_rows[i] = rope_rows[n - 1];
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t i = 0; i < kBlock; ++i) key_rows[i] = key_base[i] + g * kw;
+        for (int64_t i = 0; i < n; ++i) value_rows[i] = value_base[i] + g * vw;
+        for (int64_t hh = 0; hh < per_group; ++hh) {
+          const int64_t h = g * per_group + hh;
+          const float* q = p.q + (b * p.n_heads + h) * kw;
+          const float* qr = rw > 0 ? p.q_rope + (b * p.n_heads + h) * rw : nullptr;
+          float* s = scores + hh * kBlock;
+          float rope_part[8];
+          for (int64_t i = 0; i < n; i += 8) {
+            dot8(q, key_rows + i, kw, s + i);
+            if (qr != nullptr) {
+              dot8(qr, rope_rows + i, rw, rope_part);
+              for (int k = 0; k < 8; ++k) s[i + k] += rope_part[k];
+            }
+          }
+          float block_max = -INFINITY;
+          for (int64_t i = 0; i < n; ++i) {
+            s[i] *= p.scale;
+            block_max = std::max(block_max, s[i]);
+          }
+          float* ph = part + h * head_partial;
+          const float m_new = std::max(ph[0], block_max);
+          const float alpha = std::exp(ph[0] - m_new);  // exp(-inf) = 0 on the first block
+          const __m256 vm = _mm256_set1_ps(m_new);
+          __m256 vsum = _mm256_setzero_ps();
+          int64_t i = 0;
+          for (; i + 8 <= n; i += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+            _mm256_storeu_ps(s + i, e);
+            vsum = _mm256_add_ps(vsum, e);
+          }
+          float sum = hsum(vsum);
+          for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - m_new));
+          ph[1] = ph[1] * alpha + sum;
+          ph[0] = m_new;
+          accumulate_block(ph + 2, alpha, s, value_rows, n, vw);
+        }
+      }
+    }
+  });
+
+  // Merge the chunks of each sequence, head by head.
+  for (int64_t b = 0; b < p.n_seqs; ++b) {
+    const int64_t first_item = item_start[static_cast<size_t>(b)];
+    const int64_t chunks = item_start[static_cast<size_t>(b) + 1] - first_item;
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      float* out = p.out + (b * p.n_heads + h) * vw;
+      std::fill(out, out + vw, 0.0f);
+      if (tokens[static_cast<size_t>(b)] == 0) continue;
+      float m = -INFINITY;
+      for (int64_t c = 0; c < chunks; ++c) {
+        m = std::max(m, partials[(first_item + c) * partial + h * head_partial]);
+      }
+      float l = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float* ph = partials + (first_item + c) * partial + h * head_partial;
+        if (ph[1] == 0.0f) continue;
+        const float w = std::exp(ph[0] - m);
+        l += ph[1] * w;
+        axpy(out, w, ph + 2, vw);
+      }
+      scale_row(out, 1.0f / l, vw);
+    }
+  }
+}
+
+}  // namespace kvlab

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kernels/decode_attention.h"
+#include "kernels/thread_pool.h"
+
+namespace kvlab {
+
+enum class CpuIsa { kScalar, kAvx2 };
+
+// The ISA decode runs on: AVX2+FMA+F16C when the CPU has them, unless the environment
+// variable KVLAB_CPU_ISA=scalar forces the reference (tests run both paths in one binary).
+CpuIsa detect_cpu_isa();
+std::string_view cpu_isa_name(CpuIsa isa);
+
+// Flash-decoding on the CPU: each sequence's tokens are split into chunks spread over a
+// persistent thread pool; every chunk keeps an online-softmax partial (max, sum,
+// accumulator) for all heads of one group, so each cached row is loaded once per group, not
+// once per head; partials are merged at the end. The workspace grows to the largest batch
+// seen and is reused: steady-state decode allocates nothing.
+class FastDecoder {
+ public:
+  explicit FastDecoder(int threads, CpuIsa isa = detect_cpu_isa());
+
+  void run(const DecodeParams& params);
+  CpuIsa isa() const { return isa_; }
+  int threads() const { return pool_.size(); }
+
+ private:
+  CpuIsa isa_;
+  ThreadPool pool_;
+  std::vector<float> workspace_;
+  // RoPE on read: cos/sin per cached position, extended (doubling) as contexts grow
+  std::vector<float> rope_table_;
+  int64_t rope_positions_ = 0;
+  int64_t rope_width_ = 0;
+  double rope_theta_ = 0;
+};
+
+// The AVX2 kernel (decode_attention_avx2.cpp, built with -mavx2 -mfma -mf16c).
+// rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
+void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool,
+                           std::vector<float>& workspace, const std::vector<float>& rope_table);
+
+}  // namespace kvlab

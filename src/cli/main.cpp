@@ -9,6 +9,7 @@
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
+#include "cli/generate_command.h"
 #include "cli/summary_command.h"
 #include "cli/train_command.h"
 #include "spec/version.h"
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
   CLI::App* eval = kvlab::add_eval_command(app, eval_options);
   kvlab::CompareOptions compare_options;
   CLI::App* compare = kvlab::add_compare_command(app, compare_options);
+  kvlab::GenerateOptions generate_options;
+  CLI::App* generate = kvlab::add_generate_command(app, generate_options);
   kvlab::BenchTrainOptions bench_train_options;
   kvlab::BenchMemoryOptions bench_memory_options;
   kvlab::BenchDecodeOptions bench_decode_options;
@@ -82,6 +85,9 @@ int main(int argc, char** argv) {
     } else if (bench.train->parsed()) {
       command = "kvlab bench train";
       return kvlab::run_bench_train(bench_train_options, std::cout);
+    } else if (generate->parsed()) {
+      command = "kvlab generate";
+      return kvlab::run_generate(generate_options, std::cout);
     } else if (bench.decode->parsed()) {
       command = "kvlab bench decode";
       return kvlab::run_bench_decode(bench_decode_options, std::cout);

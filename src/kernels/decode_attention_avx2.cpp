@@ -79,8 +79,8 @@ __m256 exp256(__m256 x) {
   poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(0.5f));
   poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
   poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
-  const __m256i pow2 = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i pow2 =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 result = _mm256_mul_ps(poly, _mm256_castsi256_ps(pow2));
   return _mm256_andnot_ps(below, result);
 }
@@ -213,7 +213,7 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<
     const int64_t chunk = item - item_start[static_cast<size_t>(b)];
     const int64_t t0 = chunk * kChunkTokens;
     const int64_t t1 = std::min(tokens[static_cast<size_t>(b)], t0 + kChunkTokens);
-    float* part = partials + item * partial;  // [H][2 + vw]
+    float* part = partials + item * partial;   // [H][2 + vw]
     float* keys = scratches + item * scratch;  // [kBlock][G·kw]
     float* values = keys + kBlock * G * kw;    // [kBlock][G·vw]
     float* ropes = values + kBlock * G * vw;   // [kBlock][rw]
@@ -250,10 +250,9 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<
           value_base[i] = values + i * G * vw;
         } else {
           key_base[i] = to_f32(k_src, p.dtype, G * kw, keys + i * G * kw);
-          value_base[i] =
-              shared_rows ? key_base[i]
-                          : to_f32(p.value_pool + slot * G * vw * elem, p.dtype, G * vw,
-                                   values + i * G * vw);
+          value_base[i] = shared_rows ? key_base[i]
+                                      : to_f32(p.value_pool + slot * G * vw * elem, p.dtype, G * vw,
+                                               values + i * G * vw);
         }
         rope_rows[i] =
             rw > 0 ? to_f32(p.rope_pool + slot * rw * elem, p.dtype, rw, ropes + i * rw) : nullptr;

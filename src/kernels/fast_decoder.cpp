@@ -40,10 +40,12 @@ void FastDecoder::run(const DecodeParams& params) {
       rope_table_.resize(static_cast<size_t>(positions * params.key_width));
       for (int64_t j = rope_positions_; j < positions; ++j) {
         for (int64_t i = 0; i < half; ++i) {
-          const double angle = static_cast<double>(j) *
-                               std::pow(params.rope_theta, -2.0 * static_cast<double>(i) /
-                                                               static_cast<double>(params.key_width));
-          rope_table_[static_cast<size_t>(j * params.key_width + i)] = static_cast<float>(std::cos(angle));
+          const double angle =
+              static_cast<double>(j) *
+              std::pow(params.rope_theta,
+                       -2.0 * static_cast<double>(i) / static_cast<double>(params.key_width));
+          rope_table_[static_cast<size_t>(j * params.key_width + i)] =
+              static_cast<float>(std::cos(angle));
           rope_table_[static_cast<size_t>(j * params.key_width + half + i)] =
               static_cast<float>(std::sin(angle));
         }

@@ -61,7 +61,8 @@ BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats) 
     for (int t = 0; t < threads; ++t) {
       const int64_t begin = t * slice;
       const int64_t n = t == threads - 1 ? words - begin : slice;
-      pool.emplace_back([&, t, begin, n] { sums[static_cast<size_t>(t)] = sum_words(buffer.get() + begin, n); });
+      pool.emplace_back(
+          [&, t, begin, n] { sums[static_cast<size_t>(t)] = sum_words(buffer.get() + begin, n); });
     }
     for (std::thread& th : pool) th.join();
     const double seconds =

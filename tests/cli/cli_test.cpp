@@ -329,6 +329,54 @@ TEST(CliTrainTest, BadInputIsAClearErrorAndWritesNothing) {
   EXPECT_TRUE(contains(r.err, "header does not start with '{'")) << r.err;
 }
 
+TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
+  const std::string dir = fresh_dir("lm");
+  const std::string corpus = fresh_dir("corpus.txt");
+  {
+    std::ofstream text(corpus);
+    for (int i = 0; i < 400; ++i) text << "in the beginning god created the heaven and the earth. ";
+  }
+  for (const char* attn : {"gva:2,dr=4", "q-gqa:2,knorm", "mla"}) {
+    SCOPED_TRACE(attn);
+    std::filesystem::remove_all(dir);
+    const RunResult train = run_kvlab("train --task text --data " + corpus +
+                                      " --seq-len 32 "
+                                      "--layers 1 --d-model 16 --heads 4 --pos rope --steps 20 "
+                                      "--batch 8 --threads 1 --no-progress --attn " +
+                                      attn + " --out " + dir);
+    ASSERT_EQ(train.exit_code, 0) << train.err;
+    const std::string gen = "generate --checkpoint " + dir + " --prompt 'in the ' --max-tokens 24";
+    const RunResult cached = run_kvlab(gen);
+    const RunResult full = run_kvlab(gen + " --no-cache");
+    ASSERT_EQ(cached.exit_code, 0) << cached.err;
+    ASSERT_EQ(full.exit_code, 0) << full.err;
+    EXPECT_EQ(cached.out, full.out);
+    EXPECT_EQ(cached.out.size(), 25u);  // 24 bytes and a newline
+    const RunResult sampled = run_kvlab(gen +
+                                        " --temperature 0.9 --top-k 5 --top-p 0.9 --seed 4 "
+                                        "--cache-dtype bf16");
+    EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
+    EXPECT_EQ(sampled.out, run_kvlab(gen + " --temperature 0.9 --top-k 5 --top-p 0.9 --seed 4 "
+                                           "--cache-dtype bf16")
+                               .out);  // seeded
+  }
+  const std::string synthetic = fresh_dir("synthetic");
+  ASSERT_EQ(run_kvlab(kTinyTrain + " --steps 1 --out " + synthetic).exit_code, 0);
+  const BadInvocation cases[] = {
+      {"generate --checkpoint " + synthetic + " --prompt x", "not a byte-level decoder"},
+      {"generate --checkpoint " + dir + " --prompt x --top-p 0", "top_p"},
+      {"generate --checkpoint " + dir + " --prompt x --cache-dtype fp8", "counted, not stored"},
+      {"generate --checkpoint /nonexistent --prompt x", "holds no checkpoint"},
+  };
+  for (const BadInvocation& c : cases) {
+    SCOPED_TRACE(c.args);
+    const RunResult r = run_kvlab(c.args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
+  }
+}
+
 TEST(CliCompareTest, SmokeRunWritesResults) {
   const std::string dir = fresh_dir("compare");
   const RunResult r = run_kvlab(

@@ -29,8 +29,11 @@ struct Case {
       if (i > 0) out.append("+");
       out.append(std::to_string(lengths[i]));
     }
-    for (auto [tag, value] : {std::pair<const char*, int64_t>{"_H", heads}, {"_G", groups},
-                              {"_k", key_width}, {"_v", value_width}, {"_r", rope_width}}) {
+    for (auto [tag, value] : {std::pair<const char*, int64_t>{"_H", heads},
+                              {"_G", groups},
+                              {"_k", key_width},
+                              {"_v", value_width},
+                              {"_r", rope_width}}) {
       out.append(tag).append(std::to_string(value));
     }
     out.append("_").append(dtype_name(dtype)).append("_page").append(std::to_string(page));

@@ -1,0 +1,78 @@
+#include "cli/generate_command.h"
+
+#include <random>
+
+#include "infer/generator.h"
+#include "nn/checkpoint.h"
+#include "spec/spec_error.h"
+#include "train/trainer.h"
+
+namespace kvlab {
+
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Continue a prompt with a byte-level text checkpoint (kvlab train --task text)");
+  cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
+  cmd->add_option("--prompt", o.prompt, "Text to continue")->required();
+  cmd->add_option("--max-tokens", o.max_tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Sample among the k most likely (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  return cmd;
+}
+
+int run_generate(const GenerateOptions& o, std::ostream& out) {
+  if (o.max_tokens < 0) throw SpecError("max_tokens", "must be >= 0");
+  if (o.temperature < 0) throw SpecError("temperature", "must be >= 0 (0: greedy)");
+  if (o.top_k < 0) throw SpecError("top_k", "must be >= 0");
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw SpecError("top_p", "must be in (0, 1]");
+  if (o.prompt.empty()) throw SpecError("prompt", "must not be empty");
+  const DType dtype = parse_dtype(o.cache_dtype);
+  if (dtype == DType::kFp8) throw SpecError("cache_dtype", "fp8 caches are counted, not stored");
+  const int threads = train::set_threads(o.threads);
+  const std::string dir = train::checkpoint_dir(o.checkpoint);
+  nn::TransformerModel model = nn::load_model(dir);
+  const ModelShape& shape = model->config().shape;
+  if (!shape.causal() || shape.vocab_size != 256) {
+    throw SpecError("checkpoint", dir + " is not a byte-level decoder (train one with --task text)");
+  }
+  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.max_tokens;
+  if (shape.pos == PosScheme::kLearned && total > shape.max_context) {
+    throw SpecError("max_tokens", "prompt + max-tokens = " + std::to_string(total) +
+                                      " exceeds the model's " + std::to_string(shape.max_context) +
+                                      " learned positions");
+  }
+  std::vector<int64_t> tokens;
+  for (unsigned char ch : o.prompt) tokens.push_back(ch);
+  std::mt19937_64 rng(o.seed);
+  const infer::SamplingOptions sampling{o.temperature, o.top_k, o.top_p};
+  std::string text;
+  if (o.no_cache) {
+    c10::InferenceMode guard;
+    for (int64_t i = 0; i < o.max_tokens; ++i) {
+      const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, -1});
+      const torch::Tensor logits = model->forward(input)[0][-1];
+      tokens.push_back(infer::sample(logits, sampling, rng));
+      text += static_cast<char>(tokens.back());
+    }
+  } else {
+    infer::Generator gen(model, dtype, total, 1, threads);
+    const int32_t seq = gen.add_sequence();
+    if (o.max_tokens > 0) {
+      torch::Tensor logits = gen.feed(seq, tokens);
+      for (int64_t i = 0; i < o.max_tokens; ++i) {
+        const int64_t next = infer::sample(logits, sampling, rng);
+        text += static_cast<char>(next);
+        if (i + 1 < o.max_tokens) logits = gen.step({seq}, {next})[0];
+      }
+    }
+  }
+  out << text << "\n";
+  return 0;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace kvlab {
+
+struct GenerateOptions {
+  std::string checkpoint;
+  std::string prompt;
+  int64_t max_tokens = 64;
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  std::string cache_dtype = "f32";
+  bool no_cache = false;
+  int threads = 0;
+};
+
+// `kvlab generate`: continues a prompt with a byte-level text checkpoint, decoding through
+// the paged cache (or, with --no-cache, recomputing the full forward for every token).
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
+int run_generate(const GenerateOptions& options, std::ostream& out);
+
+}  // namespace kvlab

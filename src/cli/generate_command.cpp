@@ -16,7 +16,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--prompt", o.prompt, "Text to continue")->required();
   cmd->add_option("--max-tokens", o.max_tokens, "Bytes to generate")->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
-  cmd->add_option("--top-k", o.top_k, "Sample among the k most likely (0: off)")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Sample among the k most likely (0: off)")
+      ->capture_default_str();
   cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
@@ -38,7 +39,8 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   nn::TransformerModel model = nn::load_model(dir);
   const ModelShape& shape = model->config().shape;
   if (!shape.causal() || shape.vocab_size != 256) {
-    throw SpecError("checkpoint", dir + " is not a byte-level decoder (train one with --task text)");
+    throw SpecError("checkpoint",
+                    dir + " is not a byte-level decoder (train one with --task text)");
   }
   const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.max_tokens;
   if (shape.pos == PosScheme::kLearned && total > shape.max_context) {

@@ -1,9 +1,8 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 namespace kvlab {
 

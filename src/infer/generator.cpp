@@ -81,7 +81,8 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
     float* dst = t.data_ptr<float>();
     for (int64_t pos = 0; pos < tokens; ++pos) {
       const std::byte* row = cache_.row(layer, static_cast<int64_t>(s), seq, pos);
-      for (int64_t i = 0; i < st.width(); ++i) dst[pos * st.width() + i] = load_element(row, layout_.dtype, i);
+      for (int64_t i = 0; i < st.width(); ++i)
+        dst[pos * st.width() + i] = load_element(row, layout_.dtype, i);
     }
     out.push_back(t);
   }
@@ -100,7 +101,8 @@ torch::Tensor Generator::attend(int64_t layer, int32_t seq, const torch::Tensor&
   const int64_t H = attn.spec().n_heads;
   const int64_t value_width = two ? layout_.streams[1].head_width : content.head_width;
   const torch::Tensor q = query.q.to(torch::kFloat32).contiguous();
-  const torch::Tensor q_rope = rope ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
+  const torch::Tensor q_rope =
+      rope ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
   torch::Tensor out = torch::empty({1, 1, H, value_width}, kF32);
   const PageTable table = cache_.page_table({seq});
   torch::Tensor norm_weight;
@@ -122,7 +124,9 @@ torch::Tensor Generator::attend(int64_t layer, int32_t seq, const torch::Tensor&
   p.rope_on_read = layout_.rope_on_read;
   p.rope_theta = attn.spec().rope_theta;
   if (layout_.norm_on_read) {
-    norm_weight = dynamic_cast<nn::StandardAttentionImpl&>(attn).k_norm->weight.to(torch::kFloat32).contiguous();
+    norm_weight = dynamic_cast<nn::StandardAttentionImpl&>(attn)
+                      .k_norm->weight.to(torch::kFloat32)
+                      .contiguous();
     p.norm_weight = norm_weight.data_ptr<float>();
   }
   p.out = out.data_ptr<float>();
@@ -140,8 +144,9 @@ torch::Tensor Generator::token_step(int32_t seq, int64_t token) {
     torch::Tensor attended;
     if (layout_.kernel == DecodeKernel::kRecurrentState) {
       auto* attn = dynamic_cast<nn::LinearAttentionImpl*>(b.self_attn.get());
-      nn::LinearAttentionImpl::State state{linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)],
-                                           linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)]};
+      nn::LinearAttentionImpl::State state{
+          linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)],
+          linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)]};
       attended = attn->step(x, state);
       linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.kv;
       linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.sum;
@@ -166,7 +171,8 @@ torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
   return logits;
 }
 
-torch::Tensor Generator::step(const std::vector<int32_t>& seqs, const std::vector<int64_t>& tokens) {
+torch::Tensor Generator::step(const std::vector<int32_t>& seqs,
+                              const std::vector<int64_t>& tokens) {
   c10::InferenceMode guard;
   if (seqs.size() != tokens.size()) throw std::invalid_argument("one token per sequence");
   std::vector<torch::Tensor> rows;

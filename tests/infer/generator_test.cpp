@@ -15,9 +15,12 @@ using testing::small_shape;
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 2e-4;
-    case DType::kF16: return 1e-2;
-    default: return 6e-2;
+    case DType::kF32:
+      return 2e-4;
+    case DType::kF16:
+      return 1e-2;
+    default:
+      return 6e-2;
   }
 }
 
@@ -27,13 +30,13 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"mha", PosScheme::kRope},        {"gqa:2", PosScheme::kRope},
-    {"mqa", PosScheme::kLearned},     {"qk-v", PosScheme::kRope},
-    {"q-kv", PosScheme::kLearned},    {"qkv1", PosScheme::kRope},
+    {"mha", PosScheme::kRope},           {"gqa:2", PosScheme::kRope},
+    {"mqa", PosScheme::kLearned},        {"qk-v", PosScheme::kRope},
+    {"q-kv", PosScheme::kLearned},       {"qkv1", PosScheme::kRope},
     {"q-gqa:2,knorm", PosScheme::kRope}, {"q-mqa", PosScheme::kSinusoidal},
-    {"mla", PosScheme::kRope},        {"mla:dc=12,dr=4,dq=10", PosScheme::kLearned},
-    {"gva:2,dr=4", PosScheme::kRope}, {"gva:2,dr=4,qnorm", PosScheme::kNone},
-    {"gva:2,dr=0", PosScheme::kRope}, {"linear", PosScheme::kLearned},
+    {"mla", PosScheme::kRope},           {"mla:dc=12,dr=4,dq=10", PosScheme::kLearned},
+    {"gva:2,dr=4", PosScheme::kRope},    {"gva:2,dr=4,qnorm", PosScheme::kNone},
+    {"gva:2,dr=0", PosScheme::kRope},    {"linear", PosScheme::kLearned},
 };
 
 TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
@@ -88,11 +91,12 @@ TEST(GeneratorTest, SamplingRespectsTemperatureTopKAndTopP) {
   EXPECT_EQ(sample(logits, {}, rng), 1);  // greedy
   for (int i = 0; i < 200; ++i) {
     const int64_t k2 = sample(logits, {1.0, 2, 1.0}, rng);
-    EXPECT_TRUE(k2 == 1 || k2 == 3);  // top-2
+    EXPECT_TRUE(k2 == 1 || k2 == 3);                   // top-2
     EXPECT_EQ(sample(logits, {1.0, 0, 0.3}, rng), 1);  // the top token alone holds > 30%
   }
   std::mt19937_64 a(7), b(7);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample(logits, {1.5, 0, 1.0}, a), sample(logits, {1.5, 0, 1.0}, b));
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample(logits, {1.5, 0, 1.0}, a), sample(logits, {1.5, 0, 1.0}, b));
 }
 
 TEST(GeneratorTest, RefusesWhatCannotDecode) {

@@ -58,6 +58,10 @@ class PagedKvCache {
   // Recurrent state of a sequence in a layer: layout.state_scalars f32 values.
   float* state(int64_t layer, int32_t seq);
   PageTable page_table(const std::vector<int32_t>& seqs) const;
+  // The cache side of a decode call for `layer`: pools, page table, widths, dtype and the
+  // rotate-on-read flag from the layout. The caller adds queries, scale, RoPE base, norm
+  // weights and the output. `table` must outlive the call.
+  DecodeParams decode_params(int64_t layer, const PageTable& table, int64_t n_heads) const;
 
   const CacheLayout& layout() const { return layout_; }
   int64_t page_size() const { return page_size_; }

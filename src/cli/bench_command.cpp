@@ -143,37 +143,23 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           }
         }
       }
-      const CacheStream& content = layout.streams[0];
-      const bool two = layout.kernel == DecodeKernel::kTwoStream;
-      const bool rope = !two && layout.streams.size() == 2;
-      const int64_t key_width = content.head_width;
-      const int64_t rope_width = rope ? layout.streams[1].head_width : 0;
+      const PageTable table = cache.page_table(seqs);
+      const int64_t key_width = cache.decode_params(0, table, spec.n_heads).key_width;
+      const int64_t rope_width = cache.decode_params(0, table, spec.n_heads).rope_width;
       std::vector<float> q(static_cast<size_t>(o.batch * spec.n_heads * key_width));
       std::vector<float> qr(static_cast<size_t>(o.batch * spec.n_heads * rope_width));
-      std::vector<float> result(static_cast<size_t>(o.batch * spec.n_heads * key_width));
+      std::vector<float> result(static_cast<size_t>(
+          o.batch * spec.n_heads * cache.decode_params(0, table, spec.n_heads).value_width));
       for (float& x : q) x = uniform(rng);
       for (float& x : qr) x = uniform(rng);
       const std::vector<float> norm_weight(static_cast<size_t>(key_width), 1.0f);
-      const PageTable table = cache.page_table(seqs);
       std::vector<double> micros;
       for (int r = 0; r < o.repeats + 3; ++r) {
         const int64_t l = r % layers;
-        DecodeParams p;
+        DecodeParams p = cache.decode_params(l, table, spec.n_heads);
         p.q = q.data();
-        p.q_rope = rope ? qr.data() : nullptr;
-        p.key_pool = cache.pool(l, 0);
-        p.value_pool = two ? cache.pool(l, 1) : cache.pool(l, 0);
-        p.rope_pool = rope ? cache.pool(l, 1) : nullptr;
-        p.pages = table.view();
-        p.n_seqs = o.batch;
-        p.n_heads = spec.n_heads;
-        p.n_groups = content.n_heads;
-        p.key_width = key_width;
-        p.value_width = two ? layout.streams[1].head_width : key_width;
-        p.rope_width = rope_width;
-        p.dtype = dtype;
+        p.q_rope = rope_width > 0 ? qr.data() : nullptr;
         p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
-        p.rope_on_read = layout.rope_on_read;
         p.rope_theta = spec.rope_theta;
         p.norm_weight = layout.norm_on_read ? norm_weight.data() : nullptr;
         p.out = result.data();

@@ -95,33 +95,17 @@ torch::Tensor Generator::attend(int64_t layer, int32_t seq, const torch::Tensor&
     return attn.forward_from_cache(x, gather_rows(layer, seq), pos);
   }
   const nn::AttentionImpl::DecodeQuery query = attn.decode_query(x, pos);
-  const CacheStream& content = layout_.streams[0];
-  const bool two = layout_.kernel == DecodeKernel::kTwoStream;
-  const bool rope = !two && layout_.streams.size() == 2;
   const int64_t H = attn.spec().n_heads;
-  const int64_t value_width = two ? layout_.streams[1].head_width : content.head_width;
+  const PageTable table = cache_.page_table({seq});
+  DecodeParams p = cache_.decode_params(layer, table, H);
   const torch::Tensor q = query.q.to(torch::kFloat32).contiguous();
   const torch::Tensor q_rope =
-      rope ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
-  torch::Tensor out = torch::empty({1, 1, H, value_width}, kF32);
-  const PageTable table = cache_.page_table({seq});
+      p.rope_width > 0 ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
+  torch::Tensor out = torch::empty({1, 1, H, p.value_width}, kF32);
   torch::Tensor norm_weight;
-  DecodeParams p;
   p.q = q.data_ptr<float>();
-  p.q_rope = rope ? q_rope.data_ptr<float>() : nullptr;
-  p.key_pool = cache_.pool(layer, 0);
-  p.value_pool = two ? cache_.pool(layer, 1) : cache_.pool(layer, 0);
-  p.rope_pool = rope ? cache_.pool(layer, 1) : nullptr;
-  p.pages = table.view();
-  p.n_seqs = 1;
-  p.n_heads = H;
-  p.n_groups = content.n_heads;
-  p.key_width = content.head_width;
-  p.value_width = value_width;
-  p.rope_width = rope ? layout_.streams[1].head_width : 0;
-  p.dtype = layout_.dtype;
+  p.q_rope = p.rope_width > 0 ? q_rope.data_ptr<float>() : nullptr;
   p.scale = static_cast<float>(query.scale);
-  p.rope_on_read = layout_.rope_on_read;
   p.rope_theta = attn.spec().rope_theta;
   if (layout_.norm_on_read) {
     norm_weight = dynamic_cast<nn::StandardAttentionImpl&>(attn)

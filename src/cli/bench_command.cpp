@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "cache/paged_cache.h"
 #include "cli/table.h"
 #include "cli/units.h"
+#include "infer/generator.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/memory_bandwidth.h"
@@ -22,7 +24,7 @@
 namespace kvlab {
 
 BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemoryOptions& m,
-                                 BenchDecodeOptions& d) {
+                                 BenchDecodeOptions& d, BenchModelOptions& b) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (speed, reported with medians)");
   bench->require_subcommand(1);
   CLI::App* train = bench->add_subcommand(
@@ -67,7 +69,191 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
                    "Rotate over layers' caches until they hold this many MiB (defeats the LLC)")
       ->capture_default_str();
   decode->add_option("--format", d.format, "table | json")->capture_default_str();
-  return {train, memory, decode};
+  auto model_flags = [&b](CLI::App* cmd) {
+    cmd->add_option("--attn", b.attn, "Attention spec, repeatable")->required();
+    cmd->add_option("--layers", b.layers, "Layers")->capture_default_str();
+    cmd->add_option("--d-model", b.d_model, "Model width")->capture_default_str();
+    cmd->add_option("--heads", b.heads, "Heads")->capture_default_str();
+    cmd->add_option("--threads", b.threads, "Threads (0: all cores)")->capture_default_str();
+    cmd->add_option("--format", b.format, "table | json")->capture_default_str();
+  };
+  CLI::App* prefill = bench->add_subcommand(
+      "prefill", "Forward-pass tokens/s and peak memory per batch × length (seed 003 Table 14)");
+  model_flags(prefill);
+  prefill->add_option("--batch", b.batch, "Batch sizes")->delimiter(',')->capture_default_str();
+  prefill->add_option("--length", b.length, "Sequence lengths")
+      ->delimiter(',')
+      ->capture_default_str();
+  CLI::App* generate = bench->add_subcommand(
+      "generate", "End-to-end generation tokens/s through the paged cache (seed 003 Table 15)");
+  model_flags(generate);
+  generate->add_option("--prompt", b.prompt, "Prompt tokens")->capture_default_str();
+  generate->add_option("--generate", b.generate, "Generated tokens")->capture_default_str();
+  generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")
+      ->capture_default_str();
+  generate->add_option("--cache-dtype", b.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  return {train, memory, decode, prefill, generate};
+}
+
+namespace {
+
+ModelConfig bench_model(const BenchModelOptions& b, const std::string& attn, int64_t context) {
+  if (b.heads <= 0 || b.d_model % b.heads != 0) {
+    throw SpecError("heads", "--d-model must be a multiple of --heads");
+  }
+  ModelShape s;
+  s.n_layers = b.layers;
+  s.d_model = b.d_model;
+  s.n_heads = b.heads;
+  s.head_dim = b.d_model / b.heads;
+  s.mlp_width = 4 * b.d_model;
+  s.mlp_kind = MlpKind::kSwiglu;
+  s.norm = NormKind::kRmsNorm;
+  s.bias = BiasKind::kNone;
+  s.vocab_size = 256;
+  s.max_context = context;
+  s.pos = PosScheme::kRope;
+  s.tied_embeddings = true;
+  try {
+    return ModelConfig::make(s, attn, DType::kF32);
+  } catch (const SpecError& e) {
+    throw SpecError(e.field(), "invalid --attn \"" + attn + "\": " + e.what());
+  }
+}
+
+// Peak resident memory since the last reset, in bytes (Linux: VmHWM, reset through
+// /proc/self/clear_refs); -1 where the kernel does not allow the reset.
+bool reset_peak_memory() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  return static_cast<bool>(clear);
+}
+
+int64_t peak_memory_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
+  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  const int threads = train::set_threads(b.threads);
+  int64_t longest = 0;
+  for (int64_t l : b.length) {
+    if (l <= 0) throw SpecError("length", "must be > 0");
+    longest = std::max(longest, l);
+  }
+  for (int64_t batch : b.batch) {
+    if (batch <= 0) throw SpecError("batch", "must be > 0");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"attn", "batch", "length", "tokens/s", "ms/forward", "peak memory"});
+  for (const std::string& attn : b.attn) {
+    const ModelConfig config = bench_model(b, attn, longest);
+    torch::manual_seed(0);
+    nn::TransformerModel model(config, torch::kFloat32);
+    for (int64_t batch : b.batch) {
+      for (int64_t length : b.length) {
+        c10::InferenceMode guard;
+        const torch::Tensor tokens = torch::randint(0, 256, {batch, length});
+        model->forward(tokens.narrow(1, 0, std::min<int64_t>(length, 16)));  // warm-up
+        const bool reset = reset_peak_memory();
+        std::vector<double> seconds;
+        for (int r = 0; r < 3; ++r) {
+          const auto start = std::chrono::steady_clock::now();
+          (void)model->forward(tokens).sum().item<float>();
+          seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        std::sort(seconds.begin(), seconds.end());
+        const double median = seconds[1];
+        const int64_t peak = reset ? peak_memory_bytes() : -1;
+        const double tps = static_cast<double>(batch * length) / median;
+        rows.push_back({{"attn", config.attn.to_string()},
+                        {"batch", batch},
+                        {"length", length},
+                        {"tokens_per_s", tps},
+                        {"ms_per_forward", 1e3 * median},
+                        {"peak_memory_bytes", peak},
+                        {"threads", threads}});
+        table.add_row({config.attn.to_string(), std::to_string(batch), std::to_string(length),
+                       fmt::format("{:.0f}", tps), fmt::format("{:.1f}", 1e3 * median),
+                       peak < 0 ? "n/a" : format_bytes(peak, ByteUnits::kIec)});
+      }
+    }
+  }
+  if (b.format == "json") {
+    out << nlohmann::json{{"rows", rows}}.dump(2) << "\n";
+  } else {
+    out << fmt::format(
+               "bench prefill: {} layers, D {}, {} heads, byte vocabulary, {} threads; "
+               "median of 3 forwards; peak = process resident high-water mark\n\n",
+               b.layers, b.d_model, b.heads, threads)
+        << table.to_markdown();
+  }
+  return 0;
+}
+
+int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
+  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  if (b.prompt <= 0 || b.generate <= 0 || b.long_prompt < 0) {
+    throw SpecError("prompt", "--prompt and --generate must be > 0, --long-prompt >= 0");
+  }
+  const DType dtype = parse_dtype(b.cache_dtype);
+  const int threads = train::set_threads(b.threads);
+  nlohmann::json rows = nlohmann::json::array();
+  Table table(
+      {"attn", "prompt", "generated", "prefill tok/s", "decode tok/s", "ms/token", "cache bytes"});
+  std::vector<int64_t> prompts = {b.prompt};
+  if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
+  for (const std::string& attn : b.attn) {
+    for (int64_t prompt : prompts) {
+      const ModelConfig config = bench_model(b, attn, prompt + b.generate);
+      torch::manual_seed(0);
+      nn::TransformerModel model(config, torch::kFloat32);
+      infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
+      const int32_t seq = gen.add_sequence();
+      std::vector<int64_t> tokens(static_cast<size_t>(prompt));
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7 % 256);
+      const auto t0 = std::chrono::steady_clock::now();
+      torch::Tensor logits = gen.feed(seq, tokens);
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < b.generate; ++i) {
+        logits = gen.step({seq}, {logits.argmax().item<int64_t>()})[0];
+      }
+      const auto t2 = std::chrono::steady_clock::now();
+      const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+      const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+      const int64_t bytes = gen.cache().bytes_in_use();
+      rows.push_back({{"attn", config.attn.to_string()},
+                      {"prompt", prompt},
+                      {"generated", b.generate},
+                      {"prefill_tokens_per_s", static_cast<double>(prompt) / prefill_s},
+                      {"decode_tokens_per_s", static_cast<double>(b.generate) / decode_s},
+                      {"cache_bytes", bytes},
+                      {"threads", threads}});
+      table.add_row({config.attn.to_string(), std::to_string(prompt), std::to_string(b.generate),
+                     fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_s),
+                     fmt::format("{:.0f}", static_cast<double>(b.generate) / decode_s),
+                     fmt::format("{:.2f}", 1e3 * decode_s / static_cast<double>(b.generate)),
+                     with_commas(bytes)});
+    }
+  }
+  if (b.format == "json") {
+    out << nlohmann::json{{"rows", rows}}.dump(2) << "\n";
+  } else {
+    out << fmt::format(
+               "bench generate: {} layers, D {}, {} heads, {} cache, {} threads; the "
+               "prompt runs token by token through the cache (no batched prefill yet)\n\n",
+               b.layers, b.d_model, b.heads, dtype_name(dtype), threads)
+        << table.to_markdown();
+  }
+  return 0;
 }
 
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {

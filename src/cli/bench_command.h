@@ -40,15 +40,34 @@ struct BenchDecodeOptions {
   std::string format = "table";
 };
 
+// `kvlab bench prefill` (forward tokens/s and peak memory per batch × length, seed 003
+// Table 14's shape) and `kvlab bench generate` (end-to-end decode tokens/s: prompt 128,
+// generate 128, seed 003 Table 15's shape, plus a long-context row).
+struct BenchModelOptions {
+  std::vector<std::string> attn;
+  int64_t layers = 4, d_model = 256, heads = 8;
+  std::vector<int64_t> batch = {1, 4, 16};
+  std::vector<int64_t> length = {1024, 2048};
+  int64_t prompt = 128, generate = 128, long_prompt = 2048;
+  std::string cache_dtype = "bf16";
+  int threads = 0;
+  std::string format = "table";
+};
+
 // `kvlab bench memory`: this machine's streaming read bandwidth, the ceiling of decode.
 struct BenchCommands {
   CLI::App* train = nullptr;
   CLI::App* memory = nullptr;
   CLI::App* decode = nullptr;
+  CLI::App* prefill = nullptr;
+  CLI::App* generate = nullptr;
 };
 BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& train_options,
                                  BenchMemoryOptions& memory_options,
-                                 BenchDecodeOptions& decode_options);
+                                 BenchDecodeOptions& decode_options,
+                                 BenchModelOptions& model_options);
+int run_bench_prefill(const BenchModelOptions& options, std::ostream& out);
+int run_bench_generate(const BenchModelOptions& options, std::ostream& out);
 int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out);
 int run_bench_memory(const BenchMemoryOptions& options, std::ostream& out);
 int run_bench_train(const BenchTrainOptions& options, std::ostream& out);

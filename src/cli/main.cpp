@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
   kvlab::BenchTrainOptions bench_train_options;
   kvlab::BenchMemoryOptions bench_memory_options;
   kvlab::BenchDecodeOptions bench_decode_options;
+  kvlab::BenchModelOptions bench_model_options;
   const kvlab::BenchCommands bench = kvlab::add_bench_commands(
-      app, bench_train_options, bench_memory_options, bench_decode_options);
+      app, bench_train_options, bench_memory_options, bench_decode_options, bench_model_options);
 
   try {
     app.parse(argc, argv);
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
     } else if (bench.decode->parsed()) {
       command = "kvlab bench decode";
       return kvlab::run_bench_decode(bench_decode_options, std::cout);
+    } else if (bench.prefill->parsed()) {
+      command = "kvlab bench prefill";
+      return kvlab::run_bench_prefill(bench_model_options, std::cout);
+    } else if (bench.generate->parsed()) {
+      command = "kvlab bench generate";
+      return kvlab::run_bench_generate(bench_model_options, std::cout);
     } else if (bench.memory->parsed()) {
       command = "kvlab bench memory";
       return kvlab::run_bench_memory(bench_memory_options, std::cout);

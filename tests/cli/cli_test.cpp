@@ -423,6 +423,30 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   EXPECT_TRUE(contains(bad.err, "reconstruct-keys")) << bad.err;
 }
 
+TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
+  const std::string model = " --layers 1 --d-model 32 --heads 4 --format json";
+  const RunResult prefill =
+      run_kvlab("bench prefill --attn mha --attn q-kv --batch 1,2 --length 16" + model);
+  ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
+  EXPECT_EQ(nlohmann::json::parse(prefill.out)["rows"].size(), 4u);
+  const RunResult generate = run_kvlab(
+      "bench generate --attn gqa:2 --attn linear --prompt 8 --generate 4 --long-prompt 0 "
+      "--cache-dtype f16" +
+      model);
+  EXPECT_EQ(generate.exit_code, 2);  // linear needs learned or no positions: a clear error
+  EXPECT_TRUE(contains(generate.err, "linear attention takes learned or no positions"));
+  const RunResult ok = run_kvlab(
+      "bench generate --attn gqa:2 --attn gva:2,dr=0 --prompt 8 "
+      "--generate 4 --long-prompt 20" +
+      model);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const nlohmann::json doc = nlohmann::json::parse(ok.out);
+  ASSERT_EQ(doc["rows"].size(), 4u);
+  // gqa:2 at 4 heads of 8: 2·2·8 bf16 scalars per token, one layer, pages of 16 tokens
+  EXPECT_EQ(doc["rows"][0]["cache_bytes"], 16 * 2 * 2 * 8 * 2);
+  EXPECT_GT(doc["rows"][0]["decode_tokens_per_s"].get<double>(), 0);
+}
+
 TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
   const RunResult r = run_kvlab(
       "bench train --layers 1 --d-model 32 --heads 2 --seq-len 16 "

@@ -20,7 +20,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # The main job: train the six variants of seed 003's Table 2 on the five synthetic tasks
-# (3 seeds, quick preset: about 8 minutes on 2 cores) and print the comparison table.
+# (3 seeds, quick preset: about 7 minutes on 2 cores) and print the comparison table.
 run: build
 	@$(BUILD_DIR)/bin/kvlab compare --suite synthetic --preset quick --out $(BUILD_DIR)/compare-quick
 

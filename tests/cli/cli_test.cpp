@@ -177,6 +177,18 @@ struct BadInvocation {
   std::string message_part;
 };
 
+// Each invocation exits 2 with a message naming the problem on stderr and nothing on stdout.
+template <size_t N>
+void expect_all_rejected(const BadInvocation (&cases)[N]) {
+  for (const BadInvocation& c : cases) {
+    SCOPED_TRACE(c.args);
+    const RunResult r = run_kvlab(c.args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
+  }
+}
+
 TEST(CliTest, BadInputExitsTwoWithAMessageAndNoOutput) {
   const BadInvocation cases[] = {
       {"", "subcommand"},
@@ -204,13 +216,7 @@ TEST(CliTest, BadInputExitsTwoWithAMessageAndNoOutput) {
       {"summary --format yaml", "unknown format 'yaml'"},
       {"summary --layers 2 --d-model 32 --heads 4 --model-kind vit --image-size 8", "patch_size"},
   };
-  for (const BadInvocation& c : cases) {
-    SCOPED_TRACE(c.args);
-    const RunResult r = run_kvlab(c.args);
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_TRUE(r.out.empty()) << r.out;
-    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
-  }
+  expect_all_rejected(cases);
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -308,13 +314,7 @@ TEST(CliTrainTest, BadInputIsAClearErrorAndWritesNothing) {
       {"train --resume " + trained + " --lr 0.1", "drop --lr"},
       {"eval --checkpoint " + dir, "holds no checkpoint"},
   };
-  for (const BadInvocation& c : cases) {
-    SCOPED_TRACE(c.args);
-    const RunResult r = run_kvlab(c.args);
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_TRUE(r.out.empty()) << r.out;
-    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
-  }
+  expect_all_rejected(cases);
   EXPECT_FALSE(std::filesystem::exists(dir)) << "a failed command left files behind";
   // a truncated weights file and a corrupted header
   std::ofstream(model, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
@@ -368,13 +368,7 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       {"generate --checkpoint " + dir + " --prompt x --cache-dtype fp8", "counted, not stored"},
       {"generate --checkpoint /nonexistent --prompt x", "holds no checkpoint"},
   };
-  for (const BadInvocation& c : cases) {
-    SCOPED_TRACE(c.args);
-    const RunResult r = run_kvlab(c.args);
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_TRUE(r.out.empty()) << r.out;
-    EXPECT_TRUE(contains(r.err, c.message_part)) << r.err;
-  }
+  expect_all_rejected(cases);
 }
 
 TEST(CliCompareTest, SmokeRunWritesResults) {

@@ -143,7 +143,15 @@ float* PagedKvCache::state(int64_t layer, int32_t seq) {
 
 PageTable PagedKvCache::page_table(const std::vector<int32_t>& seqs) const {
   PageTable t;
+  page_table_into(seqs, t);
+  return t;
+}
+
+void PagedKvCache::page_table_into(const std::vector<int32_t>& seqs, PageTable& t) const {
   t.page_size = static_cast<int32_t>(page_size_);
+  t.indptr.clear();
+  t.page_ids.clear();
+  t.last_page_len.clear();
   t.indptr.push_back(0);
   for (int32_t seq : seqs) {
     const Sequence& s = live(seq);
@@ -152,7 +160,6 @@ PageTable PagedKvCache::page_table(const std::vector<int32_t>& seqs) const {
     t.last_page_len.push_back(
         s.length == 0 ? 0 : static_cast<int32_t>((s.length - 1) % page_size_ + 1));
   }
-  return t;
 }
 
 DecodeParams PagedKvCache::decode_params(int64_t layer, const PageTable& table,

@@ -58,6 +58,9 @@ class PagedKvCache {
   // Recurrent state of a sequence in a layer: layout.state_scalars f32 values.
   float* state(int64_t layer, int32_t seq);
   PageTable page_table(const std::vector<int32_t>& seqs) const;
+  // The same, into `table`, reusing its capacity: a decode loop that keeps one PageTable
+  // allocates nothing once the table has grown to its largest batch.
+  void page_table_into(const std::vector<int32_t>& seqs, PageTable& table) const;
   // The cache side of a decode call for `layer`: pools, page table, widths, dtype and the
   // rotate-on-read flag from the layout. The caller adds queries, scale, RoPE base, norm
   // weights and the output. `table` must outlive the call.

@@ -199,7 +199,7 @@ void rope_norm_on_read(float* k, int64_t width, const float* cos_sin, const Deco
 
 }  // namespace
 
-void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<float>& workspace,
+void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
                            const std::vector<float>& rope_table) {
   validate_decode_params(p);
   const int64_t elem = dtype_bytes(p.dtype);
@@ -210,8 +210,10 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<
 
   // Work items: (sequence, chunk of tokens). An item streams whole token rows (every group
   // at once, contiguous in memory) and keeps one online-softmax partial per head.
-  std::vector<int64_t> tokens(static_cast<size_t>(p.n_seqs));
-  std::vector<int64_t> item_start(static_cast<size_t>(p.n_seqs) + 1);
+  std::vector<int64_t>& tokens = work.tokens;
+  std::vector<int64_t>& item_start = work.item_start;
+  tokens.resize(static_cast<size_t>(p.n_seqs));  // capacity is kept: no allocation once grown
+  item_start.assign(static_cast<size_t>(p.n_seqs) + 1, 0);
   for (int64_t b = 0; b < p.n_seqs; ++b) {
     const int32_t first = p.pages.indptr[b], last = p.pages.indptr[b + 1];
     const int64_t t = last == first ? 0 : (last - first - 1) * page + p.pages.last_page_len[b];
@@ -225,6 +227,7 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, std::vector<
   // per worker-item scratch: a block of f32 key rows, value rows, rope rows and scores
   const int64_t scratch = kBlock * (kw + vw + rw) + per_group * kBlock;
   const int64_t need = n_items * (partial + scratch);
+  std::vector<float>& workspace = work.floats;
   if (static_cast<int64_t>(workspace.size()) < need) workspace.resize(static_cast<size_t>(need));
   float* const partials = workspace.data();
   float* const scratches = workspace.data() + n_items * partial;

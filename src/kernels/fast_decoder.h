@@ -16,6 +16,14 @@ enum class CpuIsa { kScalar, kAvx2 };
 CpuIsa detect_cpu_isa();
 std::string_view cpu_isa_name(CpuIsa isa);
 
+// What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
+// nothing.
+struct DecodeWorkspace {
+  std::vector<float> floats;        // partials and per-item scratch
+  std::vector<int64_t> tokens;      // per sequence
+  std::vector<int64_t> item_start;  // per sequence + 1
+};
+
 // Flash-decoding on the CPU: each sequence's tokens are split into chunks spread over a
 // persistent thread pool; every chunk keeps an online-softmax partial (max, sum,
 // accumulator) for all heads of one group, so each cached row is loaded once per group, not
@@ -32,7 +40,7 @@ class FastDecoder {
  private:
   CpuIsa isa_;
   ThreadPool pool_;
-  std::vector<float> workspace_;
+  DecodeWorkspace workspace_;
   // RoPE on read: cos/sin per cached position, extended (doubling) as contexts grow
   std::vector<float> rope_table_;
   int64_t rope_positions_ = 0;
@@ -42,7 +50,7 @@ class FastDecoder {
 
 // The AVX2 kernel (decode_attention_avx2.cpp, built with -mavx2 -mfma -mf16c).
 // rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
-void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool,
-                           std::vector<float>& workspace, const std::vector<float>& rope_table);
+void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
+                           const std::vector<float>& rope_table);
 
 }  // namespace kvlab

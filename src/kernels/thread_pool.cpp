@@ -25,23 +25,25 @@ void ThreadPool::work() {
     seen = generation_;
     while (next_ < total_) {
       const int64_t i = next_++;
-      const auto* job = job_;
+      const Call call = call_;
+      void* ctx = ctx_;
       lock.unlock();
-      (*job)(i);
+      call(ctx, i);
       lock.lock();
       if (++finished_ == total_) done_.notify_all();
     }
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+void ThreadPool::run(int64_t n, Call call, void* ctx) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+    for (int64_t i = 0; i < n; ++i) call(ctx, i);
     return;
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  job_ = &fn;
+  call_ = call;
+  ctx_ = ctx;
   next_ = 0;
   total_ = n;
   finished_ = 0;
@@ -50,12 +52,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   while (next_ < total_) {  // the caller works too
     const int64_t i = next_++;
     lock.unlock();
-    fn(i);
+    call(ctx, i);
     lock.lock();
     if (++finished_ == total_) done_.notify_all();
   }
   done_.wait(lock, [&] { return finished_ == total_; });
-  job_ = nullptr;
+  call_ = nullptr;
+  ctx_ = nullptr;
 }
 
 }  // namespace kvlab

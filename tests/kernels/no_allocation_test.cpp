@@ -1,0 +1,80 @@
+// Steady-state decode allocates nothing: appending a token, writing its rows, refreshing the
+// page table and running the decode kernel, step after step, with every heap allocation of
+// the process counted (this binary replaces the global operator new).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <random>
+
+#include "cache/paged_cache.h"
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// These deletes pair with the malloc-based new above; GCC cannot see that pairing.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace kvlab {
+namespace {
+
+// The fast path only: the scalar reference is the plain twin tests compare against and is
+// free to allocate.
+TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
+  if (detect_cpu_isa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 kernel on this CPU";
+  {
+    const CpuIsa isa = CpuIsa::kAvx2;
+    const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 64}, {"v", 2, 64}}, DType::kBf16};
+    PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/16, /*max_pages=*/64, /*max_seqs=*/2);
+    const std::vector<int32_t> seqs = {cache.add_sequence(), cache.add_sequence()};
+    std::vector<float> row(128, 0.25f);
+    auto append_token = [&](int32_t seq) {
+      const int64_t pos = cache.append(seq, 1);
+      for (int64_t s = 0; s < 2; ++s) store_row(row.data(), 128, DType::kBf16, cache.row(0, s, seq, pos));
+    };
+    for (int i = 0; i < 300; ++i) append_token(seqs[0]);
+    for (int i = 0; i < 77; ++i) append_token(seqs[1]);
+    std::vector<float> q(2 * 8 * 64, 0.1f), out(2 * 8 * 64);
+    PageTable table;
+    table.indptr.reserve(3);
+    table.last_page_len.reserve(2);
+    table.page_ids.reserve(64);  // the runtime sizes its table for the cache's pages
+    FastDecoder decoder(2, isa);
+    auto step = [&] {
+      for (int32_t seq : seqs) append_token(seq);
+      cache.page_table_into(seqs, table);
+      DecodeParams p = cache.decode_params(0, table, 8);
+      p.q = q.data();
+      p.scale = 0.125f;
+      p.out = out.data();
+      decoder.run(p);
+    };
+    step();  // warm-up: the workspace grows to this batch
+    step();
+    g_allocations = 0;
+    g_counting = true;
+    for (int i = 0; i < 40; ++i) step();  // crosses page boundaries for both sequences
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0);
+    EXPECT_EQ(cache.length(seqs[0]), 342);
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

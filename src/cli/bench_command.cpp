@@ -281,7 +281,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
     }
     const DecodeKernel k = specs.back().cache_layout().kernel;
-    if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream) {
+    if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
+        k != DecodeKernel::kReconstructKeys) {
       throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
                                   " kernel, which bench decode does not cover yet");
     }
@@ -330,7 +331,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         }
       }
       const PageTable table = cache.page_table(seqs);
-      const int64_t key_width = cache.decode_params(0, table, spec.n_heads).key_width;
+      const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
+      const int64_t key_width =
+          rebuild ? spec.nope_dim : cache.decode_params(0, table, spec.n_heads).key_width;
       const int64_t rope_width = cache.decode_params(0, table, spec.n_heads).rope_width;
       std::vector<float> q(static_cast<size_t>(o.batch * spec.n_heads * key_width));
       std::vector<float> qr(static_cast<size_t>(o.batch * spec.n_heads * rope_width));
@@ -339,6 +342,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       for (float& x : q) x = uniform(rng);
       for (float& x : qr) x = uniform(rng);
       const std::vector<float> norm_weight(static_cast<size_t>(key_width), 1.0f);
+      std::vector<float> key_maps(
+          static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
+      for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
       std::vector<double> micros;
       for (int r = 0; r < o.repeats + 3; ++r) {
         const int64_t l = r % layers;
@@ -348,6 +354,11 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
         p.rope_theta = spec.rope_theta;
         p.norm_weight = layout.norm_on_read ? norm_weight.data() : nullptr;
+        if (rebuild) {
+          p.key_maps = key_maps.data();
+          p.key_width = key_width;
+          p.rope_on_read = true;
+        }
         p.out = result.data();
         const auto start = std::chrono::steady_clock::now();
         decoder.run(p);

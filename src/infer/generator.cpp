@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kernels/convert.h"
+#include "nn/gva_attention.h"
 #include "nn/linear_attention.h"
 #include "nn/standard_attention.h"
 
@@ -43,6 +44,19 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
   for (int64_t l = 0; l < layers; ++l) {
     linear_kv_[static_cast<size_t>(l)].resize(static_cast<size_t>(max_seqs));
     linear_sum_[static_cast<size_t>(l)].resize(static_cast<size_t>(max_seqs));
+    nn::AttentionImpl& attn = *block(model_, l).self_attn;
+    if (layout_.kernel == DecodeKernel::kReconstructKeys) {
+      key_maps_.push_back(dynamic_cast<nn::GvaAttentionImpl&>(attn)
+                              .key_maps.detach()
+                              .to(torch::kFloat32)
+                              .contiguous());
+    }
+    if (layout_.norm_on_read) {
+      norm_weights_.push_back(dynamic_cast<nn::StandardAttentionImpl&>(attn)
+                                  .k_norm->weight.detach()
+                                  .to(torch::kFloat32)
+                                  .contiguous());
+    }
   }
 }
 
@@ -91,37 +105,35 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
 
 torch::Tensor Generator::attend(int64_t layer, int32_t seq, const torch::Tensor& x, int64_t pos) {
   nn::AttentionImpl& attn = *block(model_, layer).self_attn;
-  if (layout_.kernel == DecodeKernel::kReconstructKeys) {
-    return attn.forward_from_cache(x, gather_rows(layer, seq), pos);
-  }
   const nn::AttentionImpl::DecodeQuery query = attn.decode_query(x, pos);
   const int64_t H = attn.spec().n_heads;
-  const PageTable table = cache_.page_table({seq});
-  DecodeParams p = cache_.decode_params(layer, table, H);
+  cache_.page_table_into({seq}, table_);
+  DecodeParams p = cache_.decode_params(layer, table_, H);
+  if (layout_.kernel == DecodeKernel::kReconstructKeys) {  // gva dr=0
+    p.key_maps = key_maps_[static_cast<size_t>(layer)].data_ptr<float>();
+    p.key_width = attn.spec().nope_dim;
+    p.rope_on_read = true;
+  }
   const torch::Tensor q = query.q.to(torch::kFloat32).contiguous();
   const torch::Tensor q_rope =
       p.rope_width > 0 ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
   torch::Tensor out = torch::empty({1, 1, H, p.value_width}, kF32);
-  torch::Tensor norm_weight;
   p.q = q.data_ptr<float>();
   p.q_rope = p.rope_width > 0 ? q_rope.data_ptr<float>() : nullptr;
   p.scale = static_cast<float>(query.scale);
   p.rope_theta = attn.spec().rope_theta;
-  if (layout_.norm_on_read) {
-    norm_weight = dynamic_cast<nn::StandardAttentionImpl&>(attn)
-                      .k_norm->weight.to(torch::kFloat32)
-                      .contiguous();
-    p.norm_weight = norm_weight.data_ptr<float>();
-  }
+  if (layout_.norm_on_read)
+    p.norm_weight = norm_weights_[static_cast<size_t>(layer)].data_ptr<float>();
   p.out = out.data_ptr<float>();
   decoder_.run(p);
   return attn.decode_output(out.to(x.dtype()));
 }
 
-torch::Tensor Generator::token_step(int32_t seq, int64_t token) {
-  const int64_t pos = cache_.append(seq, 1);
-  const torch::Tensor input = torch::tensor({token}, torch::kInt64).view({1, 1});
-  torch::Tensor h = model_->model->embed(input, pos);
+torch::Tensor Generator::run_tokens(int32_t seq, const std::vector<int64_t>& tokens) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t pos = cache_.append(seq, T);
+  const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, T});
+  torch::Tensor h = model_->model->embed(input, pos);  // [1, T, D]
   for (int64_t l = 0; l < model_->config().shape.n_layers; ++l) {
     nn::TransformerBlockImpl& b = block(model_, l);
     const torch::Tensor x = b.input_layernorm(h);
@@ -131,17 +143,23 @@ torch::Tensor Generator::token_step(int32_t seq, int64_t token) {
       nn::LinearAttentionImpl::State state{
           linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)],
           linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)]};
-      attended = attn->step(x, state);
+      std::vector<torch::Tensor> outputs;
+      for (int64_t t = 0; t < T; ++t) outputs.push_back(attn->step(x.narrow(1, t, 1), state));
+      attended = T == 1 ? outputs[0] : torch::cat(outputs, 1);
       linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.kv;
       linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.sum;
     } else {
       write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
-      attended = attend(l, seq, x, pos);
+      // One token: the raw kernel over the pages. A prompt: the module's decode form, all
+      // of its tokens in one pass over rows read back from the cache (so prefill sees the
+      // same rounded rows decode will).
+      attended = T == 1 ? attend(l, seq, x, pos)
+                        : b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
     }
     h = h + attended;
     h = h + b.mlp->forward(b.post_attention_layernorm(h));
   }
-  h = model_->model->norm(h);
+  h = model_->model->norm(h.narrow(1, T - 1, 1));
   const torch::Tensor logits =
       model_->lm_head ? model_->lm_head(h) : torch::matmul(h, model_->model->embed_tokens.t());
   return logits.view({-1});
@@ -150,9 +168,7 @@ torch::Tensor Generator::token_step(int32_t seq, int64_t token) {
 torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
   c10::InferenceMode guard;
   if (tokens.empty()) throw std::invalid_argument("feed needs at least one token");
-  torch::Tensor logits;
-  for (int64_t token : tokens) logits = token_step(seq, token);
-  return logits;
+  return run_tokens(seq, tokens);
 }
 
 torch::Tensor Generator::step(const std::vector<int32_t>& seqs,
@@ -160,7 +176,7 @@ torch::Tensor Generator::step(const std::vector<int32_t>& seqs,
   c10::InferenceMode guard;
   if (seqs.size() != tokens.size()) throw std::invalid_argument("one token per sequence");
   std::vector<torch::Tensor> rows;
-  for (size_t i = 0; i < seqs.size(); ++i) rows.push_back(token_step(seqs[i], tokens[i]));
+  for (size_t i = 0; i < seqs.size(); ++i) rows.push_back(run_tokens(seqs[i], {tokens[i]}));
   return torch::stack(rows);
 }
 

@@ -15,9 +15,9 @@ namespace kvlab::infer {
 
 // Decoding with a cache that holds exactly the spec's layout. Projections, norms and MLPs
 // run through the libtorch modules; attention over the cache runs in the raw-pointer
-// kernels (FastDecoder: one- and two-stream, absorbed for gva and mla). Two variants take
-// other paths: gva with dr=0 rebuilds every cached key (the module's reconstruct form over
-// rows gathered from the pages) and linear attention carries its constant-size state.
+// kernels (FastDecoder: one- and two-stream, absorbed for gva and mla; gva with dr=0 rebuilds
+// every cached key inside the kernel). A prompt runs as one batched pass (the module's decode
+// form over rows read back from the cache); linear attention carries its constant-size state.
 class Generator {
  public:
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
@@ -40,12 +40,16 @@ class Generator {
   void write_rows(int64_t layer, int32_t seq, int64_t first_pos,
                   const std::vector<torch::Tensor>& rows);
   std::vector<torch::Tensor> gather_rows(int64_t layer, int32_t seq);
-  torch::Tensor token_step(int32_t seq, int64_t token);
+  // Tokens [T] appended to sequence seq in one pass -> logits of the last one [V].
+  torch::Tensor run_tokens(int32_t seq, const std::vector<int64_t>& tokens);
 
   nn::TransformerModel model_;
   CacheLayout layout_;
   PagedKvCache cache_;
   FastDecoder decoder_;
+  PageTable table_;                          // reused: no allocation per step once grown
+  std::vector<torch::Tensor> key_maps_;      // gva dr=0: per layer, f32 [H, d_h, d_n]
+  std::vector<torch::Tensor> norm_weights_;  // K = RoPE(RMSNorm(C)): per layer, f32 [d]
   // linear attention: per layer, per sequence slot
   std::vector<std::vector<torch::Tensor>> linear_kv_, linear_sum_;
 };

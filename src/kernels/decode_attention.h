@@ -23,7 +23,8 @@ struct PageTableView {
 //              K = RoPE(RMSNorm(C)) computed on read (the shared K=V + RoPE layout).
 // Scores: (q_h · k_{g(h),j} + q_rope_h · r_j) · scale, softmax over j in f32, output
 // Σ_j p_j v_{g(h),j}. Head h uses group h / (n_heads / n_groups). Queries arrive already
-// rotated (and absorbed: q̃ for gva and mla).
+// rotated (and absorbed: q̃ for gva and mla). With key_maps (gva dr=0) the one stream holds
+// value rows only and keys are rebuilt per head and position (see key_maps).
 struct DecodeParams {
   const float* q = nullptr;               // [n_seqs, n_heads, key_width]
   const float* q_rope = nullptr;          // [n_seqs, n_heads, rope_width], or nullptr
@@ -44,7 +45,11 @@ struct DecodeParams {
   double rope_theta = 10000.0;
   const float* norm_weight = nullptr;  // [key_width]: RMS-normalise keys on read, or nullptr
   float norm_eps = 1e-5f;
-  float* out = nullptr;  // [n_seqs, n_heads, value_width]
+  // gva with dr=0 (needs rope_on_read): there is no key row to read. Each head rebuilds its
+  // key from the cached value row, k_{h,j} = RoPE_j(v_{g(h),j} M_h), k[n] = Σ_d v[d] M_h[d][n]:
+  // d_h · d_n multiply-adds per head and position, the cost the seed warns about.
+  const float* key_maps = nullptr;  // [n_heads][value_width][key_width], or nullptr
+  float* out = nullptr;             // [n_seqs, n_heads, value_width]
 };
 
 // The plain scalar reference: every fast kernel is tested against it. Throws

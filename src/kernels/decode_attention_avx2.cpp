@@ -197,6 +197,76 @@ void rope_norm_on_read(float* k, int64_t width, const float* cos_sin, const Deco
   }
 }
 
+// key[n] = Σ_d v[d] · m[d][n] for m [rows][width]: four accumulator chains over n.
+void vector_times_matrix(const float* v, const float* m, int64_t rows, int64_t width, float* key) {
+  int64_t n = 0;
+  for (; n + 32 <= width; n += 32) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    for (int64_t d = 0; d < rows; ++d) {
+      const __m256 vd = _mm256_set1_ps(v[d]);
+      const float* r = m + d * width + n;
+      s0 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r), s0);
+      s1 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 8), s1);
+      s2 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 16), s2);
+      s3 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 24), s3);
+    }
+    _mm256_storeu_ps(key + n, s0);
+    _mm256_storeu_ps(key + n + 8, s1);
+    _mm256_storeu_ps(key + n + 16, s2);
+    _mm256_storeu_ps(key + n + 24, s3);
+  }
+  for (; n + 8 <= width; n += 8) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t d = 0; d < rows; ++d) {
+      sum = _mm256_fmadd_ps(_mm256_set1_ps(v[d]), _mm256_loadu_ps(m + d * width + n), sum);
+    }
+    _mm256_storeu_ps(key + n, sum);
+  }
+  for (; n < width; ++n) {
+    float sum = 0.0f;
+    for (int64_t d = 0; d < rows; ++d) sum += v[d] * m[d * width + n];
+    key[n] = sum;
+  }
+}
+
+// gva dr=0: tokens [t0, t1) of sequence b, each head's key rebuilt from its group's value
+// row and rotated to the token's position. The rebuild (d_h · d_n multiply-adds per head and
+// token) dwarfs everything else, so the softmax is updated token by token.
+void rebuilt_keys_chunk(const DecodeParams& p, int64_t b, int64_t t0, int64_t t1, float* part,
+                        float* scratch, const float* rope_table) {
+  const int64_t elem = dtype_bytes(p.dtype);
+  const int64_t G = p.n_groups, per_group = p.n_heads / p.n_groups;
+  const int64_t kw = p.key_width, vw = p.value_width, page = p.pages.page_size;
+  const int64_t head_partial = 2 + vw;
+  float* value = scratch;     // [vw]
+  float* key = scratch + vw;  // [kw]
+  const int32_t first_page = p.pages.indptr[b];
+  for (int64_t j = t0; j < t1; ++j) {
+    const int64_t slot = p.pages.page_ids[first_page + j / page] * page + j % page;
+    for (int64_t g = 0; g < G; ++g) {
+      const float* v = to_f32(p.value_pool + (slot * G + g) * vw * elem, p.dtype, vw, value);
+      for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+        vector_times_matrix(v, p.key_maps + h * vw * kw, vw, kw, key);
+        rope_norm_on_read(key, kw, rope_table + j * kw, p);
+        const float s = dot(p.q + (b * p.n_heads + h) * kw, key, kw) * p.scale;
+        float* ph = part + h * head_partial;
+        if (s > ph[0]) {  // new maximum: rescale what was summed so far
+          const float alpha = std::exp(ph[0] - s);
+          scale_row(ph + 2, alpha, vw);
+          ph[1] = ph[1] * alpha + 1.0f;
+          ph[0] = s;
+          axpy(ph + 2, 1.0f, v, vw);
+        } else {
+          const float w = std::exp(s - ph[0]);
+          ph[1] += w;
+          axpy(ph + 2, w, v, vw);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
@@ -248,6 +318,10 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorksp
       ph[0] = -INFINITY;
       ph[1] = 0.0f;
       std::fill(ph + 2, ph + 2 + vw, 0.0f);
+    }
+    if (p.key_maps != nullptr) {
+      rebuilt_keys_chunk(p, b, t0, t1, part, scratches + item * scratch, rope_table.data());
+      return;
     }
     const int32_t first_page = p.pages.indptr[b];
     const float* key_rows[kBlock];

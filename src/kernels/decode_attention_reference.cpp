@@ -28,6 +28,9 @@ void validate_decode_params(const DecodeParams& p) {
   require(!p.rope_on_read || p.key_pool == p.value_pool, "rope_on_read", "one-stream only");
   require(!p.rope_on_read || p.key_width % 2 == 0, "key_width", "RoPE needs an even width");
   require(p.dtype != DType::kFp8, "dtype", "fp8 caches are counted, not decoded");
+  require(p.key_maps == nullptr || (p.rope_on_read && p.norm_weight == nullptr &&
+                                    p.rope_width == 0 && p.key_pool == p.value_pool),
+          "key_maps", "rebuilt keys need one stream, RoPE on read, no norm and no rope stream");
 }
 
 void decode_attention_reference(const DecodeParams& p) {
@@ -46,9 +49,20 @@ void decode_attention_reference(const DecodeParams& p) {
       std::vector<double> scores(static_cast<size_t>(tokens));
       for (int64_t j = 0; j < tokens; ++j) {
         const int64_t slot = p.pages.page_ids[first + j / page] * page + j % page;
-        const std::byte* k_row = p.key_pool + ((slot * p.n_groups + g) * p.key_width) * elem;
-        for (int64_t i = 0; i < p.key_width; ++i)
-          key[static_cast<size_t>(i)] = load_element(k_row, p.dtype, i);
+        if (p.key_maps != nullptr) {  // k = v M_h
+          const std::byte* v_row = p.value_pool + ((slot * p.n_groups + g) * p.value_width) * elem;
+          const float* m = p.key_maps + h * p.value_width * p.key_width;
+          for (int64_t n = 0; n < p.key_width; ++n) {
+            double k = 0;
+            for (int64_t d = 0; d < p.value_width; ++d)
+              k += static_cast<double>(load_element(v_row, p.dtype, d)) * m[d * p.key_width + n];
+            key[static_cast<size_t>(n)] = static_cast<float>(k);
+          }
+        } else {
+          const std::byte* k_row = p.key_pool + ((slot * p.n_groups + g) * p.key_width) * elem;
+          for (int64_t i = 0; i < p.key_width; ++i)
+            key[static_cast<size_t>(i)] = load_element(k_row, p.dtype, i);
+        }
         if (p.rope_on_read) {
           if (p.norm_weight != nullptr) {
             double ss = 0;

@@ -148,8 +148,10 @@ torch::Tensor GvaAttentionImpl::scores(const torch::Tensor& x, bool absorbed) {
 
 AttentionImpl::DecodeQuery GvaAttentionImpl::decode_query(const torch::Tensor& x,
                                                           int64_t start_pos) {
-  if (spec_.rope_dim == 0) return AttentionImpl::decode_query(x, start_pos);  // rebuilds keys
   const Query q = project_query(x, start_pos);
+  // dr=0: the kernel rebuilds each key from the value rows (DecodeParams::key_maps), so the
+  // query stays as it is, rotated over the full width
+  if (spec_.rope_dim == 0) return {q.nope, {}, scale()};
   return {absorb_query(q.nope), q.rope, scale()};
 }
 

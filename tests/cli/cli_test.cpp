@@ -400,21 +400,23 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   ASSERT_EQ(memory.exit_code, 0) << memory.err;
   EXPECT_GT(nlohmann::json::parse(memory.out)["gb_per_s_median"].get<double>(), 0);
   const RunResult decode = run_kvlab(
-      "bench decode --attn gqa:2 --attn gva:2,dr=16 --attn q-gqa:2,knorm --heads 4 --head-dim 32 "
+      "bench decode --attn gqa:2 --attn gva:2,dr=16 --attn q-gqa:2,knorm --attn gva:2,dr=0 "
+      "--heads 4 --head-dim 32 "
       "--context 100,1k --repeats 2 --rotate-mib 1 --format json");
   ASSERT_EQ(decode.exit_code, 0) << decode.err;
   const nlohmann::json doc = nlohmann::json::parse(decode.out);
-  ASSERT_EQ(doc["rows"].size(), 6u);
+  ASSERT_EQ(doc["rows"].size(), 8u);
   // bytes read come from the spec's layout: gqa:2 caches 2·2·32 bf16 scalars per token
   EXPECT_EQ(doc["rows"][0]["cache_bytes_read"], 100 * 2 * 2 * 32 * 2);
   EXPECT_EQ(doc["rows"][2]["cache_bytes_read"], 100 * (2 * 32 + 16) * 2);
+  EXPECT_EQ(doc["rows"][6]["cache_bytes_read"], 100 * 2 * 32 * 2);  // gva dr=0: values only
   for (const auto& row : doc["rows"]) {
     EXPECT_GT(row["gb_per_s"].get<double>(), 0);
     EXPECT_GT(row["bandwidth_fraction"].get<double>(), 0);
   }
-  const RunResult bad = run_kvlab("bench decode --attn gva:2,dr=0 --heads 4 --head-dim 32");
+  const RunResult bad = run_kvlab("bench decode --attn linear --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_TRUE(contains(bad.err, "reconstruct-keys")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "linear")) << bad.err;
 }
 
 TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {

@@ -55,7 +55,11 @@ TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
       for (int64_t t = 0; t < 4; ++t) prompt.push_back(tokens[0][t].item<int64_t>());
       torch::Tensor logits = gen.feed(seq, prompt);
       EXPECT_LT(max_abs_diff(logits, full[0][3]), tolerance(dtype)) << "prompt";
-      for (int64_t t = 4; t < 11; ++t) {
+      // a second batched chunk, appended after what the cache holds
+      logits = gen.feed(seq, {tokens[0][4].item<int64_t>(), tokens[0][5].item<int64_t>(),
+                              tokens[0][6].item<int64_t>()});
+      EXPECT_LT(max_abs_diff(logits, full[0][6]), tolerance(dtype)) << "second chunk";
+      for (int64_t t = 7; t < 11; ++t) {
         logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
         EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(dtype)) << "token " << t;
       }

@@ -22,6 +22,7 @@ struct Case {
   bool rope_on_read = false;
   bool norm = false;
   uint32_t seed = 1;
+  bool rebuild = false;  // gva dr=0: keys rebuilt from value rows through per-head maps
 
   std::string name() const {
     std::string out = "T";
@@ -39,6 +40,7 @@ struct Case {
     out.append("_").append(dtype_name(dtype)).append("_page").append(std::to_string(page));
     if (rope_on_read) out.append("_ropeonread");
     if (norm) out.append("_norm");
+    if (rebuild) out.append("_rebuild");
     return out.append("_seed").append(std::to_string(seed));
   }
 };
@@ -52,7 +54,7 @@ void check(const Case& c, bool one_stream) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   CacheLayout layout;
   layout.dtype = c.dtype;
-  layout.streams.push_back({"k", c.groups, c.key_width});
+  layout.streams.push_back({"k", c.groups, c.rebuild ? c.value_width : c.key_width});
   if (!one_stream) layout.streams.push_back({"v", c.groups, c.value_width});
   if (c.rope_width > 0) layout.streams.push_back({"kr", 1, c.rope_width});
   int64_t total_pages = 0;
@@ -73,13 +75,15 @@ void check(const Case& c, bool one_stream) {
     }
   }
   const int64_t n = static_cast<int64_t>(c.lengths.size());
-  const int64_t vw = one_stream ? c.key_width : c.value_width;
+  const int64_t vw = one_stream && !c.rebuild ? c.key_width : c.value_width;
   std::vector<float> q(static_cast<size_t>(n * c.heads * c.key_width));
   std::vector<float> qr(static_cast<size_t>(n * c.heads * c.rope_width));
   std::vector<float> norm(static_cast<size_t>(c.key_width));
   for (float& x : q) x = 2.0f * uniform(rng);
   for (float& x : qr) x = 2.0f * uniform(rng);
   for (float& x : norm) x = 1.0f + 0.5f * uniform(rng);
+  std::vector<float> key_maps(static_cast<size_t>(c.rebuild ? c.heads * vw * c.key_width : 0));
+  for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(vw) / 3.0f);
   const PageTable table = cache.page_table(seqs);
   DecodeParams p;
   p.q = q.data();
@@ -98,6 +102,7 @@ void check(const Case& c, bool one_stream) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.key_width + c.rope_width));
   p.rope_on_read = c.rope_on_read;
   p.norm_weight = c.norm ? norm.data() : nullptr;
+  p.key_maps = c.rebuild ? key_maps.data() : nullptr;
   std::vector<float> expected(static_cast<size_t>(n * c.heads * vw), -7.0f);
   std::vector<float> actual(expected.size(), -9.0f);
   p.out = expected.data();
@@ -141,6 +146,9 @@ TEST(FastDecodeTest, MatchesTheReferenceOnAwkwardShapes) {
     // the shared K=V + RoPE layout (Lumma: 16 heads, 8 groups of 90), keys rotated on read
     check({{97, 700}, 16, 8, 90, 90, 0, dtype, 16, true, true, ++seed}, true);
     check({{33}, 4, 2, 64, 64, 0, dtype, 1, true, false, ++seed}, true);  // page size 1
+    // gva dr=0: keys rebuilt per head and position (d_n 64 from d_h 90; d_n = d_h = 128)
+    check({{97, 600, 0}, 6, 2, 64, 90, 0, dtype, 16, true, false, ++seed, true}, true);
+    check({{1100}, 8, 8, 128, 128, 0, dtype, 16, true, false, ++seed, true}, true);
   }
 }
 

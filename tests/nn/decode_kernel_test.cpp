@@ -7,6 +7,7 @@
 #include "kernels/convert.h"
 #include "kernels/decode_attention.h"
 #include "nn/attention.h"
+#include "nn/gva_attention.h"
 #include "nn/nn_test_util.h"
 #include "nn/standard_attention.h"
 
@@ -44,6 +45,7 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       {"q-mqa,knorm", rope},
       {"gva:2,dr=4", rope},
       {"gva:1,dr=2,qnorm", learned},
+      {"gva:2,dr=0", rope},  // keys rebuilt per position: key_maps in the kernel
       {"mla", rope},
       {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
   };
@@ -58,9 +60,11 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       torch::NoGradGuard no_grad;
       PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/4, /*max_pages=*/16, /*max_seqs=*/3);
       const int64_t n_seqs = 3, H = spec.n_heads;
-      const int64_t key_width = layout.streams[0].head_width;
-      const int64_t value_width =
-          layout.kernel == DecodeKernel::kTwoStream ? layout.streams[1].head_width : key_width;
+      const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;
+      const int64_t key_width = rebuild ? spec.nope_dim : layout.streams[0].head_width;
+      const int64_t value_width = layout.kernel == DecodeKernel::kTwoStream
+                                      ? layout.streams[1].head_width
+                                      : layout.streams[0].head_width;
       const bool rope_stream =
           layout.kernel == DecodeKernel::kOneStream && layout.streams.size() == 2;
       const int64_t rope_width = rope_stream ? layout.streams[1].head_width : 0;
@@ -106,7 +110,12 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       p.rope_width = rope_width;
       p.dtype = dtype;
       p.scale = static_cast<float>(scale);
-      p.rope_on_read = layout.rope_on_read;
+      p.rope_on_read = layout.rope_on_read || rebuild;
+      torch::Tensor key_maps;
+      if (rebuild) {
+        key_maps = std::dynamic_pointer_cast<GvaAttentionImpl>(module)->key_maps.contiguous();
+        p.key_maps = key_maps.data_ptr<float>();
+      }
       p.rope_theta = spec.rope_theta;
       if (layout.norm_on_read) {
         auto standard = std::dynamic_pointer_cast<StandardAttentionImpl>(module);

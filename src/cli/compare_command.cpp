@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/run_pool.h"
+#include "cli/suite_common.h"
 #include "cli/table.h"
 #include "cli/units.h"
 #include "io/atomic_file.h"
@@ -90,22 +92,6 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-std::string dir_name(const std::string& attn) {
-  std::string out;
-  for (char c : attn) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '_';
-  return out;
-}
-
-std::pair<double, double> mean_std(const std::vector<double>& xs) {
-  double mean = 0;
-  for (double x : xs) mean += x;
-  mean /= static_cast<double>(xs.size());
-  double var = 0;
-  for (double x : xs) var += (x - mean) * (x - mean);
-  const double std = xs.size() > 1 ? std::sqrt(var / static_cast<double>(xs.size() - 1)) : 0.0;
-  return {mean, std};
-}
-
 ModelShape encoder_shape(const SuiteConfig& c) {
   ModelShape s;
   s.kind = ModelKind::kEncoder;
@@ -131,30 +117,47 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
       "compare",
       "Train every attention variant on every task for every seed and compare their quality "
       "side by side (mean ± std over seeds), next to the seeds' reported numbers.");
-  cmd->add_option("--suite", o.suite, "synthetic (seed 003 §4.1: reverse, sort, sub, swap, copy)")
+  cmd->add_option("--suite", o.suite,
+                  "synthetic (seed 003 §4.1: reverse, sort, sub, swap, copy) | lm (a byte-level "
+                  "GPT on the King James Bible, 14 variants incl. gqa, mla and five gva rows) | "
+                  "vision (ViT on Fashion-MNIST and set anomaly, seed 003's six variants)")
       ->capture_default_str();
   cmd->add_option("--attn", o.attn,
                   "Attention spec, repeatable (default: mha, q-kv, qk-v, qkv1, qk-v+, qkv1+)");
   cmd->add_option("--tasks", o.tasks, "Comma list of tasks (default: all five)");
-  cmd->add_option("--seeds", o.seeds, "Seeds per variant and task")->capture_default_str();
+  cmd->add_option("--seeds", o.seeds,
+                  "Seeds per variant and task (default: synthetic 3, lm 2, vision 2)");
   cmd->add_option("--preset", o.preset,
-                  "quick (one configuration, ~10 minutes on 2 cores) | paper (seed 003's sweep, "
-                  "days on 2 cores)")
+                  "quick (synthetic ~7, lm ~25, vision ~10 minutes on 2 cores) | paper "
+                  "(synthetic, vision: the seed's settings) | base (lm: 6 layers of 256, ~40 "
+                  "hours on 2 cores)")
       ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps per run, overriding the preset");
   cmd->add_option("--out", o.out, "Folder for results.json, results.md and runs/")->required();
   cmd->add_option("--jobs", o.jobs, "Runs trained at once (0: one per core)")
       ->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  "lm: a file holding `bible \"gen1:1-re22:21\"`'s output (default: run bible); "
+                  "vision: the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)");
   return cmd;
 }
 
-int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
-  if (o.suite != "synthetic") {
-    throw SpecError("suite", "unknown suite '" + o.suite + "' (known: synthetic)");
-  }
-  if (o.seeds <= 0) throw SpecError("seeds", "must be > 0");
+int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, std::ostream& out) {
+  if (options.seeds < 0) throw SpecError("seeds", "must be > 0");
+  CompareOptions o = options;
+  if (o.seeds == 0) o.seeds = o.suite == "synthetic" ? 3 : 2;
   if (o.steps && *o.steps <= 0) throw SpecError("steps", "must be > 0");
   if (o.jobs < 0) throw SpecError("jobs", "must be >= 0");
+  if (o.suite != "synthetic" && !o.tasks.empty()) {
+    throw SpecError("tasks",
+                    "--tasks picks synthetic tasks; the " + o.suite + " suite runs its own");
+  }
+  if (o.suite == "lm") return run_compare_lm(o, stop, out);
+  if (o.suite == "vision") return run_compare_vision(o, stop, out);
+  if (o.suite != "synthetic") {
+    throw SpecError("suite", "unknown suite '" + o.suite + "' (known: synthetic, lm, vision)");
+  }
+  if (!o.data.empty()) throw SpecError("data", "the synthetic suite reads no data");
   std::vector<SuiteConfig> configs = preset_configs(o.preset);
   if (o.steps) {
     for (SuiteConfig& c : configs) c.steps = *o.steps;
@@ -208,49 +211,32 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
 
   std::vector<RunOutcome> outcomes(runs.size());
   std::mutex mutex;
-  size_t next = 0, finished = 0;
-  std::string failure;
-  auto worker = [&] {
-    while (true) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (next >= runs.size() || !failure.empty() || (stop && stop->load())) return;
-        i = next++;
-      }
-      const RunSpec& r = runs[i];
-      const SuiteConfig& c = configs[r.config_index];
-      try {
-        fs::remove_all(r.dir);  // compare owns its folder: a rerun starts each run afresh
-        train::TrainOptions t;
-        t.steps = c.steps;
-        t.batch = c.batch;
-        t.lr = c.lr;
-        t.warmup = std::min<int64_t>(50, c.steps / 10);
-        t.seed = static_cast<uint64_t>(r.seed);
-        train::Trainer trainer(ModelConfig::make(encoder_shape(c), r.attn, DType::kF32),
-                               data::make_task({r.task, c.seq_len, 1000, ""}), t, r.dir);
-        const train::TrainResult result = trainer.run(stop);
-        std::lock_guard<std::mutex> lock(mutex);
-        if (result.status == train::TrainResult::Status::kFinished) {
-          outcomes[i] = {result.eval.accuracy, result.eval.loss, result.seconds, result.step, true};
-          ++finished;
-          std::cerr << fmt::format("[{}/{}] {} {} seed {}: accuracy {:.3f} ({:.1f} s)\n", finished,
-                                   runs.size(), r.task, r.attn, r.seed, result.eval.accuracy,
-                                   result.seconds);
-        } else if (result.status == train::TrainResult::Status::kDiverged && failure.empty()) {
-          failure = r.dir + ": " + result.message;
-        }
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (failure.empty()) failure = r.dir + ": " + e.what();
-      }
+  const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
+    const RunSpec& r = runs[i];
+    const SuiteConfig& c = configs[r.config_index];
+    fs::remove_all(r.dir);  // compare owns its folder: a rerun starts each run afresh
+    train::TrainOptions t;
+    t.steps = c.steps;
+    t.batch = c.batch;
+    t.lr = c.lr;
+    t.warmup = std::min<int64_t>(50, c.steps / 10);
+    t.seed = static_cast<uint64_t>(r.seed);
+    train::Trainer trainer(ModelConfig::make(encoder_shape(c), r.attn, DType::kF32),
+                           data::make_task({r.task, c.seq_len, 1000, ""}), t, r.dir);
+    const train::TrainResult result = trainer.run(stop);
+    if (result.status == train::TrainResult::Status::kDiverged) {
+      throw std::runtime_error(r.dir + ": " + result.message);
     }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
-  for (std::thread& t : threads) t.join();
-  if (!failure.empty()) throw std::runtime_error("a run failed: " + failure);
+    if (result.status != train::TrainResult::Status::kFinished) return false;
+    std::lock_guard<std::mutex> lock(mutex);
+    outcomes[i] = {result.eval.accuracy, result.eval.loss, result.seconds, result.step, true};
+    std::cerr << fmt::format("[{}/{}] {} {} seed {}: accuracy {:.3f} ({:.1f} s)\n", i + 1,
+                             runs.size(), r.task, r.attn, r.seed, result.eval.accuracy,
+                             result.seconds);
+    return true;
+  });
+  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
+  const size_t finished = pool.finished;
   if (finished < runs.size()) {
     std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
                              finished, runs.size());
@@ -282,13 +268,7 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
                                {"steps", outcomes[i].steps},
                                {"seconds", outcomes[i].seconds}});
   }
-  std::vector<std::string> headers = {"variant"};
-  for (const std::string& task : tasks) headers.push_back(task);
-  for (const char* h : {"average", "paper avg", "params", "cached/token/layer"})
-    headers.push_back(h);
-  Table table(headers);
   for (const std::string& attn : canonical) {
-    std::vector<std::string> row = {attn};
     std::map<int64_t, std::vector<double>> per_seed;  // seed -> accuracies over tasks and configs
     for (const std::string& task : tasks) {
       std::vector<double> xs;
@@ -304,20 +284,12 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
                                        {"std", std},
                                        {"n_seeds", o.seeds},
                                        {"n_runs", static_cast<int64_t>(xs.size())}});
-      std::string cell = fmt::format("{:.3f} ± {:.3f}", mean, std);
-      const auto it = paper.cells.find({attn, task});
-      if (it != paper.cells.end()) cell += fmt::format(" ({:.3f})", it->second);
-      row.push_back(cell);
     }
     std::vector<double> seed_averages;
     for (const auto& [seed, xs] : per_seed) seed_averages.push_back(mean_std(xs).first);
     const auto [avg, avg_std] = mean_std(seed_averages);
-    row.push_back(fmt::format("{:.3f} ± {:.3f}", avg, avg_std));
     const auto pa = paper.average.find(attn);
-    row.push_back(pa == paper.average.end() ? "—" : fmt::format("{:.3f}", pa->second));
     const ModelConfig m = ModelConfig::make(encoder_shape(configs.front()), attn, DType::kF32);
-    row.push_back(with_commas(m.param_count().value()));
-    row.push_back(std::to_string(m.attn.cache_layout().scalars_per_token()));
     results["variants"].push_back(
         {{"attn", attn},
          {"average", avg},
@@ -325,9 +297,47 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
          {"params", m.param_count().value()},
          {"cached_scalars_per_token", m.attn.cache_layout().scalars_per_token()},
          {"paper_average", pa == paper.average.end() ? json() : json(pa->second)}});
+  }
+  results["tasks"] = tasks;
+  write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
+  out << render_synthetic_report(results, o.out) << "\nwritten: " << o.out << "/results.json, "
+      << o.out << "/results.md\n";
+  return 0;
+}
+
+std::string render_synthetic_report(const json& results, const std::string& dir) {
+  const PaperNumbers paper;
+  const std::vector<std::string> tasks = results.at("tasks").get<std::vector<std::string>>();
+  std::vector<std::string> headers = {"variant"};
+  for (const std::string& task : tasks) headers.push_back(task);
+  for (const char* h : {"average", "paper avg", "params", "cached/token/layer"})
+    headers.push_back(h);
+  Table table(headers);
+  for (const json& v : results.at("variants")) {
+    const std::string attn = v.at("attn");
+    std::vector<std::string> row = {attn};
+    for (const std::string& task : tasks) {
+      std::string cell = "—";
+      for (const json& a : results.at("aggregates")) {
+        if (a.at("attn") != attn || a.at("task") != task) continue;
+        cell =
+            fmt::format("{:.3f} ± {:.3f}", a.at("mean").get<double>(), a.at("std").get<double>());
+        const auto it = paper.cells.find({attn, task});
+        if (it != paper.cells.end()) cell += fmt::format(" ({:.3f})", it->second);
+      }
+      row.push_back(cell);
+    }
+    row.push_back(fmt::format("{:.3f} ± {:.3f}", v.at("average").get<double>(),
+                              v.at("average_std").get<double>()));
+    row.push_back(v.at("paper_average").is_number()
+                      ? fmt::format("{:.3f}", v.at("paper_average").get<double>())
+                      : "—");
+    row.push_back(with_commas(v.at("params").get<int64_t>()));
+    row.push_back(std::to_string(v.at("cached_scalars_per_token").get<int64_t>()));
     table.add_row(row);
   }
-  const SuiteConfig& c0 = configs.front();
+  const json& c0 = results.at("configs").at(0);
+  const size_t n_configs = results.at("configs").size();
   std::string md = fmt::format(
       "# kvlab compare --suite {} --preset {}\n\n"
       "Per-position accuracy on 1,000 held-out sequences per task, mean ± sample std over {} "
@@ -335,13 +345,49 @@ int run_compare(const CompareOptions& o, const std::atomic<bool>* stop, std::ost
       "params and cached scalars per token per layer from the spec (a non-causal model caches "
       "nothing; the column shows what a causal model of this variant would). In parentheses: "
       "seed 003 Table 2's reported numbers (averaged there over its whole sweep).\n\n",
-      o.suite, o.preset, o.seeds,
-      configs.size() > 1 ? fmt::format(" and {} configurations", configs.size()) : "", c0.d_model,
-      c0.n_layers, c0.n_heads, c0.seq_len, c0.steps, c0.batch);
+      results.value("suite", "synthetic"), results.value("preset", "?"),
+      results.at("seeds").get<int64_t>(),
+      n_configs > 1 ? fmt::format(" and {} configurations", n_configs) : "",
+      c0.at("d_model").get<int64_t>(), c0.at("layers").get<int64_t>(),
+      c0.at("heads").get<int64_t>(), c0.at("seq_len").get<int64_t>(), c0.at("steps").get<int64_t>(),
+      c0.at("batch").get<int64_t>());
   md += table.to_markdown();
-  write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
-  write_file_atomic(o.out + "/results.md", md);
-  out << md << "\nwritten: " << o.out << "/results.json, " << o.out << "/results.md\n";
+  write_file_atomic(dir + "/results.md", md);
+  return md;
+}
+
+std::string render_report(const json& results, const std::string& dir) {
+  if (!results.is_object() || !results.contains("suite")) {
+    throw SpecError("results", "not a kvlab compare results.json (no \"suite\")");
+  }
+  const std::string suite = results["suite"].is_string() ? results["suite"].get<std::string>() : "";
+  try {
+    if (suite == "synthetic") return render_synthetic_report(results, dir);
+    if (suite == "lm") return render_lm_report(results, dir);
+    if (suite == "vision") return render_vision_report(results, dir);
+  } catch (const json::exception& e) {
+    throw SpecError("results", std::string("malformed results.json: ") + e.what());
+  }
+  throw SpecError("suite", "unknown suite '" + suite + "' in results.json (synthetic, lm, vision)");
+}
+
+CLI::App* add_report_command(CLI::App& app, ReportOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Rebuild a compare folder's results.md and plots from its results.json alone");
+  cmd->add_option("dir", o.dir, "The folder kvlab compare --out wrote")->required();
+  return cmd;
+}
+
+int run_report(const ReportOptions& o, std::ostream& out) {
+  std::string text;
+  try {
+    text = read_file(o.dir + "/results.json");
+  } catch (const std::runtime_error& e) {
+    throw SpecError("dir", e.what());
+  }
+  const json results = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (results.is_discarded()) throw SpecError("results", o.dir + "/results.json is not JSON");
+  out << render_report(results, o.dir);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <exception>
 #include <iostream>
 
+#include "cli/analyze_command.h"
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
   CLI::App* eval = kvlab::add_eval_command(app, eval_options);
   kvlab::CompareOptions compare_options;
   CLI::App* compare = kvlab::add_compare_command(app, compare_options);
+  kvlab::AnalyzeOptions analyze_options;
+  CLI::App* analyze = kvlab::add_analyze_command(app, analyze_options);
+  kvlab::ReportOptions report_options;
+  CLI::App* report = kvlab::add_report_command(app, report_options);
   kvlab::GenerateOptions generate_options;
   CLI::App* generate = kvlab::add_generate_command(app, generate_options);
   kvlab::BenchTrainOptions bench_train_options;
@@ -83,6 +88,12 @@ int main(int argc, char** argv) {
     } else if (compare->parsed()) {
       command = "kvlab compare";
       return kvlab::run_compare(compare_options, &g_stop_requested, std::cout);
+    } else if (analyze->parsed()) {
+      command = "kvlab analyze";
+      return kvlab::run_analyze(analyze_options, std::cout);
+    } else if (report->parsed()) {
+      command = "kvlab report";
+      return kvlab::run_report(report_options, std::cout);
     } else if (bench.train->parsed()) {
       command = "kvlab bench train";
       return kvlab::run_bench_train(bench_train_options, std::cout);

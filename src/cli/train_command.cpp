@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/table.h"
 #include "cli/units.h"
 #include "nn/checkpoint.h"
 #include "spec/spec_error.h"
@@ -61,6 +62,7 @@ ModelShape TrainModelFlags::shape_for(const data::Task& task) const {
   s.vocab_size = task.vocab_size();
   s.max_context = task.seq_len();
   s.tied_embeddings = false;
+  task.configure_model(s);
   s.validate();
   return s;
 }
@@ -70,10 +72,17 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
       "train",
       "Train a model with one attention variant from scratch on a task; writes checkpoints "
       "and a JSON-lines log to --out. Ctrl-C saves a checkpoint; --resume continues it.");
-  cmd->add_option("--task", o.task, "reverse | sort | sub | swap | copy | text")->group("Task");
-  cmd->add_option("--data", o.data, "Text file for --task text (byte-level; last 5% held out)")
+  cmd->add_option("--task", o.task,
+                  "reverse | sort | sub | swap | copy (synthetic) | text | kjv (byte-level "
+                  "language modelling) | fashion-mnist (ViT) | set-anomaly (set model)")
       ->group("Task");
-  cmd->add_option("--seq-len", o.seq_len, "Sequence length (default 16; text 128)")->group("Task");
+  cmd->add_option("--data", o.data,
+                  "text: the file (last 5% held out); kjv: saved output of `bible "
+                  "\"gen1:1-re22:21\"` (default: run bible); fashion-mnist, set-anomaly: the "
+                  "folder (default /usr/share/datasets/fashion-mnist)")
+      ->group("Task");
+  cmd->add_option("--seq-len", o.seq_len, "Sequence length (default 16; text, kjv 128)")
+      ->group("Task");
   cmd->add_option("--eval-sequences", o.eval_sequences,
                   "Held-out sequences (synthetic) or at most this many windows (text)")
       ->capture_default_str()
@@ -152,7 +161,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     data::TaskOptions task_options;
     task_options.name = o.task;
     task_options.data_path = o.data;
-    task_options.seq_len = o.seq_len.value_or(o.task == "text" ? 128 : 16);
+    task_options.seq_len = o.seq_len.value_or(o.task == "text" || o.task == "kjv" ? 128 : 16);
     task_options.eval_sequences = o.eval_sequences;
     auto task = data::make_task(task_options);
     const ModelShape shape = o.model.shape_for(*task);
@@ -230,8 +239,61 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--format", o.format, "table | json")->capture_default_str();
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--context", o.contexts,
+                  "Text tasks: perplexity at each of these context lengths, comma list "
+                  "(e.g. 128,256,512; default: the training context)")
+      ->delimiter(',');
   return cmd;
 }
+
+namespace {
+
+// Perplexity of a text checkpoint at several context lengths: the held-out text cut into
+// windows of each length (seed 003 Table 16).
+int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_record,
+                      nn::TransformerModelImpl& model, std::ostream& out) {
+  const ModelShape& shape = model.config().shape;
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"context", "loss (nats/byte)", "perplexity", "held-out bytes"});
+  for (int64_t context : o.contexts) {
+    if (context <= 0) throw SpecError("context", "must be > 0, got " + std::to_string(context));
+    if (shape.pos == PosScheme::kLearned && context > shape.max_context) {
+      throw SpecError("context", "this model learned " + std::to_string(shape.max_context) +
+                                     " positions; it cannot read a context of " +
+                                     std::to_string(context));
+    }
+    // the same held-out bytes at every length: as many windows as the training context had
+    const int64_t held_out_bytes =
+        task_record.at("eval_sequences").get<int64_t>() * task_record.at("seq_len").get<int64_t>();
+    nlohmann::json record = task_record;
+    record["seq_len"] = context;
+    record["eval_sequences"] = std::max<int64_t>(1, held_out_bytes / context);
+    const auto task = data::task_from_json(record);
+    const train::EvalResult e =
+        train::evaluate(model, *task, 0, std::max<int64_t>(1, 32768 / context));
+    rows.push_back({{"context", context},
+                    {"loss", e.loss},
+                    {"perplexity", e.perplexity},
+                    {"positions", e.positions}});
+    table.add_row({with_commas(context), fmt::format("{:.4f}", e.loss),
+                   fmt::format("{:.3f}", e.perplexity), with_commas(e.positions)});
+  }
+  if (o.format == "json") {
+    out << nlohmann::json{{"attn", model.config().attn.to_string()},
+                          {"task", task_record.value("name", "")},
+                          {"trained_context", shape.max_context},
+                          {"rows", rows}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format("{} on {} (trained at context {}):\n\n", model.config().attn.to_string(),
+                       task_record.value("name", ""), shape.max_context)
+        << table.to_markdown();
+  }
+  return 0;
+}
+
+}  // namespace
 
 int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") {
@@ -243,6 +305,13 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
   const auto task = data::task_from_json(config["task"]);
   nn::TransformerModel model = nn::load_model(dir);
+  if (!o.contexts.empty()) {
+    if (task->metric() != data::Metric::kPerplexity) {
+      throw SpecError("context",
+                      "--context applies to text tasks; this checkpoint's task is " + task->name());
+    }
+    return run_eval_contexts(o, config["task"], *model, out);
+  }
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
   const train::EvalResult e = train::evaluate(*model, *task, seed, 256);
   if (o.format == "json") {

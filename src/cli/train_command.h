@@ -5,6 +5,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "spec/model_config.h"
 #include "train/trainer.h"
@@ -47,6 +48,7 @@ struct EvalCommandOptions {
   std::string checkpoint;
   std::string format = "table";
   int threads = 0;
+  std::vector<int64_t> contexts;  // text tasks: evaluate at each context length (seed 003 T16)
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

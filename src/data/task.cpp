@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <random>
 
+#include "data/fashion_mnist.h"
+#include "data/kjv.h"
 #include "io/atomic_file.h"
 #include "spec/spec_error.h"
 
 namespace kvlab::data {
-namespace {
 
-// Independent, reproducible streams: one generator per (seed, stream, index).
 std::mt19937_64 stream_rng(uint64_t seed, uint64_t stream, uint64_t index) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xBF58476D1CE4E5B9ULL ^
                (index + 1) * 0x94D049BB133111EBULL;
@@ -17,6 +17,8 @@ std::mt19937_64 stream_rng(uint64_t seed, uint64_t stream, uint64_t index) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return std::mt19937_64(z ^ (z >> 31));
 }
+
+namespace {
 
 constexpr uint64_t kTrainStream = 0;
 constexpr uint64_t kTestStream = 1;
@@ -89,32 +91,51 @@ class SyntheticTask : public Task {
   int64_t eval_sequences_;
 };
 
-// Byte-level causal language modelling on a file: the last 5% is held out.
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+  int64_t* d = t.data_ptr<int64_t>();
+  for (size_t i = 0; i < bytes.size(); ++i) d[i] = static_cast<uint8_t>(bytes[i]);
+  return t;
+}
+
+// Byte-level causal language modelling: training windows from one text, non-overlapping
+// held-out windows from another. "text": a file, its last 5% held out; "kjv": the King James
+// Bible split by book (data/kjv.h).
 class TextTask : public Task {
  public:
-  TextTask(std::string path, int64_t context, int64_t eval_windows)
-      : path_(std::move(path)), context_(context), eval_windows_(eval_windows) {
-    std::string bytes;
-    try {
-      bytes = read_file(path_);
-    } catch (const std::runtime_error& e) {
-      throw SpecError("data", e.what());
+  TextTask(std::string name, std::string path, int64_t context, int64_t eval_windows)
+      : name_(std::move(name)),
+        path_(std::move(path)),
+        context_(context),
+        eval_windows_(eval_windows) {
+    std::string train, held_out;
+    if (name_ == "kjv") {
+      KjvSplit split = split_kjv(read_kjv_text(path_));
+      train = std::move(split.train);
+      held_out = std::move(split.validation);
+    } else {
+      try {
+        train = read_file(path_);
+      } catch (const std::runtime_error& e) {
+        throw SpecError("data", e.what());
+      }
+      const size_t split = train.size() - train.size() / 20;
+      held_out = train.substr(split);
+      train.resize(split);
     }
-    const int64_t total = static_cast<int64_t>(bytes.size());
-    split_ = total - total / 20;
-    if (total / 20 < context_ + 1) {
-      throw SpecError("data", "'" + path_ + "' holds " + std::to_string(total) +
-                                  " bytes: its held-out 5% must fit one window of " +
+    if (static_cast<int64_t>(held_out.size()) < context_ + 1 ||
+        static_cast<int64_t>(train.size()) < context_ + 1) {
+      throw SpecError("data", "'" + path_ + "' holds " +
+                                  std::to_string(train.size() + held_out.size()) +
+                                  " bytes: its held-out part must fit one window of " +
                                   std::to_string(context_ + 1) +
-                                  " bytes (use a longer file or "
-                                  "a shorter --seq-len)");
+                                  " bytes (use a longer file or a shorter --seq-len)");
     }
-    data_ = torch::empty({total}, torch::kInt64);
-    auto d = data_.accessor<int64_t, 1>();
-    for (int64_t i = 0; i < total; ++i) d[i] = static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
+    train_ = bytes_tensor(train);
+    held_out_ = bytes_tensor(held_out);
   }
 
-  std::string name() const override { return "text"; }
+  std::string name() const override { return name_; }
   ModelKind model_kind() const override { return ModelKind::kDecoder; }
   int64_t vocab_size() const override { return 256; }
   int64_t seq_len() const override { return context_; }
@@ -122,23 +143,24 @@ class TextTask : public Task {
 
   Batch train_batch(uint64_t seed, int64_t step, int64_t batch_size) const override {
     std::mt19937_64 rng = stream_rng(seed, kTrainStream, static_cast<uint64_t>(step));
-    const uint64_t starts = static_cast<uint64_t>(split_ - context_);  // windows of context + 1
+    // windows of context + 1
+    const uint64_t starts = static_cast<uint64_t>(train_.size(0) - context_);
     std::vector<torch::Tensor> windows;
     for (int64_t b = 0; b < batch_size; ++b) {
-      windows.push_back(data_.narrow(0, static_cast<int64_t>(rng() % starts), context_ + 1));
+      windows.push_back(train_.narrow(0, static_cast<int64_t>(rng() % starts), context_ + 1));
     }
     const torch::Tensor w = torch::stack(windows);
     return {w.narrow(1, 0, context_), w.narrow(1, 1, context_)};
   }
 
   std::vector<Batch> eval_batches(uint64_t, int64_t batch_size) const override {
-    // non-overlapping windows over the held-out tail, in order
+    // non-overlapping windows over the held-out text, in order
     std::vector<torch::Tensor> windows;
-    const int64_t total = data_.size(0);
-    for (int64_t start = split_;
+    const int64_t total = held_out_.size(0);
+    for (int64_t start = 0;
          start + context_ + 1 <= total && static_cast<int64_t>(windows.size()) < eval_windows_;
          start += context_) {
-      windows.push_back(data_.narrow(0, start, context_ + 1));
+      windows.push_back(held_out_.narrow(0, start, context_ + 1));
     }
     std::vector<Batch> out;
     for (size_t i = 0; i < windows.size(); i += static_cast<size_t>(batch_size)) {
@@ -152,18 +174,17 @@ class TextTask : public Task {
   }
 
   nlohmann::json to_json() const override {
-    return {{"name", "text"},
-            {"seq_len", context_},
-            {"eval_sequences", eval_windows_},
-            {"data", path_}};
+    return {
+        {"name", name_}, {"seq_len", context_}, {"eval_sequences", eval_windows_}, {"data", path_}};
   }
 
  private:
+  std::string name_;
   std::string path_;
   int64_t context_;
   int64_t eval_windows_;
-  int64_t split_ = 0;
-  torch::Tensor data_;  // [bytes] int64
+  torch::Tensor train_;     // [bytes] int64
+  torch::Tensor held_out_;  // [bytes] int64
 };
 
 }  // namespace
@@ -189,12 +210,29 @@ const std::vector<std::string>& synthetic_task_names() {
   return names;
 }
 
+const std::vector<std::string>& task_names() {
+  static const std::vector<std::string> names = {
+      "reverse", "sort", "sub", "swap", "copy", "text", "kjv", "fashion-mnist", "set-anomaly"};
+  return names;
+}
+
 std::unique_ptr<Task> make_task(const TaskOptions& o) {
   if (o.seq_len <= 0) throw SpecError("seq_len", "must be > 0, got " + std::to_string(o.seq_len));
   if (o.eval_sequences <= 0) throw SpecError("eval_sequences", "must be > 0");
   if (o.name == "text") {
     if (o.data_path.empty()) throw SpecError("data", "the text task needs --data FILE");
-    return std::make_unique<TextTask>(o.data_path, o.seq_len, o.eval_sequences);
+    return std::make_unique<TextTask>("text", o.data_path, o.seq_len, o.eval_sequences);
+  }
+  if (o.name == "kjv") {
+    return std::make_unique<TextTask>("kjv", o.data_path, o.seq_len, o.eval_sequences);
+  }
+  if (o.name == "fashion-mnist") {
+    return make_fashion_mnist_task(o.data_path.empty() ? kFashionMnistDir : o.data_path,
+                                   o.eval_sequences);
+  }
+  if (o.name == "set-anomaly") {
+    return make_set_anomaly_task(o.data_path.empty() ? kFashionMnistDir : o.data_path,
+                                 o.eval_sequences);
   }
   for (SyntheticKind kind : {SyntheticKind::kReverse, SyntheticKind::kSort, SyntheticKind::kSub,
                              SyntheticKind::kSwap, SyntheticKind::kCopy}) {
@@ -206,8 +244,9 @@ std::unique_ptr<Task> make_task(const TaskOptions& o) {
     if (!o.data_path.empty()) throw SpecError("data", o.name + " is synthetic and reads no file");
     return std::make_unique<SyntheticTask>(kind, o.seq_len, o.eval_sequences);
   }
-  throw SpecError("task",
-                  "unknown task '" + o.name + "' (known: reverse, sort, sub, swap, copy, text)");
+  std::string known;
+  for (const std::string& n : task_names()) known += (known.empty() ? "" : ", ") + n;
+  throw SpecError("task", "unknown task '" + o.name + "' (known: " + known + ")");
 }
 
 std::unique_ptr<Task> task_from_json(const nlohmann::json& doc) {

@@ -45,8 +45,14 @@ torch::Tensor AttentionImpl::softmax_scores(torch::Tensor scores, int64_t mask_o
     scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   }
   // softmax in f32 at least (DESIGN.md conventions)
-  if (scores.scalar_type() == torch::kFloat64) return torch::softmax(scores, -1);
-  return torch::softmax(scores.to(torch::kFloat32), -1).to(scores.scalar_type());
+  const torch::Tensor p =
+      scores.scalar_type() == torch::kFloat64
+          ? torch::softmax(scores, -1)
+          : torch::softmax(scores.to(torch::kFloat32), -1).to(scores.scalar_type());
+  if (keep_maps_) {
+    last_map_ = p.detach().reshape({p.size(0), -1, p.size(-2), p.size(-1)});  // [B, H, Tq, Tk]
+  }
+  return p;
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,

@@ -48,6 +48,11 @@ class AttentionImpl : public torch::nn::Module {
   // (mla applies W_uv here, then every variant its output projection).
   virtual torch::Tensor decode_output(const torch::Tensor& attended);
 
+  // Analysis: while kept, every softmax attention pass stores its probabilities
+  // [B, H, Tq, Tk] (head h = g·(H/G) + i for grouped layouts); linear attention has none.
+  void keep_attention_maps(bool keep) { keep_maps_ = keep; }
+  const torch::Tensor& last_attention_map() const { return last_map_; }
+
  protected:
   // Causal mask for Tq queries over Tk keys, the first query mask_offset positions after the
   // first key: true where masked.
@@ -57,6 +62,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor softmax_scores(torch::Tensor scores, int64_t mask_offset) const;
 
   AttentionSpec spec_;
+  bool keep_maps_ = false;
+  mutable torch::Tensor last_map_;
 };
 
 // Builds the module of any variant; parameters are created with `options` (dtype,

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "svg_check.h"
+
 namespace {
 
 struct RunResult {
@@ -389,10 +391,115 @@ TEST(CliCompareTest, SmokeRunWritesResults) {
     }
     EXPECT_EQ(a["n_seeds"], 2);
   }
-  EXPECT_TRUE(contains(slurp(dir + "/results.md"), "| qkv1+ "));
+  const std::string md = slurp(dir + "/results.md");
+  EXPECT_TRUE(contains(md, "| qkv1+ "));
+  // report rebuilds the same tables from results.json alone
+  std::filesystem::remove(dir + "/results.md");
+  const RunResult report = run_kvlab("report " + dir);
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_EQ(slurp(dir + "/results.md"), md);
   const RunResult bad = run_kvlab("compare --attn qk-v+:m=3 --out " + dir);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "m=3")) << bad.err;
+}
+
+// The lm suite end to end on two variants for two steps: training on the King James text,
+// decode speed through the cache, results.json/md and the loss plot; then report, eval at
+// several contexts and analyze on one of its checkpoints.
+TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
+  const std::string dir = fresh_dir("compare-lm");
+  const RunResult r = run_kvlab(
+      "compare --suite lm --steps 2 --seeds 2 --attn mha "
+      "--attn gva:2,dr=16 --out " +
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
+  EXPECT_EQ(results["suite"], "lm");
+  ASSERT_EQ(results["runs"].size(), 4u);
+  ASSERT_EQ(results["variants"].size(), 2u);
+  for (const auto& v : results["variants"]) {
+    EXPECT_GT(v["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(v["params"].get<int64_t>(), 0);
+  }
+  // gva:2,dr=16 caches 2 groups × 32 + 16 bf16 scalars per layer and token; mha 2 × 4 × 32
+  EXPECT_EQ(results["variants"][1]["cache_bytes_per_token"], 4 * (2 * 32 + 16) * 2);
+  EXPECT_EQ(results["variants"][0]["cache_bytes_per_token"], 4 * 2 * 4 * 32 * 2);
+  for (const auto& run : results["runs"]) {
+    EXPECT_GT(run["eval_loss"].get<double>(), 0);
+    EXPECT_FALSE(run["curve"].empty());
+  }
+  const std::string md = slurp(dir + "/results.md");
+  EXPECT_TRUE(contains(md, "| gva:2,dr=16 ")) << md;
+  EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/loss_curves.svg")), "");
+  std::filesystem::remove(dir + "/results.md");
+  std::filesystem::remove(dir + "/loss_curves.svg");
+  ASSERT_EQ(run_kvlab("report " + dir).exit_code, 0);
+  EXPECT_EQ(slurp(dir + "/results.md"), md);
+  EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/loss_curves.svg")), "");
+
+  const std::string run = dir + "/runs/gva_2_dr_16/seed0";
+  const RunResult eval = run_kvlab("eval --checkpoint " + run + " --context 64,256 --format json");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const nlohmann::json rows = nlohmann::json::parse(eval.out)["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["positions"], rows[1]["positions"]);  // the same held-out bytes
+  EXPECT_EQ(rows[1]["context"], 256);
+
+  const std::string analysis = dir + "/analysis";
+  const RunResult a = run_kvlab("analyze --checkpoint " + run +
+                                " --input 'In the beginning' "
+                                "--out " +
+                                analysis);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(analysis + "/analysis.json"));
+  ASSERT_EQ(doc["layers"].size(), 4u);
+  EXPECT_TRUE(doc["layers"][0]["cos_kv"].is_null());  // gva has no K projection
+  EXPECT_GT(doc["layers"][0]["erank_v"].get<double>(), 1.0);
+  ASSERT_EQ(doc["attention_maps"].size(), 4u * 5u);  // 4 heads + the mean, per layer
+  for (const auto& name : doc["attention_maps"]) {
+    const std::string svg = slurp(analysis + "/" + name.get<std::string>());
+    EXPECT_EQ(kvlab::testing::svg_problem(svg), "") << name;
+    EXPECT_TRUE(contains(svg, "height=\"")) << name;
+  }
+
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"compare --suite lm --tasks copy --out " + dir, "tasks"},
+           {"compare --suite lm --preset paper --out " + dir, "preset"},
+           {"compare --suite lm --data /nonexistent/kjv.txt --out " + dir, "data"},
+           {"compare --suite lm --attn mha --attn linear --out " + dir, "linear"},
+           {"eval --checkpoint " + run + " --context 0", "context"},
+           {"analyze --checkpoint /nonexistent/run --out " + analysis, "nonexistent"},
+           {"report /nonexistent", "dir"}}) {
+    const RunResult bad = run_kvlab(args);
+    EXPECT_NE(bad.exit_code, 0) << args;
+    EXPECT_TRUE(contains(bad.err, message)) << args << ": " << bad.err;
+  }
+}
+
+// The vision suite on two variants: a ViT on Fashion-MNIST and the set-anomaly task.
+TEST(CliCompareTest, VisionSuiteSmokeRun) {
+  const std::string dir = fresh_dir("compare-vision");
+  const RunResult r =
+      run_kvlab("compare --suite vision --steps 2 --seeds 1 --attn mha --attn qkv1+ --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
+  ASSERT_EQ(results["runs"].size(), 4u);
+  for (const auto& run : results["runs"]) {
+    EXPECT_GE(run["accuracy"].get<double>(), 0.0);
+    EXPECT_LE(run["accuracy"].get<double>(), 1.0);
+  }
+  EXPECT_TRUE(contains(slurp(dir + "/results.md"), "| qkv1+ "));
+  for (const char* plot : {"/loss_curves_fashion-mnist.svg", "/loss_curves_set-anomaly.svg"}) {
+    EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + plot)), "") << plot;
+  }
+  const RunResult bad = run_kvlab("compare --suite vision --data /nonexistent --out " + dir);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "dataset-fashion-mnist")) << bad.err;
+  const RunResult text_input =
+      run_kvlab("analyze --checkpoint " + dir + "/runs/fashion-mnist/mha/seed0 --input abc --out " +
+                dir + "/analysis");
+  EXPECT_EQ(text_input.exit_code, 2);
+  EXPECT_TRUE(contains(text_input.err, "input")) << text_input.err;
 }
 
 TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {

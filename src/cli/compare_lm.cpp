@@ -1,0 +1,298 @@
+// kvlab compare --suite lm: a small GPT on the King James Bible for every attention variant
+// of the two seeds (seed 003 §4.2, seed 000 Table 2), same token budget and seeds for all.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include "cli/compare_command.h"
+#include "cli/run_pool.h"
+#include "cli/suite_common.h"
+#include "cli/table.h"
+#include "cli/units.h"
+#include "infer/generator.h"
+#include "io/atomic_file.h"
+#include "nn/checkpoint.h"
+#include "spec/spec_error.h"
+#include "train/trainer.h"
+
+namespace kvlab {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct LmPreset {
+  int64_t d_model, layers, heads, seq_len, steps, batch;
+  double lr;
+  int64_t eval_windows;    // held-out windows of seq_len bytes
+  int64_t decode_context;  // cached tokens when decode speed is measured
+  int64_t decode_tokens;   // tokens timed
+};
+
+// quick: 14 variants × 2 seeds in about 25 minutes on 2 cores (2 runs at a time, 1 thread
+// each, ~0.4 s a step). base: 6 layers of 256, context 256, 4,000 steps — about 40 hours
+// for the 28 runs on 2 cores (measured from the per-step time of one run), hours on a
+// larger machine.
+LmPreset lm_preset(const std::string& name) {
+  if (name == "quick") return {128, 4, 4, 128, 250, 32, 2e-3, 256, 1024, 32};
+  if (name == "base") return {256, 6, 8, 256, 4000, 32, 1e-3, 1000, 4096, 64};
+  throw SpecError("preset", "unknown lm preset '" + name + "' (known: quick, base)");
+}
+
+// Seed 003's projection-sharing family and the baselines, then seed 000 Table 2's GVA rows:
+// three M_h inits without a rope stream (keys rebuilt per position) and two DRoPE widths.
+std::vector<SuiteVariant> default_lm_variants() {
+  return {{"mha", "mha"},
+          {"qk-v", "qk-v"},
+          {"q-kv", "q-kv"},
+          {"qkv1", "qkv1"},
+          {"gqa:2", "gqa:2"},
+          {"mqa", "mqa"},
+          {"q-gqa:2", "q-gqa:2"},
+          {"q-mqa", "q-mqa"},
+          {"mla", "mla"},
+          {"gva baseline", "gva:2,dr=0"},
+          {"gva scale-matched+qnorm", "gva:2,dr=0,init=scale-matched,qnorm"},
+          {"gva variance-fixed", "gva:2,dr=0,init=variance-fixed"},
+          {"gva drope 24", "gva:2,dr=24"},
+          {"gva drope 16", "gva:2,dr=16"}};
+}
+
+ModelShape lm_shape(const LmPreset& p) {
+  ModelShape s;
+  s.kind = ModelKind::kDecoder;
+  s.n_layers = p.layers;
+  s.d_model = p.d_model;
+  s.n_heads = p.heads;
+  s.head_dim = p.d_model / p.heads;
+  s.mlp_kind = MlpKind::kSwiglu;
+  s.mlp_width = (8 * p.d_model / 3 + 7) / 8 * 8;
+  s.vocab_size = 256;  // bytes
+  s.max_context = p.seq_len;
+  s.norm = NormKind::kRmsNorm;
+  s.bias = BiasKind::kNone;
+  s.tied_embeddings = false;
+  s.pos = PosScheme::kRope;  // gva and mla need it
+  return s;
+}
+
+// Decode speed of a trained checkpoint through the paged cache (bf16) and the AVX2 kernel:
+// a random prompt of `context` tokens, then `tokens` greedy steps, each timed. Returns the
+// median milliseconds per token.
+double decode_ms_per_token(const std::string& checkpoint, int64_t context, int64_t tokens,
+                           int threads) {
+  nn::TransformerModel model = nn::load_model(checkpoint);
+  infer::Generator gen(model, DType::kBf16, context + tokens, 1, threads);
+  const int32_t seq = gen.add_sequence();
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> prompt(static_cast<size_t>(context));
+  for (int64_t& t : prompt) t = static_cast<int64_t>(rng() % 256);
+  torch::Tensor logits = gen.feed(seq, prompt);
+  std::vector<double> ms;
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int64_t next = logits.argmax().item<int64_t>();
+    const auto start = std::chrono::steady_clock::now();
+    logits = gen.step({seq}, {next})[0];
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
+  LmPreset preset = lm_preset(o.preset);
+  if (o.steps) preset.steps = *o.steps;
+  std::vector<SuiteVariant> variants;
+  if (o.attn.empty()) {
+    variants = default_lm_variants();
+  } else {
+    for (const std::string& a : o.attn) variants.push_back({a, a});
+  }
+  const ModelShape shape = lm_shape(preset);
+  std::vector<ModelConfig> models;
+  for (SuiteVariant& v : variants) {
+    try {
+      models.push_back(ModelConfig::make(shape, v.attn, DType::kBf16));
+    } catch (const SpecError& e) {
+      throw SpecError(e.field(), "invalid --attn \"" + v.attn + "\": " + e.what());
+    }
+    v.attn = models.back().attn.to_string();
+    if (models.back().attn.cache_layout().kernel == DecodeKernel::kNone) {
+      throw SpecError("attn", v.attn + " keeps no cache: the lm suite decodes every variant");
+    }
+  }
+  const data::TaskOptions task_options{"kjv", preset.seq_len, preset.eval_windows, o.data};
+  data::make_task(task_options);  // the text is there and splits, before anything trains
+
+  struct Run {
+    size_t variant;
+    int64_t seed;
+    std::string dir;
+  };
+  std::vector<Run> runs;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (int64_t seed = 0; seed < o.seeds; ++seed) {
+      runs.push_back(
+          {v, seed, fmt::format("{}/runs/{}/seed{}", o.out, dir_name(variants[v].label), seed)});
+    }
+  }
+  const int cores = machine_cores();
+  const int jobs =
+      std::max(1, std::min<int>(o.jobs > 0 ? o.jobs : cores, static_cast<int>(runs.size())));
+  train::set_threads(std::max(1, cores / jobs));
+  fs::create_directories(o.out);
+  std::cerr << fmt::format(
+      "kvlab compare --suite lm: {} runs ({} variants × {} seeds), {} at a time; d {}, {} layers, "
+      "{} heads, context {}, {} steps of {} sequences\n",
+      runs.size(), variants.size(), o.seeds, jobs, preset.d_model, preset.layers, preset.heads,
+      preset.seq_len, preset.steps, preset.batch);
+
+  std::vector<json> records(runs.size());
+  std::mutex mutex;
+  size_t done = 0;
+  const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
+    const Run& r = runs[i];
+    fs::remove_all(r.dir);  // compare owns its folder: a rerun starts each run afresh
+    train::TrainOptions t;
+    t.steps = preset.steps;
+    t.batch = preset.batch;
+    t.lr = preset.lr;
+    t.warmup = std::min<int64_t>(50, preset.steps / 10);
+    t.seed = static_cast<uint64_t>(r.seed);
+    ModelConfig config = models[r.variant];
+    config.attn.cache_dtype = DType::kF32;
+    train::Trainer trainer(config, data::make_task(task_options), t, r.dir);
+    const train::TrainResult result = trainer.run(stop);
+    if (result.status == train::TrainResult::Status::kDiverged) {
+      throw std::runtime_error(r.dir + ": " + result.message);
+    }
+    if (result.status != train::TrainResult::Status::kFinished) return false;
+    const json record = {
+        {"label", variants[r.variant].label},
+        {"attn", variants[r.variant].attn},
+        {"task", "kjv"},
+        {"seed", r.seed},
+        {"eval_loss", result.eval.loss},
+        {"perplexity", result.eval.perplexity},
+        {"steps", result.step},
+        {"seconds", result.seconds},
+        {"tokens_per_s", result.tokens_per_s},
+        {"curve", read_loss_curve(r.dir, std::max<int64_t>(1, preset.steps / 50))}};
+    std::lock_guard<std::mutex> lock(mutex);
+    records[i] = record;
+    std::cerr << fmt::format(
+        "[{}/{}] {} seed {}: validation loss {:.4f}, perplexity {:.3f} ({:.0f} s)\n", ++done,
+        runs.size(), variants[r.variant].label, r.seed, result.eval.loss, result.eval.perplexity,
+        result.seconds);
+    return true;
+  });
+  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
+  if (pool.finished < runs.size()) {
+    std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
+                             pool.finished, runs.size());
+    return 130;
+  }
+
+  // Decode speed, one variant at a time on every core (runs in parallel would disturb it).
+  train::set_threads(cores);
+  json results = {{"suite", "lm"},
+                  {"preset", o.preset},
+                  {"seeds", o.seeds},
+                  {"config",
+                   {{"d_model", preset.d_model},
+                    {"layers", preset.layers},
+                    {"heads", preset.heads},
+                    {"mlp_width", shape.mlp_width},
+                    {"seq_len", preset.seq_len},
+                    {"steps", preset.steps},
+                    {"batch", preset.batch},
+                    {"lr", preset.lr},
+                    {"eval_windows", preset.eval_windows},
+                    {"decode_context", preset.decode_context},
+                    {"decode_tokens", preset.decode_tokens},
+                    {"decode_cache_dtype", "bf16"},
+                    {"decode_threads", cores}}},
+                  {"variants", json::array()},
+                  {"runs", records}};
+  for (size_t v = 0; v < variants.size(); ++v) {
+    if (stop && stop->load()) return 130;
+    const std::string checkpoint =
+        fmt::format("{}/runs/{}/seed0/checkpoint", o.out, dir_name(variants[v].label));
+    const double ms =
+        decode_ms_per_token(checkpoint, preset.decode_context, preset.decode_tokens, cores);
+    std::cerr << fmt::format("decode {}: {:.2f} ms/token at {} cached tokens\n", variants[v].label,
+                             ms, preset.decode_context);
+    results["variants"].push_back(
+        {{"label", variants[v].label},
+         {"attn", variants[v].attn},
+         {"params", models[v].param_count().value()},
+         {"cache_bytes_per_token", models[v].cache_bytes_per_token().value()},
+         {"decode_ms_per_token", ms},
+         {"decode_tokens_per_s", 1000.0 / ms}});
+  }
+  write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
+  out << render_report(results, o.out);
+  return 0;
+}
+
+std::string render_lm_report(const json& results, const std::string& dir) {
+  const json& c = results.at("config");
+  std::vector<std::string> labels;
+  for (const json& v : results.at("variants")) labels.push_back(v.at("label").get<std::string>());
+  auto losses = [&](const std::string& label) {
+    std::vector<double> xs;
+    for (const json& r : results.at("runs")) {
+      if (r.at("label") == label) xs.push_back(r.at("eval_loss").get<double>());
+    }
+    return xs;
+  };
+  const double mha_loss = mean_std(losses(labels.empty() ? "" : labels.front())).first;
+  Table table({"variant", "attn", "val loss (nats/byte)", "perplexity",
+               "Δ loss vs " + (labels.empty() ? std::string("first") : labels.front()), "params",
+               "cache B/token", "decode tok/s"});
+  for (const json& v : results.at("variants")) {
+    const std::string label = v.at("label");
+    const std::vector<double> xs = losses(label);
+    std::vector<double> ppl;
+    for (double x : xs) ppl.push_back(std::exp(x));
+    const auto [loss, loss_std] = mean_std(xs);
+    const auto [p, p_std] = mean_std(ppl);
+    table.add_row({label, v.at("attn"), fmt::format("{:.4f} ± {:.4f}", loss, loss_std),
+                   fmt::format("{:.3f} ± {:.3f}", p, p_std),
+                   fmt::format("{:+.2f}%", 100.0 * (loss - mha_loss) / mha_loss),
+                   with_commas(v.at("params").get<int64_t>()),
+                   with_commas(v.at("cache_bytes_per_token").get<int64_t>()),
+                   fmt::format("{:.0f}", v.at("decode_tokens_per_s").get<double>())});
+  }
+  const std::string plot =
+      svg_line_chart("Training loss on the King James Bible (mean over seeds)", "step",
+                     "training loss (nats/byte)", mean_curves(results.at("runs"), labels));
+  write_file_atomic(dir + "/loss_curves.svg", plot);
+  std::string md = fmt::format(
+      "# kvlab compare --suite lm --preset {}\n\n"
+      "Byte-level GPT on the King James Bible (Debian's bible-kjv; every tenth book held out): "
+      "d {}, {} layers, {} heads, SwiGLU {}, RoPE, context {}, {} steps of {} sequences (lr {}), "
+      "{} seed(s) per variant, same batches for all. Validation loss over {} held-out windows, "
+      "mean ± sample std over seeds; Δ is the relative change of the mean loss. Cache bytes per "
+      "token over all layers in bf16. Decode tok/s: greedy decoding of the seed-0 checkpoint "
+      "through the paged bf16 cache at {} cached tokens, {} threads (median of {} steps).\n\n",
+      results.value("preset", "?"), c.at("d_model").get<int64_t>(), c.at("layers").get<int64_t>(),
+      c.at("heads").get<int64_t>(), c.at("mlp_width").get<int64_t>(),
+      c.at("seq_len").get<int64_t>(), c.at("steps").get<int64_t>(), c.at("batch").get<int64_t>(),
+      c.at("lr").get<double>(), results.at("seeds").get<int64_t>(),
+      c.at("eval_windows").get<int64_t>(), c.at("decode_context").get<int64_t>(),
+      c.at("decode_threads").get<int64_t>(), c.at("decode_tokens").get<int64_t>());
+  md += table.to_markdown() + "\nLoss curves: loss_curves.svg\n";
+  write_file_atomic(dir + "/results.md", md);
+  return md;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,69 @@
+#include "cli/suite_common.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <thread>
+
+namespace kvlab {
+
+std::pair<double, double> mean_std(const std::vector<double>& xs) {
+  if (xs.empty()) return {NAN, NAN};
+  double mean = 0;
+  for (double x : xs) mean += x;
+  mean /= static_cast<double>(xs.size());
+  double var = 0;
+  for (double x : xs) var += (x - mean) * (x - mean);
+  const double std = xs.size() > 1 ? std::sqrt(var / static_cast<double>(xs.size() - 1)) : 0.0;
+  return {mean, std};
+}
+
+std::string dir_name(const std::string& text) {
+  std::string out;
+  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '_';
+  return out;
+}
+
+nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window) {
+  std::ifstream in(run_dir + "/log.jsonl");
+  nlohmann::json curve = nlohmann::json::array();
+  std::string line;
+  double sum = 0;
+  int64_t count = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || !record.contains("loss") || !record["loss"].is_number()) continue;
+    sum += record["loss"].get<double>();
+    if (++count == window) {
+      curve.push_back({record.value("step", int64_t{0}), sum / static_cast<double>(count)});
+      sum = 0;
+      count = 0;
+    }
+  }
+  return curve;
+}
+
+std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<std::string>& labels,
+                                const std::string& task) {
+  std::vector<Series> out;
+  for (const std::string& label : labels) {
+    std::map<int64_t, std::vector<double>> by_step;
+    for (const nlohmann::json& run : runs) {
+      if (run.value("label", "") != label || !run.contains("curve")) continue;
+      if (!task.empty() && run.value("task", "") != task) continue;
+      for (const nlohmann::json& point : run["curve"]) {
+        by_step[point[0].get<int64_t>()].push_back(point[1].get<double>());
+      }
+    }
+    Series s{label, {}};
+    for (const auto& [step, losses] : by_step) {
+      s.points.emplace_back(static_cast<double>(step), mean_std(losses).first);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+int machine_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+}  // namespace kvlab

@@ -16,6 +16,7 @@
 #include "cli/units.h"
 #include "io/atomic_file.h"
 #include "spec/spec_error.h"
+#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace kvlab {
@@ -129,7 +130,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
                   "Seeds per variant and task (default: synthetic 3, lm 2, vision 2)");
   cmd->add_option("--preset", o.preset,
                   "quick (synthetic ~7, lm ~25, vision ~10 minutes on 2 cores) | paper "
-                  "(synthetic, vision: the seed's settings) | base (lm: 6 layers of 256, ~40 "
+                  "(synthetic, vision: the seed's settings) | base (lm: 6 layers of 256, ~70 "
                   "hours on 2 cores)")
       ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps per run, overriding the preset");
@@ -199,10 +200,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
       }
     }
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int jobs =
-      std::max(1, std::min<int>(o.jobs > 0 ? o.jobs : cores, static_cast<int>(runs.size())));
-  train::set_threads(std::max(1, cores / jobs));
+  const std::unique_ptr<train::DataParallel> data_parallel =
+      train::data_parallel_from_environment();
+  const bool writer = !data_parallel || data_parallel->rank() == 0;
+  const int jobs = start_jobs(o.jobs, runs.size(), data_parallel != nullptr);
   fs::create_directories(o.out);
   std::cerr << fmt::format(
       "kvlab compare: {} runs ({} variants × {} tasks × {} seeds × {} "
@@ -214,7 +215,8 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
     const RunSpec& r = runs[i];
     const SuiteConfig& c = configs[r.config_index];
-    fs::remove_all(r.dir);  // compare owns its folder: a rerun starts each run afresh
+    std::error_code ignored;  // every rank clears it; compare owns its folder
+    fs::remove_all(r.dir, ignored);
     train::TrainOptions t;
     t.steps = c.steps;
     t.batch = c.batch;
@@ -223,11 +225,13 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     t.seed = static_cast<uint64_t>(r.seed);
     train::Trainer trainer(ModelConfig::make(encoder_shape(c), r.attn, DType::kF32),
                            data::make_task({r.task, c.seq_len, 1000, ""}), t, r.dir);
+    trainer.set_data_parallel(data_parallel.get());
     const train::TrainResult result = trainer.run(stop);
     if (result.status == train::TrainResult::Status::kDiverged) {
       throw std::runtime_error(r.dir + ": " + result.message);
     }
     if (result.status != train::TrainResult::Status::kFinished) return false;
+    if (!writer) return true;
     std::lock_guard<std::mutex> lock(mutex);
     outcomes[i] = {result.eval.accuracy, result.eval.loss, result.seconds, result.step, true};
     std::cerr << fmt::format("[{}/{}] {} {} seed {}: accuracy {:.3f} ({:.1f} s)\n", i + 1,
@@ -243,6 +247,7 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     return 130;
   }
 
+  if (!writer) return 0;  // rank 0 reports for the job
   // Aggregate: per (variant, task) over every configuration and seed.
   const PaperNumbers paper;
   json results = {{"suite", o.suite},         {"preset", o.preset},

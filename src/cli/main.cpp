@@ -11,6 +11,7 @@
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
 #include "cli/generate_command.h"
+#include "cli/launch_command.h"
 #include "cli/summary_command.h"
 #include "cli/train_command.h"
 #include "spec/version.h"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   CLI::App* eval = kvlab::add_eval_command(app, eval_options);
   kvlab::CompareOptions compare_options;
   CLI::App* compare = kvlab::add_compare_command(app, compare_options);
+  kvlab::LaunchOptions launch_options;
+  CLI::App* launch = kvlab::add_launch_command(app, launch_options);
   kvlab::AnalyzeOptions analyze_options;
   CLI::App* analyze = kvlab::add_analyze_command(app, analyze_options);
   kvlab::ReportOptions report_options;
@@ -88,6 +91,9 @@ int main(int argc, char** argv) {
     } else if (compare->parsed()) {
       command = "kvlab compare";
       return kvlab::run_compare(compare_options, &g_stop_requested, std::cout);
+    } else if (launch->parsed()) {
+      command = "kvlab launch";
+      return kvlab::run_launch(launch_options, &g_stop_requested);
     } else if (analyze->parsed()) {
       command = "kvlab analyze";
       return kvlab::run_analyze(analyze_options, std::cout);

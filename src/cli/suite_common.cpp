@@ -5,6 +5,8 @@
 #include <map>
 #include <thread>
 
+#include "train/trainer.h"
+
 namespace kvlab {
 
 std::pair<double, double> mean_std(const std::vector<double>& xs) {
@@ -65,5 +67,15 @@ std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<st
 }
 
 int machine_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int start_jobs(int requested, size_t n_runs, bool data_parallel) {
+  const int cores = machine_cores();
+  const int jobs =
+      data_parallel
+          ? 1
+          : std::max(1, std::min<int>(requested > 0 ? requested : cores, static_cast<int>(n_runs)));
+  train::set_threads(std::max(1, cores / jobs));
+  return jobs;
+}
 
 }  // namespace kvlab

@@ -30,7 +30,9 @@ nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window);
 std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<std::string>& labels,
                                 const std::string& task = "");
 
-// Cores of this machine; concurrent runs and threads per run for `jobs` (0: one run per core).
 int machine_cores();
+// Runs trained at once (requested: 0 = one per core; 1 in a data-parallel job, where every
+// rank must step through the same runs in the same order), and sets each run's threads.
+int start_jobs(int requested, size_t n_runs, bool data_parallel);
 
 }  // namespace kvlab

@@ -11,6 +11,7 @@
 #include "cli/units.h"
 #include "nn/checkpoint.h"
 #include "spec/spec_error.h"
+#include "train/data_parallel.h"
 
 namespace kvlab {
 namespace {
@@ -145,6 +146,11 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
   }
   if (o.threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
   const int threads = train::set_threads(o.threads);
+  // torchrun / SLURM variables make this one rank of a data-parallel job (rendezvous first,
+  // so a rank that cannot join fails before anything is written)
+  const std::unique_ptr<train::DataParallel> data_parallel =
+      train::data_parallel_from_environment();
+  const bool writer = !data_parallel || data_parallel->rank() == 0;
   std::unique_ptr<train::Trainer> trainer;
   if (!o.resume.empty()) {
     for (const CLI::Option* opt : command.get_options()) {
@@ -154,7 +160,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
         throw SpecError("resume", "--resume continues a run with its own settings; drop " + name);
       }
     }
-    trainer = train::Trainer::resume(o.resume);
+    trainer = train::Trainer::resume(o.resume, writer);
   } else {
     if (o.task.empty()) throw SpecError("task", "give --task (or --resume DIR)");
     if (o.out.empty()) throw SpecError("out", "give --out DIR for the run's checkpoint and log");
@@ -173,15 +179,20 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     }
     trainer = std::make_unique<train::Trainer>(config, std::move(task), o.train, o.out);
   }
+  trainer->set_data_parallel(data_parallel.get());
   const std::string run_dir = o.resume.empty() ? o.out : o.resume;
   const train::TrainOptions& t = trainer->options();
-  const bool bar = !o.no_progress && ::isatty(STDERR_FILENO);
+  const bool bar = writer && !o.no_progress && ::isatty(STDERR_FILENO);
   const int64_t first_step = trainer->step();
   const auto start = std::chrono::steady_clock::now();
-  std::cerr << fmt::format("kvlab train: {} on {}, {} params, {} threads, steps {}..{}, run {}\n",
-                           trainer->model().config().attn.to_string(), trainer->task().name(),
-                           with_commas(trainer->model().parameter_count()), threads, first_step,
-                           t.steps, run_dir);
+  if (writer) {
+    std::cerr << fmt::format(
+        "kvlab train: {} on {}, {} params, {} threads{}, steps {}..{}, run {}\n",
+        trainer->model().config().attn.to_string(), trainer->task().name(),
+        with_commas(trainer->model().parameter_count()), threads,
+        data_parallel ? fmt::format(" × {} ranks", data_parallel->world_size()) : "", first_step,
+        t.steps, run_dir);
+  }
   const train::TrainResult r = trainer->run(stop, [&](int64_t step, double loss, double tps) {
     if (!bar) return;
     const double elapsed =
@@ -199,7 +210,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
   if (bar) std::cerr << "\n";
   switch (r.status) {
     case train::TrainResult::Status::kInterrupted:
-      std::cerr << "kvlab train: " << r.message << "\n";
+      if (writer) std::cerr << "kvlab train: " << r.message << "\n";
       return 130;
     case train::TrainResult::Status::kDiverged:
       std::cerr << "kvlab train: " << r.message << "\n";
@@ -207,6 +218,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     case train::TrainResult::Status::kFinished:
       break;
   }
+  if (!writer) return 0;  // rank 0 reports for the job
   const bool accuracy = trainer->task().metric() == data::Metric::kAccuracy;
   if (o.format == "json") {
     out << nlohmann::json{{"task", trainer->task().name()},

@@ -174,7 +174,18 @@ Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, T
       params, AdamW::Options{options_.beta1, options_.beta2, 1e-8, options_.weight_decay});
 }
 
-std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
+void Trainer::set_data_parallel(DataParallel* data_parallel) {
+  if (data_parallel != nullptr &&
+      options_.batch % (data_parallel->world_size() * options_.accumulation) != 0) {
+    throw SpecError("batch", "the global batch " + std::to_string(options_.batch) +
+                                 " does not split into " +
+                                 std::to_string(data_parallel->world_size()) + " ranks × " +
+                                 std::to_string(options_.accumulation) + " micro-batches");
+  }
+  data_parallel_ = data_parallel;
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, bool writer) {
   std::string dir = run_dir + "/checkpoint";
   if (!exists(dir + "/trainer_state.json") &&
       exists(run_dir + "/checkpoint.old/trainer_state.json")) {
@@ -208,7 +219,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
   }
   // the log keeps what led to this checkpoint, nothing after it
   const std::string log_path = run_dir + "/log.jsonl";
-  if (exists(log_path)) {
+  if (writer && exists(log_path)) {
     std::istringstream lines(read_file(log_path));
     std::string line, kept;
     while (std::getline(lines, line)) {
@@ -224,11 +235,13 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
 }
 
 void Trainer::log(const json& record) {
+  if (!writer()) return;
   std::ofstream out(run_dir_ + "/log.jsonl", std::ios::app);
   out << record.dump() << "\n";
 }
 
 void Trainer::save_checkpoint() {
+  if (!writer()) return;
   fs::create_directories(run_dir_);
   const std::string final_dir = run_dir_ + "/checkpoint";
   const std::string temp_dir = run_dir_ + "/checkpoint.tmp";
@@ -248,32 +261,50 @@ void Trainer::save_checkpoint() {
 
 TrainResult Trainer::run(const std::atomic<bool>* stop,
                          const std::function<void(int64_t, double, double)>& progress) {
-  fs::create_directories(run_dir_);
+  if (writer()) fs::create_directories(run_dir_);
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
-  const int64_t micro = options_.batch / options_.accumulation;
+  const int64_t world = data_parallel_ ? data_parallel_->world_size() : 1;
+  const int64_t rank = data_parallel_ ? data_parallel_->rank() : 0;
+  const int64_t shard = options_.batch / world;  // this rank's rows of every global batch
+  const int64_t micro = shard / options_.accumulation;
+  std::vector<torch::Tensor> params = model_->parameters();
+  if (data_parallel_) data_parallel_->broadcast(params);  // one start for all, even if resumed
   int64_t tokens = 0;
   double compute_seconds = 0;
   while (step_ < options_.steps) {
-    if (stop != nullptr && stop->load()) {
+    bool stopping = stop != nullptr && stop->load();
+    const auto step_start = std::chrono::steady_clock::now();
+    double loss_value = 0;
+    int64_t batch_tokens = 0;
+    if (!stopping || data_parallel_) {
+      const data::Batch batch = task_->train_batch(options_.seed, step_, options_.batch);
+      batch_tokens = batch.targets.numel();
+      optimizer_->zero_grad();
+      for (int64_t k = 0; k < options_.accumulation; ++k) {
+        const torch::Tensor inputs = batch.inputs.narrow(0, rank * shard + k * micro, micro);
+        const torch::Tensor targets = batch.targets.narrow(0, rank * shard + k * micro, micro);
+        // each micro-batch's mean weighs 1/accumulation: the sum is the shard's mean
+        const torch::Tensor loss = cross_entropy(model_->forward(inputs), targets) /
+                                   static_cast<double>(options_.accumulation);
+        loss_value += loss.item<double>();
+        loss.backward();
+      }
+    }
+    if (data_parallel_) {
+      // one small collective carries the loss and every rank's stop request, so all ranks
+      // agree to stop at the same step; then the gradients, averaged in buckets
+      const std::vector<double> sums = data_parallel_->sum({loss_value, stopping ? 1.0 : 0.0});
+      loss_value = sums[0] / static_cast<double>(world);
+      stopping = sums[1] > 0;
+      if (!stopping && std::isfinite(loss_value)) data_parallel_->average_gradients(params);
+    }
+    if (stopping) {
       save_checkpoint();
       result.status = TrainResult::Status::kInterrupted;
       result.message = "stopped at step " + std::to_string(step_) + "; checkpoint saved in " +
                        run_dir_ + "/checkpoint (resume with --resume " + run_dir_ + ")";
       break;
-    }
-    const auto step_start = std::chrono::steady_clock::now();
-    const data::Batch batch = task_->train_batch(options_.seed, step_, options_.batch);
-    optimizer_->zero_grad();
-    double loss_value = 0;
-    for (int64_t k = 0; k < options_.accumulation; ++k) {
-      const torch::Tensor inputs = batch.inputs.narrow(0, k * micro, micro);
-      const torch::Tensor targets = batch.targets.narrow(0, k * micro, micro);
-      // each micro-batch's mean weighs 1/accumulation: the sum is the global batch's mean
-      const torch::Tensor loss = cross_entropy(model_->forward(inputs), targets) /
-                                 static_cast<double>(options_.accumulation);
-      loss_value += loss.item<double>();
-      loss.backward();
     }
     if (!std::isfinite(loss_value)) {
       result.status = TrainResult::Status::kDiverged;
@@ -287,7 +318,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     }
     double grad_norm = 0;
     if (options_.clip > 0) {
-      grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), options_.clip);
+      grad_norm = torch::nn::utils::clip_grad_norm_(params, options_.clip);
     }
     const double lr =
         learning_rate(step_, options_.steps, options_.warmup, options_.lr, options_.lr_floor);
@@ -295,16 +326,17 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     ++step_;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    tokens += batch.targets.numel();
+    tokens += batch_tokens;  // the global batch: every rank's shard
     compute_seconds += seconds;
-    const double tokens_per_s = static_cast<double>(batch.targets.numel()) / seconds;
+    const double tokens_per_s = static_cast<double>(batch_tokens) / seconds;
     log({{"step", step_},
          {"loss", loss_value},
          {"lr", lr},
          {"grad_norm", grad_norm},
          {"tokens_per_s", tokens_per_s}});
     if (progress) progress(step_, loss_value, tokens_per_s);
-    if (options_.eval_every > 0 && step_ % options_.eval_every == 0 && step_ < options_.steps) {
+    if (writer() && options_.eval_every > 0 && step_ % options_.eval_every == 0 &&
+        step_ < options_.steps) {
       const EvalResult e = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
       log({{"step", step_},
            {"eval_loss", e.loss},
@@ -313,7 +345,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     }
     if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) save_checkpoint();
   }
-  if (result.status == TrainResult::Status::kFinished) {
+  if (result.status == TrainResult::Status::kFinished && writer()) {
     result.eval = evaluate(*model_, *task_, options_.seed, options_.eval_batch);
     log({{"step", step_},
          {"eval_loss", result.eval.loss},

@@ -9,6 +9,7 @@
 #include "data/task.h"
 #include "nn/transformer.h"
 #include "train/adamw.h"
+#include "train/data_parallel.h"
 
 namespace kvlab::train {
 
@@ -65,8 +66,17 @@ class Trainer {
  public:
   Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, TrainOptions options,
           std::string run_dir);
-  // Continues the run saved in `run_dir` from its last checkpoint.
-  static std::unique_ptr<Trainer> resume(const std::string& run_dir);
+  // Continues the run saved in `run_dir` from its last checkpoint. Only the writing rank
+  // (writer) trims the log back to the checkpoint.
+  static std::unique_ptr<Trainer> resume(const std::string& run_dir, bool writer = true);
+
+  // Data-parallel training (not owned; must outlive run()): each rank computes its shard of
+  // every global batch (rows [rank·B/W, (rank+1)·B/W)), gradients are averaged over ranks
+  // before clipping and the optimizer step, so every rank takes the same step and the ranks
+  // together see exactly the batches one process would. Rank 0 alone logs and checkpoints.
+  // A stop request on any rank stops all of them at the same step. Throws SpecError("batch")
+  // unless the world size times the accumulation divides the batch.
+  void set_data_parallel(DataParallel* data_parallel);
 
   // Trains to options.steps. Stops early, saving a checkpoint, once *stop becomes true; stops
   // without saving when the loss is not finite. `progress` (may be empty) sees each step.
@@ -84,6 +94,7 @@ class Trainer {
   Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, TrainOptions options,
           std::string run_dir);
   void log(const nlohmann::json& record);
+  bool writer() const { return data_parallel_ == nullptr || data_parallel_->rank() == 0; }
 
   nn::TransformerModel model_;
   std::unique_ptr<data::Task> task_;
@@ -91,6 +102,7 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<AdamW> optimizer_;
   int64_t step_ = 0;
+  DataParallel* data_parallel_ = nullptr;
 };
 
 // Where a checkpoint folder is: DIR itself if it holds config.json, else DIR/checkpoint.

@@ -407,6 +407,9 @@ TEST(CliCompareTest, SmokeRunWritesResults) {
 // decode speed through the cache, results.json/md and the loss plot; then report, eval at
 // several contexts and analyze on one of its checkpoints.
 TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
+  if (!std::filesystem::exists("/usr/bin/bible")) {
+    GTEST_SKIP() << "bible-kjv is not installed (scripts/install-deps installs it)";
+  }
   const std::string dir = fresh_dir("compare-lm");
   const RunResult r = run_kvlab(
       "compare --suite lm --steps 2 --seeds 2 --attn mha "
@@ -478,6 +481,9 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
 
 // The vision suite on two variants: a ViT on Fashion-MNIST and the set-anomaly task.
 TEST(CliCompareTest, VisionSuiteSmokeRun) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)";
+  }
   const std::string dir = fresh_dir("compare-vision");
   const RunResult r =
       run_kvlab("compare --suite vision --steps 2 --seeds 1 --attn mha --attn qkv1+ --out " + dir);

@@ -31,6 +31,17 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// DESIGN.md: a test that needs a data package skips, saying so, when it is absent
+// (scripts/install-deps installs both).
+#define REQUIRE_KJV()                                                                \
+  if (!fs::exists("/usr/bin/bible")) {                                               \
+    GTEST_SKIP() << "bible-kjv is not installed (scripts/install-deps installs it)"; \
+  }
+#define REQUIRE_FASHION_MNIST()                                                                  \
+  if (!fs::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {              \
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/install-deps installs it)"; \
+  }
+
 TEST(KjvTest, SplitsAtBookHeadersAndHoldsOutEveryTenthBook) {
   std::string text = "\n";
   for (int b = 0; b < 12; ++b) {
@@ -54,6 +65,7 @@ TEST(KjvTest, SplitsAtBookHeadersAndHoldsOutEveryTenthBook) {
 }
 
 TEST(KjvTest, TheDebianTextHas66BooksAndASixBookValidationSet) {
+  REQUIRE_KJV();
   const KjvSplit split = split_kjv(read_kjv_text(""));
   ASSERT_EQ(split.books.size(), 66u);
   EXPECT_EQ(split.books.front(), "Genesis");
@@ -101,6 +113,7 @@ TEST(FashionMnistTest, MalformedFilesAreClearErrors) {
 }
 
 TEST(FashionMnistTest, TheDebianFilesHold60000And10000BalancedImages) {
+  REQUIRE_FASHION_MNIST();
   const ImageSet train = load_fashion_mnist(kFashionMnistDir, "train");
   const ImageSet test = load_fashion_mnist(kFashionMnistDir, "t10k");
   EXPECT_EQ(train.images.sizes(), (std::vector<int64_t>{60000, 28, 28}));
@@ -110,6 +123,7 @@ TEST(FashionMnistTest, TheDebianFilesHold60000And10000BalancedImages) {
 }
 
 TEST(SetAnomalyTest, NineImagesShareAClassAndTheTargetIsTheOddOne) {
+  REQUIRE_FASHION_MNIST();
   const auto task = make_task({"set-anomaly", 1, 64, ""});
   const ImageSet train = load_fashion_mnist(kFashionMnistDir, "train");
   // image bytes -> labels it carries in the training set
@@ -152,6 +166,7 @@ TEST(SetAnomalyTest, NineImagesShareAClassAndTheTargetIsTheOddOne) {
 }
 
 TEST(FashionMnistTaskTest, ImagesAreNormalisedAndLabelled) {
+  REQUIRE_FASHION_MNIST();
   const auto task = make_task({"fashion-mnist", 1, 100, ""});
   const Batch b = task->train_batch(0, 0, 8);
   EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{8, 1, 28, 28}));

@@ -112,14 +112,16 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
   std::filesystem::create_directories(o.out);
 
   json layers = json::array();
-  Table table({"layer", "cos(K,V)", "cos(Q,K)", "cos(Q,V)", "erank Q", "erank K", "erank V", "of"});
+  Table table({"layer", "cos(K,V)", "cos(Q,K)", "cos(Q,V)", "erank Q", "erank K", "erank V"});
   std::vector<nn::AttentionImpl*> attns;
   for (size_t l = 0; l < model->model->layers->size(); ++l) {
     auto* block = model->model->layers[l]->as<nn::TransformerBlockImpl>();
     nn::AttentionImpl& attn = *block->self_attn;
     attns.push_back(&attn);
     const Projections p = projections(attn);
-    const int64_t full = p.q.defined() ? std::min(p.q.size(0), p.q.size(1)) : 0;
+    auto full = [](const torch::Tensor& w) {
+      return w.defined() ? std::min(w.size(0), w.size(1)) : 0;
+    };
     const json row = {{"layer", l},
                       {"cos_kv", cosine(p.k, p.v)},
                       {"cos_qk", cosine(p.q, p.k)},
@@ -127,14 +129,19 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
                       {"erank_q", effective_rank(p.q)},
                       {"erank_k", effective_rank(p.k)},
                       {"erank_v", effective_rank(p.v)},
-                      {"max_rank_q", full},
+                      {"max_rank_q", full(p.q)},
+                      {"max_rank_k", full(p.k)},
+                      {"max_rank_v", full(p.v)},
                       {"shared_kv", p.k.defined() && p.k.is_same(p.v)},
                       {"shared_qk", p.q.defined() && p.q.is_same(p.k)}};
     layers.push_back(row);
+    auto rank_cell = [&](const char* key, const torch::Tensor& w) {
+      return row[key].is_number() ? fmt::format("{:.1f} / {}", row[key].get<double>(), full(w))
+                                  : std::string("—");
+    };
     table.add_row({std::to_string(l), cell(row["cos_kv"], "{:.3f}"), cell(row["cos_qk"], "{:.3f}"),
-                   cell(row["cos_qv"], "{:.3f}"), cell(row["erank_q"], "{:.1f}"),
-                   cell(row["erank_k"], "{:.1f}"), cell(row["erank_v"], "{:.1f}"),
-                   std::to_string(full)});
+                   cell(row["cos_qv"], "{:.3f}"), rank_cell("erank_q", p.q),
+                   rank_cell("erank_k", p.k), rank_cell("erank_v", p.v)});
   }
 
   // Attention maps of one example.
@@ -186,7 +193,7 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
       "# kvlab analyze: {} on {}\n\n"
       "cos: cosine of two projection matrices flattened to vectors (— where shapes differ or "
       "a matrix is absent; 1 where the variant shares the projection). erank: effective rank, "
-      "exp of the entropy of the normalised singular values; 'of' is the largest possible. "
+      "exp of the entropy of the normalised singular values, out of the largest possible. "
       "Seed 003 §5 reports, for a 1.2B QKV model, cos(K,V) 0.73, cos(Q,K) 0.42, cos(Q,V) 0.31 "
       "and effective ranks 687 (K) and 702 (V) of 1024.\n\n{}\nAttention maps ({}): {}\n",
       attn_text, task->name(), table.to_markdown(), maps.size(),

@@ -77,6 +77,7 @@ struct RunOutcome {
   double seconds = 0;
   int64_t steps = 0;
   bool done = false;
+  json curve;  // training loss, averaged over windows of steps
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -233,7 +234,12 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     if (result.status != train::TrainResult::Status::kFinished) return false;
     if (!writer) return true;
     std::lock_guard<std::mutex> lock(mutex);
-    outcomes[i] = {result.eval.accuracy, result.eval.loss, result.seconds, result.step, true};
+    outcomes[i] = {result.eval.accuracy,
+                   result.eval.loss,
+                   result.seconds,
+                   result.step,
+                   true,
+                   read_loss_curve(r.dir, std::max<int64_t>(1, c.steps / 50))};
     std::cerr << fmt::format("[{}/{}] {} {} seed {}: accuracy {:.3f} ({:.1f} s)\n", i + 1,
                              runs.size(), r.task, r.attn, r.seed, result.eval.accuracy,
                              result.seconds);
@@ -271,7 +277,9 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
                                {"accuracy", outcomes[i].accuracy},
                                {"loss", outcomes[i].loss},
                                {"steps", outcomes[i].steps},
-                               {"seconds", outcomes[i].seconds}});
+                               {"seconds", outcomes[i].seconds},
+                               {"label", runs[i].attn},
+                               {"curve", outcomes[i].curve}});
   }
   for (const std::string& attn : canonical) {
     std::map<int64_t, std::vector<double>> per_seed;  // seed -> accuracies over tasks and configs
@@ -357,6 +365,17 @@ std::string render_synthetic_report(const json& results, const std::string& dir)
       c0.at("heads").get<int64_t>(), c0.at("seq_len").get<int64_t>(), c0.at("steps").get<int64_t>(),
       c0.at("batch").get<int64_t>());
   md += table.to_markdown();
+  std::vector<std::string> labels;
+  for (const json& v : results.at("variants")) labels.push_back(v.at("attn").get<std::string>());
+  md += "\nLoss curves (mean over seeds and configurations):";
+  for (const std::string& task : tasks) {
+    const std::string name = "loss_curves_" + dir_name(task) + ".svg";
+    write_file_atomic(dir + "/" + name,
+                      svg_line_chart("Training loss on " + task, "step", "training loss (nats)",
+                                     mean_curves(results.at("runs"), labels, task)));
+    md += " " + name;
+  }
+  md += "\n";
   write_file_atomic(dir + "/results.md", md);
   return md;
 }

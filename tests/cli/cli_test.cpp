@@ -393,6 +393,9 @@ TEST(CliCompareTest, SmokeRunWritesResults) {
   }
   const std::string md = slurp(dir + "/results.md");
   EXPECT_TRUE(contains(md, "| qkv1+ "));
+  for (const char* plot : {"/loss_curves_copy.svg", "/loss_curves_swap.svg"}) {
+    EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + plot)), "") << plot;
+  }
   // report rebuilds the same tables from results.json alone
   std::filesystem::remove(dir + "/results.md");
   const RunResult report = run_kvlab("report " + dir);

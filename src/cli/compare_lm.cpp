@@ -260,9 +260,15 @@ std::string render_lm_report(const json& results, const std::string& dir) {
     return xs;
   };
   const double mha_loss = mean_std(losses(labels.empty() ? "" : labels.front())).first;
-  Table table({"variant", "attn", "val loss (nats/byte)", "perplexity",
-               "Δ loss vs " + (labels.empty() ? std::string("first") : labels.front()), "params",
-               "cache B/token", "decode tok/s"});
+  auto mean_perplexity = [&](const std::string& label) {
+    std::vector<double> ppl;
+    for (double x : losses(label)) ppl.push_back(std::exp(x));
+    return mean_std(ppl).first;
+  };
+  const double mha_ppl = mean_perplexity(labels.empty() ? "" : labels.front());
+  const std::string first = labels.empty() ? std::string("first") : labels.front();
+  Table table({"variant", "attn", "val loss (nats/byte)", "perplexity", "Δ loss vs " + first,
+               "Δ ppl vs " + first, "params", "cache B/token", "decode tok/s"});
   for (const json& v : results.at("variants")) {
     const std::string label = v.at("label");
     const std::vector<double> xs = losses(label);
@@ -273,6 +279,7 @@ std::string render_lm_report(const json& results, const std::string& dir) {
     table.add_row({label, v.at("attn"), fmt::format("{:.4f} ± {:.4f}", loss, loss_std),
                    fmt::format("{:.3f} ± {:.3f}", p, p_std),
                    fmt::format("{:+.2f}%", 100.0 * (loss - mha_loss) / mha_loss),
+                   fmt::format("{:+.2f}%", 100.0 * (p - mha_ppl) / mha_ppl),
                    with_commas(v.at("params").get<int64_t>()),
                    with_commas(v.at("cache_bytes_per_token").get<int64_t>()),
                    fmt::format("{:.0f}", v.at("decode_tokens_per_s").get<double>())});
@@ -286,7 +293,8 @@ std::string render_lm_report(const json& results, const std::string& dir) {
       "Byte-level GPT on the King James Bible (Debian's bible-kjv; every tenth book held out): "
       "d {}, {} layers, {} heads, SwiGLU {}, RoPE, context {}, {} steps of {} sequences (lr {}), "
       "{} seed(s) per variant, same batches for all. Validation loss over {} held-out windows, "
-      "mean ± sample std over seeds; Δ is the relative change of the mean loss. Cache bytes per "
+      "mean ± sample std over seeds; Δ: relative change of the mean loss and of the mean "
+      "perplexity (seed 003 reports the latter). Cache bytes per "
       "token over all layers in bf16. Decode tok/s: greedy decoding of the seed-0 checkpoint "
       "through the paged bf16 cache at {} cached tokens, {} threads (median of {} steps).\n\n",
       results.value("preset", "?"), c.at("d_model").get<int64_t>(), c.at("layers").get<int64_t>(),

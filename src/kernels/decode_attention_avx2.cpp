@@ -7,6 +7,10 @@
 // v3: four independent FMA chains in the accumulation, the next block prefetched, and each
 //     group's slice converted to f32 just before use so it stays in L1: 44% — still
 //     compute-bound (one thread reaches 47% of its own bandwidth).
+// Tried and dropped (v4): scoring 2 rows × up to 4 heads per pass and accumulating all heads
+// of a group per loaded value row (fewer loads per FMA) measured 4–9% slower than v3 (gqa:8
+// and one-stream G 8, 16k, bf16, 1 and 2 threads, same harness): the per-accumulator
+// horizontal sums and weight broadcasts cost more than the loads they saved.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -112,6 +116,45 @@ void dot8(const float* q, const float* const* rows, int64_t width, float* s) {
   }
 }
 
+// acc[0..width) = acc · alpha + Σ_i w[i] · rows[i]: the accumulator stays in a register
+// across the block, so it is loaded and stored once per block, not once per token.
+void accumulate_block(float* acc, float alpha, const float* w, const float* const* rows, int64_t n,
+                      int64_t width) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t c = 0;
+  // four independent chains: one dependent FMA chain per 8 lanes would wait on FMA latency
+  for (; c + 32 <= width; c += 32) {
+    __m256 s0 = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c));
+    __m256 s1 = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c + 8));
+    __m256 s2 = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c + 16));
+    __m256 s3 = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c + 24));
+    for (int64_t i = 0; i < n; ++i) {
+      const __m256 wi = _mm256_set1_ps(w[i]);
+      const float* r = rows[i] + c;
+      s0 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r), s0);
+      s1 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8), s1);
+      s2 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 16), s2);
+      s3 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 24), s3);
+    }
+    _mm256_storeu_ps(acc + c, s0);
+    _mm256_storeu_ps(acc + c + 8, s1);
+    _mm256_storeu_ps(acc + c + 16, s2);
+    _mm256_storeu_ps(acc + c + 24, s3);
+  }
+  for (; c + 8 <= width; c += 8) {
+    __m256 sum = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c));
+    for (int64_t i = 0; i < n; ++i) {
+      sum = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(rows[i] + c), sum);
+    }
+    _mm256_storeu_ps(acc + c, sum);
+  }
+  for (; c < width; ++c) {
+    float sum = alpha * acc[c];
+    for (int64_t i = 0; i < n; ++i) sum += w[i] * rows[i][c];
+    acc[c] = sum;
+  }
+}
+
 void axpy(float* y, float alpha, const float* x, int64_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   int64_t i = 0;
@@ -155,102 +198,6 @@ void rope_norm_on_read(float* k, int64_t width, const float* cos_sin, const Deco
     const float x1 = k[i], x2 = k[i + half];
     k[i] = x1 * cos[i] - x2 * sin[i];
     k[i + half] = x2 * cos[i] + x1 * sin[i];
-  }
-}
-
-// s[h][i] = q[h] · rows[i] for HB heads and kBlock rows (rows padded to kBlock): two rows and
-// HB heads per pass, so each loaded row element serves HB heads from a register (v4).
-template <int HB>
-void score_heads(const float* const* q, const float* const* rows, int64_t width, float* s) {
-  for (int64_t i = 0; i < kBlock; i += 2) {
-    __m256 acc[2][HB];
-    for (int r = 0; r < 2; ++r) {
-      for (int h = 0; h < HB; ++h) acc[r][h] = _mm256_setzero_ps();
-    }
-    int64_t c = 0;
-    for (; c + 8 <= width; c += 8) {
-      const __m256 r0 = _mm256_loadu_ps(rows[i] + c);
-      const __m256 r1 = _mm256_loadu_ps(rows[i + 1] + c);
-      for (int h = 0; h < HB; ++h) {
-        const __m256 qh = _mm256_loadu_ps(q[h] + c);
-        acc[0][h] = _mm256_fmadd_ps(qh, r0, acc[0][h]);
-        acc[1][h] = _mm256_fmadd_ps(qh, r1, acc[1][h]);
-      }
-    }
-    for (int h = 0; h < HB; ++h) {
-      float tail0 = 0.0f, tail1 = 0.0f;
-      for (int64_t t = c; t < width; ++t) {
-        tail0 += q[h][t] * rows[i][t];
-        tail1 += q[h][t] * rows[i + 1][t];
-      }
-      s[h * kBlock + i] = hsum(acc[0][h]) + tail0;
-      s[h * kBlock + i + 1] = hsum(acc[1][h]) + tail1;
-    }
-  }
-}
-
-// acc[h][0..width) = acc[h] · alpha[h] + Σ_i w[h][i] · rows[i] for HB heads: each value row
-// is loaded once per 16 lanes for all HB heads (v4).
-template <int HB>
-void accumulate_heads(float* const* acc, const float* alpha, const float* const* w,
-                      const float* const* rows, int64_t n, int64_t width) {
-  int64_t c = 0;
-  for (; c + 16 <= width; c += 16) {
-    __m256 s0[HB], s1[HB];
-    for (int h = 0; h < HB; ++h) {
-      const __m256 a = _mm256_set1_ps(alpha[h]);
-      s0[h] = _mm256_mul_ps(a, _mm256_loadu_ps(acc[h] + c));
-      s1[h] = _mm256_mul_ps(a, _mm256_loadu_ps(acc[h] + c + 8));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const __m256 v0 = _mm256_loadu_ps(rows[i] + c);
-      const __m256 v1 = _mm256_loadu_ps(rows[i] + c + 8);
-      for (int h = 0; h < HB; ++h) {
-        const __m256 wh = _mm256_broadcast_ss(w[h] + i);
-        s0[h] = _mm256_fmadd_ps(wh, v0, s0[h]);
-        s1[h] = _mm256_fmadd_ps(wh, v1, s1[h]);
-      }
-    }
-    for (int h = 0; h < HB; ++h) {
-      _mm256_storeu_ps(acc[h] + c, s0[h]);
-      _mm256_storeu_ps(acc[h] + c + 8, s1[h]);
-    }
-  }
-  for (; c < width; ++c) {
-    for (int h = 0; h < HB; ++h) {
-      float sum = alpha[h] * acc[h][c];
-      for (int64_t i = 0; i < n; ++i) sum += w[h][i] * rows[i][c];
-      acc[h][c] = sum;
-    }
-  }
-}
-
-// Dispatch on the number of heads handled together (1..4).
-void score_heads(int hb, const float* const* q, const float* const* rows, int64_t width,
-                 float* s) {
-  switch (hb) {
-    case 4:
-      return score_heads<4>(q, rows, width, s);
-    case 3:
-      return score_heads<3>(q, rows, width, s);
-    case 2:
-      return score_heads<2>(q, rows, width, s);
-    default:
-      return score_heads<1>(q, rows, width, s);
-  }
-}
-
-void accumulate_heads(int hb, float* const* acc, const float* alpha, const float* const* w,
-                      const float* const* rows, int64_t n, int64_t width) {
-  switch (hb) {
-    case 4:
-      return accumulate_heads<4>(acc, alpha, w, rows, n, width);
-    case 3:
-      return accumulate_heads<3>(acc, alpha, w, rows, n, width);
-    case 2:
-      return accumulate_heads<2>(acc, alpha, w, rows, n, width);
-    default:
-      return accumulate_heads<1>(acc, alpha, w, rows, n, width);
   }
 }
 
@@ -434,52 +381,40 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorksp
           }
         }
         for (int64_t i = n; i < kBlock; ++i) key_rows[i] = key_rows[n - 1];
-        for (int64_t h0 = 0; h0 < per_group; h0 += 4) {
-          const int hb = static_cast<int>(std::min<int64_t>(4, per_group - h0));
-          const float* qs[4];
-          float* accs[4];
-          const float* weights[4];
-          float alphas[4];
-          for (int k = 0; k < hb; ++k) {
-            qs[k] = p.q + (b * p.n_heads + g * per_group + h0 + k) * kw;
+        for (int64_t hh = 0; hh < per_group; ++hh) {
+          const int64_t h = g * per_group + hh;
+          const float* q = p.q + (b * p.n_heads + h) * kw;
+          const float* qr = rw > 0 ? p.q_rope + (b * p.n_heads + h) * rw : nullptr;
+          float* s = scores + hh * kBlock;
+          float rope_part[8];
+          for (int64_t i = 0; i < n; i += 8) {
+            dot8(q, key_rows + i, kw, s + i);
+            if (qr != nullptr) {
+              dot8(qr, rope_rows + i, rw, rope_part);
+              for (int k = 0; k < 8; ++k) s[i + k] += rope_part[k];
+            }
           }
-          float* s0 = scores + h0 * kBlock;
-          score_heads(hb, qs, key_rows, kw, s0);
-          for (int k = 0; k < hb; ++k) {
-            const int64_t h = g * per_group + h0 + k;
-            float* s = s0 + k * kBlock;
-            if (rw > 0) {
-              const float* qr = p.q_rope + (b * p.n_heads + h) * rw;
-              float rope_part[8];
-              for (int64_t i = 0; i < n; i += 8) {
-                dot8(qr, rope_rows + i, rw, rope_part);
-                for (int j = 0; j < 8; ++j) s[i + j] += rope_part[j];
-              }
-            }
-            float block_max = -INFINITY;
-            for (int64_t i = 0; i < n; ++i) {
-              s[i] *= p.scale;
-              block_max = std::max(block_max, s[i]);
-            }
-            float* ph = part + h * head_partial;
-            const float m_new = std::max(ph[0], block_max);
-            alphas[k] = std::exp(ph[0] - m_new);  // exp(-inf) = 0 on the first block
-            const __m256 vm = _mm256_set1_ps(m_new);
-            __m256 vsum = _mm256_setzero_ps();
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8) {
-              const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
-              _mm256_storeu_ps(s + i, e);
-              vsum = _mm256_add_ps(vsum, e);
-            }
-            float sum = hsum(vsum);
-            for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - m_new));
-            ph[1] = ph[1] * alphas[k] + sum;
-            ph[0] = m_new;
-            accs[k] = ph + 2;
-            weights[k] = s;
+          float block_max = -INFINITY;
+          for (int64_t i = 0; i < n; ++i) {
+            s[i] *= p.scale;
+            block_max = std::max(block_max, s[i]);
           }
-          accumulate_heads(hb, accs, alphas, weights, value_rows, n, vw);
+          float* ph = part + h * head_partial;
+          const float m_new = std::max(ph[0], block_max);
+          const float alpha = std::exp(ph[0] - m_new);  // exp(-inf) = 0 on the first block
+          const __m256 vm = _mm256_set1_ps(m_new);
+          __m256 vsum = _mm256_setzero_ps();
+          int64_t i = 0;
+          for (; i + 8 <= n; i += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+            _mm256_storeu_ps(s + i, e);
+            vsum = _mm256_add_ps(vsum, e);
+          }
+          float sum = hsum(vsum);
+          for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - m_new));
+          ph[1] = ph[1] * alpha + sum;
+          ph[0] = m_new;
+          accumulate_block(ph + 2, alpha, s, value_rows, n, vw);
         }
       }
     }

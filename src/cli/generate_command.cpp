@@ -11,7 +11,8 @@ namespace kvlab {
 
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   CLI::App* cmd = app.add_subcommand(
-      "generate", "Continue a prompt with a byte-level text checkpoint (kvlab train --task text)");
+      "generate",
+      "Continue a prompt with a byte-level text checkpoint (kvlab train --task text or kjv)");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--prompt", o.prompt, "Text to continue")->required();
   cmd->add_option("--max-tokens", o.max_tokens, "Bytes to generate")->capture_default_str();

@@ -246,8 +246,8 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "eval",
-      "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic tasks) or "
-      "loss and perplexity (text).");
+      "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic and vision "
+      "tasks) or loss and perplexity (text, kjv; at several lengths with --context).");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--format", o.format, "table | json")->capture_default_str();
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();

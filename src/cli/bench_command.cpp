@@ -276,13 +276,15 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   std::vector<AttentionSpec> specs;
   for (const std::string& text : o.attn) {
     try {
-      specs.push_back(AttentionSpec::parse(text, shape, dtype));
+      ModelShape s = shape;
+      if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
+      specs.push_back(AttentionSpec::parse(text, s, dtype));
     } catch (const SpecError& e) {
       throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
     }
     const DecodeKernel k = specs.back().cache_layout().kernel;
     if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
-        k != DecodeKernel::kReconstructKeys) {
+        k != DecodeKernel::kReconstructKeys && k != DecodeKernel::kRecurrentState) {
       throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
                                   " kernel, which bench decode does not cover yet");
     }
@@ -305,6 +307,42 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (const AttentionSpec& spec : specs) {
     const CacheLayout layout = spec.cache_layout();
+    if (layout.kernel == DecodeKernel::kRecurrentState) {
+      // linear attention: one f32 state per head, read and rewritten each step, the same size
+      // at every context (the context column only repeats)
+      const int64_t per_layer = o.batch * layout.state_scalars;
+      const int64_t layer_bytes = per_layer * 4;
+      const int64_t layers =
+          std::max<int64_t>(1, ((o.rotate_mib << 20) + layer_bytes - 1) / layer_bytes);
+      std::vector<float> states(static_cast<size_t>(layers * per_layer));
+      const int64_t d = spec.head_dim;
+      for (int64_t i = 0; i < layers * o.batch * spec.n_heads; ++i) {
+        float* st = states.data() + i * (d * d + d);
+        for (int64_t j = 0; j < d * d; ++j) st[j] = 0.01f * uniform(rng);
+        for (int64_t j = 0; j < d; ++j) st[d * d + j] = 1.0f;  // positive normalisers
+      }
+      std::vector<float> z(static_cast<size_t>(o.batch * spec.n_heads * d));
+      std::vector<float> result(z.size());
+      for (float& x : z) x = uniform(rng);
+      for (int64_t context : contexts) {
+        std::vector<double> micros;
+        for (int r = 0; r < o.repeats + 3; ++r) {
+          const LinearStepParams p{z.data(),      states.data() + (r % layers) * per_layer,
+                                   result.data(), o.batch,
+                                   spec.n_heads,  d};
+          const auto start = std::chrono::steady_clock::now();
+          decoder.run(p);
+          const double us =
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count();
+          if (r >= 3) micros.push_back(us);
+        }
+        std::sort(micros.begin(), micros.end());
+        rows.push_back({spec.to_string(), context, layers, micros[micros.size() / 2],
+                        micros.front(), micros.back(), layer_bytes});
+      }
+      continue;
+    }
     for (int64_t context : contexts) {
       const int64_t layer_bytes = context * o.batch * layout.bytes_per_token();
       const int64_t layers =

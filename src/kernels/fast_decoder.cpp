@@ -22,6 +22,14 @@ std::string_view cpu_isa_name(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2"
 
 FastDecoder::FastDecoder(int threads, CpuIsa isa) : isa_(isa), pool_(threads) {}
 
+void FastDecoder::run(const LinearStepParams& params) {
+  if (isa_ == CpuIsa::kScalar) {
+    linear_step_reference(params);
+  } else {
+    linear_step_avx2(params, pool_);
+  }
+}
+
 void FastDecoder::run(const DecodeParams& params) {
   if (isa_ == CpuIsa::kScalar) {
     decode_attention_reference(params);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/decode_attention.h"
+#include "kernels/linear_attention_step.h"
 #include "kernels/thread_pool.h"
 
 namespace kvlab {
@@ -34,6 +35,8 @@ class FastDecoder {
   explicit FastDecoder(int threads, CpuIsa isa = detect_cpu_isa());
 
   void run(const DecodeParams& params);
+  // Linear attention's recurrent step (its state instead of a cache).
+  void run(const LinearStepParams& params);
   CpuIsa isa() const { return isa_; }
   int threads() const { return pool_.size(); }
 

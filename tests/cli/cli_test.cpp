@@ -530,9 +530,18 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
     EXPECT_GT(row["gb_per_s"].get<double>(), 0);
     EXPECT_GT(row["bandwidth_fraction"].get<double>(), 0);
   }
-  const RunResult bad = run_kvlab("bench decode --attn linear --heads 4 --head-dim 32");
+  const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_TRUE(contains(bad.err, "linear")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
+  // linear attention: its state (4 heads × (32·32 + 32) f32) whatever the context
+  const RunResult linear = run_kvlab(
+      "bench decode --attn linear --heads 4 --head-dim 32 --context 100,1k --repeats 2 "
+      "--rotate-mib 1 --format json");
+  ASSERT_EQ(linear.exit_code, 0) << linear.err;
+  const nlohmann::json rows = nlohmann::json::parse(linear.out)["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["cache_bytes_read"], 4 * (32 * 32 + 32) * 4);
+  EXPECT_EQ(rows[1]["cache_bytes_read"], rows[0]["cache_bytes_read"]);
 }
 
 TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {

@@ -6,8 +6,10 @@
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
 #include "kernels/decode_attention.h"
+#include "kernels/linear_attention_step.h"
 #include "nn/attention.h"
 #include "nn/gva_attention.h"
+#include "nn/linear_attention.h"
 #include "nn/nn_test_util.h"
 #include "nn/standard_attention.h"
 
@@ -135,6 +137,34 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
 TEST(DecodeKernelTest, InconsistentParametersAreRejected) {
   DecodeParams p;
   EXPECT_THROW(decode_attention_reference(p), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvlab::nn
+
+namespace kvlab::nn {
+namespace {
+
+// The raw linear-attention step (its state is the cache) == the module's recurrent step.
+TEST(DecodeKernelTest, LinearStepKernelEqualsTheModule) {
+  torch::manual_seed(31);
+  const AttentionSpec spec =
+      AttentionSpec::parse("linear", testing::small_shape(PosScheme::kNone), DType::kF32);
+  auto module = std::dynamic_pointer_cast<LinearAttentionImpl>(make_attention(spec, kF32));
+  ASSERT_TRUE(module);
+  torch::NoGradGuard no_grad;
+  const int64_t H = spec.n_heads, d = spec.head_dim;
+  LinearAttentionImpl::State state = module->initial_state(1, kF32);
+  std::vector<float> raw_state(static_cast<size_t>(H * (d * d + d)), 0.0f);
+  std::vector<float> out(static_cast<size_t>(H * d));
+  for (int step = 0; step < 9; ++step) {
+    const torch::Tensor x = torch::randn({1, 1, spec.d_model}, kF32);
+    const torch::Tensor expected = module->step(x, state);                     // [1, 1, D]
+    const torch::Tensor z = module->qkv_proj(x).reshape({H, d}).contiguous();  // [H, d]
+    linear_step_reference({z.data_ptr<float>(), raw_state.data(), out.data(), 1, H, d});
+    const torch::Tensor attended = torch::from_blob(out.data(), {1, 1, H * d}, kF32);
+    EXPECT_LT(max_abs_diff(module->o_proj(attended), expected), 1e-5) << "step " << step;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -303,6 +304,23 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     int64_t bytes;
   };
   std::vector<Row> rows;
+  // Times step(r) for 3 warm-up and o.repeats measured steps (r picks the layer to read) and
+  // adds the row: median, min and max microseconds.
+  auto measure = [&](const std::string& attn, int64_t context, int64_t layers, int64_t bytes,
+                     const std::function<void(int)>& step) {
+    std::vector<double> micros;
+    for (int r = 0; r < o.repeats + 3; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      step(r);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (r >= 3) micros.push_back(us);
+    }
+    std::sort(micros.begin(), micros.end());
+    rows.push_back(
+        {attn, context, layers, micros[micros.size() / 2], micros.front(), micros.back(), bytes});
+  };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (const AttentionSpec& spec : specs) {
@@ -325,21 +343,10 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       std::vector<float> result(z.size());
       for (float& x : z) x = uniform(rng);
       for (int64_t context : contexts) {
-        std::vector<double> micros;
-        for (int r = 0; r < o.repeats + 3; ++r) {
-          const LinearStepParams p{z.data(),      states.data() + (r % layers) * per_layer,
-                                   result.data(), o.batch,
-                                   spec.n_heads,  d};
-          const auto start = std::chrono::steady_clock::now();
-          decoder.run(p);
-          const double us =
-              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                  .count();
-          if (r >= 3) micros.push_back(us);
-        }
-        std::sort(micros.begin(), micros.end());
-        rows.push_back({spec.to_string(), context, layers, micros[micros.size() / 2],
-                        micros.front(), micros.back(), layer_bytes});
+        measure(spec.to_string(), context, layers, layer_bytes, [&](int r) {
+          decoder.run(LinearStepParams{z.data(), states.data() + (r % layers) * per_layer,
+                                       result.data(), o.batch, spec.n_heads, d});
+        });
       }
       continue;
     }
@@ -383,8 +390,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       std::vector<float> key_maps(
           static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
       for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
-      std::vector<double> micros;
-      for (int r = 0; r < o.repeats + 3; ++r) {
+      measure(spec.to_string(), context, layers, layer_bytes, [&](int r) {
         const int64_t l = r % layers;
         DecodeParams p = cache.decode_params(l, table, spec.n_heads);
         p.q = q.data();
@@ -398,16 +404,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           p.rope_on_read = true;
         }
         p.out = result.data();
-        const auto start = std::chrono::steady_clock::now();
         decoder.run(p);
-        const double us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                .count();
-        if (r >= 3) micros.push_back(us);
-      }
-      std::sort(micros.begin(), micros.end());
-      rows.push_back({spec.to_string(), context, layers, micros[micros.size() / 2], micros.front(),
-                      micros.back(), layer_bytes});
+      });
     }
   }
   const double ceiling = bandwidth.median();

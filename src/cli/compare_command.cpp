@@ -216,22 +216,11 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
     const RunSpec& r = runs[i];
     const SuiteConfig& c = configs[r.config_index];
-    std::error_code ignored;  // every rank clears it; compare owns its folder
-    fs::remove_all(r.dir, ignored);
-    train::TrainOptions t;
-    t.steps = c.steps;
-    t.batch = c.batch;
-    t.lr = c.lr;
-    t.warmup = std::min<int64_t>(50, c.steps / 10);
-    t.seed = static_cast<uint64_t>(r.seed);
-    train::Trainer trainer(ModelConfig::make(encoder_shape(c), r.attn, DType::kF32),
-                           data::make_task({r.task, c.seq_len, 1000, ""}), t, r.dir);
-    trainer.set_data_parallel(data_parallel.get());
-    const train::TrainResult result = trainer.run(stop);
-    if (result.status == train::TrainResult::Status::kDiverged) {
-      throw std::runtime_error(r.dir + ": " + result.message);
-    }
-    if (result.status != train::TrainResult::Status::kFinished) return false;
+    const std::optional<train::TrainResult> trained = train_suite_run(
+        ModelConfig::make(encoder_shape(c), r.attn, DType::kF32), {r.task, c.seq_len, 1000, ""},
+        suite_train_options(c.steps, c.batch, c.lr, r.seed), r.dir, data_parallel.get(), stop);
+    if (!trained) return false;
+    const train::TrainResult& result = *trained;
     if (!writer) return true;
     std::lock_guard<std::mutex> lock(mutex);
     outcomes[i] = {result.eval.accuracy,

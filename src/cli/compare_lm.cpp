@@ -161,23 +161,13 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   size_t done = 0;
   const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
     const Run& r = runs[i];
-    std::error_code ignored;  // every rank clears it; compare owns its folder
-    fs::remove_all(r.dir, ignored);
-    train::TrainOptions t;
-    t.steps = preset.steps;
-    t.batch = preset.batch;
-    t.lr = preset.lr;
-    t.warmup = std::min<int64_t>(50, preset.steps / 10);
-    t.seed = static_cast<uint64_t>(r.seed);
     ModelConfig config = models[r.variant];
-    config.attn.cache_dtype = DType::kF32;
-    train::Trainer trainer(config, data::make_task(task_options), t, r.dir);
-    trainer.set_data_parallel(data_parallel.get());
-    const train::TrainResult result = trainer.run(stop);
-    if (result.status == train::TrainResult::Status::kDiverged) {
-      throw std::runtime_error(r.dir + ": " + result.message);
-    }
-    if (result.status != train::TrainResult::Status::kFinished) return false;
+    config.attn.cache_dtype = DType::kF32;  // training keeps no cache; bf16 is for decode
+    const std::optional<train::TrainResult> trained = train_suite_run(
+        config, task_options, suite_train_options(preset.steps, preset.batch, preset.lr, r.seed),
+        r.dir, data_parallel.get(), stop);
+    if (!trained) return false;
+    const train::TrainResult& result = *trained;
     if (!writer) return true;
     const json record = {
         {"label", variants[r.variant].label},

@@ -114,24 +114,13 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
   size_t done = 0;
   const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
     const Run& r = runs[i];
-    std::error_code ignored;  // every rank clears it; compare owns its folder
-    fs::remove_all(r.dir, ignored);
-    train::TrainOptions t;
-    t.steps = preset.steps;
-    t.batch = preset.batch;
-    t.lr = preset.lr;
-    t.warmup = std::min<int64_t>(50, preset.steps / 10);
-    t.seed = static_cast<uint64_t>(r.seed);
+    train::TrainOptions t = suite_train_options(preset.steps, preset.batch, preset.lr, r.seed);
     t.clip = 5.0;  // seed 003 A.3.2
-    train::Trainer trainer(models[r.variant][r.task],
-                           data::make_task({kVisionTasks[r.task], 1, preset.eval_examples, o.data}),
-                           t, r.dir);
-    trainer.set_data_parallel(data_parallel.get());
-    const train::TrainResult result = trainer.run(stop);
-    if (result.status == train::TrainResult::Status::kDiverged) {
-      throw std::runtime_error(r.dir + ": " + result.message);
-    }
-    if (result.status != train::TrainResult::Status::kFinished) return false;
+    const std::optional<train::TrainResult> trained = train_suite_run(
+        models[r.variant][r.task], {kVisionTasks[r.task], 1, preset.eval_examples, o.data}, t,
+        r.dir, data_parallel.get(), stop);
+    if (!trained) return false;
+    const train::TrainResult& result = *trained;
     if (!writer) return true;
     const json record = {
         {"label", attns[r.variant]},

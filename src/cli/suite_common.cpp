@@ -1,6 +1,7 @@
 #include "cli/suite_common.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -76,6 +77,31 @@ int start_jobs(int requested, size_t n_runs, bool data_parallel) {
           : std::max(1, std::min<int>(requested > 0 ? requested : cores, static_cast<int>(n_runs)));
   train::set_threads(std::max(1, cores / jobs));
   return jobs;
+}
+
+train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr, int64_t seed) {
+  train::TrainOptions t;
+  t.steps = steps;
+  t.batch = batch;
+  t.lr = lr;
+  t.warmup = std::min<int64_t>(50, steps / 10);
+  t.seed = static_cast<uint64_t>(seed);
+  return t;
+}
+
+std::optional<train::TrainResult> train_suite_run(
+    const ModelConfig& config, const data::TaskOptions& task, const train::TrainOptions& options,
+    const std::string& dir, train::DataParallel* data_parallel, const std::atomic<bool>* stop) {
+  std::error_code ignored;  // every rank clears it
+  std::filesystem::remove_all(dir, ignored);
+  train::Trainer trainer(config, data::make_task(task), options, dir);
+  trainer.set_data_parallel(data_parallel);
+  train::TrainResult result = trainer.run(stop);
+  if (result.status == train::TrainResult::Status::kDiverged) {
+    throw std::runtime_error(dir + ": " + result.message);
+  }
+  if (result.status != train::TrainResult::Status::kFinished) return std::nullopt;
+  return result;
 }
 
 }  // namespace kvlab

@@ -1,11 +1,14 @@
 #pragma once
 
+#include <atomic>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cli/svg_plot.h"
+#include "train/trainer.h"
 
 namespace kvlab {
 
@@ -34,5 +37,15 @@ int machine_cores();
 // Runs trained at once (requested: 0 = one per core; 1 in a data-parallel job, where every
 // rank must step through the same runs in the same order), and sets each run's threads.
 int start_jobs(int requested, size_t n_runs, bool data_parallel);
+
+// The training options every suite run uses: warm-up of min(50, steps/10), the run's seed.
+train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr, int64_t seed);
+
+// One run of a suite, trained afresh in `dir` (cleared first: compare owns its folders), as one
+// rank of `data_parallel` when given. Returns nullopt when stopped; throws naming the folder
+// when the loss diverged.
+std::optional<train::TrainResult> train_suite_run(
+    const ModelConfig& config, const data::TaskOptions& task, const train::TrainOptions& options,
+    const std::string& dir, train::DataParallel* data_parallel, const std::atomic<bool>* stop);
 
 }  // namespace kvlab

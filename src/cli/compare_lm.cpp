@@ -81,7 +81,7 @@ ModelShape lm_shape(const LmPreset& p) {
   return s;
 }
 
-// Decode speed of a trained checkpoint through the paged cache (bf16) and the AVX2 kernel:
+// Decode speed of a trained checkpoint through the paged cache (bf16) and the raw decode step:
 // a random prompt of `context` tokens, then `tokens` greedy steps, each timed. Returns the
 // median milliseconds per token.
 double decode_ms_per_token(const std::string& checkpoint, int64_t context, int64_t tokens,
@@ -92,12 +92,14 @@ double decode_ms_per_token(const std::string& checkpoint, int64_t context, int64
   std::mt19937_64 rng(7);
   std::vector<int64_t> prompt(static_cast<size_t>(context));
   for (int64_t& t : prompt) t = static_cast<int64_t>(rng() % 256);
-  torch::Tensor logits = gen.feed(seq, prompt);
+  const torch::Tensor prompt_logits = gen.feed(seq, prompt);
+  std::vector<float> logits(static_cast<size_t>(gen.vocab_size()));
+  int64_t next = infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
   std::vector<double> ms;
   for (int64_t i = 0; i < tokens; ++i) {
-    const int64_t next = logits.argmax().item<int64_t>();
     const auto start = std::chrono::steady_clock::now();
-    logits = gen.step({seq}, {next})[0];
+    gen.step(&seq, &next, 1, logits.data());
+    next = infer::greedy_token(logits.data(), gen.vocab_size());
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
   }

@@ -4,10 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "infer/load_decode_weights.h"
 #include "kernels/convert.h"
-#include "nn/gva_attention.h"
-#include "nn/linear_attention.h"
-#include "nn/standard_attention.h"
 
 namespace kvlab::infer {
 namespace {
@@ -24,54 +22,25 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
                      int64_t max_seqs, int threads)
     : model_(std::move(model)),
       layout_([&] {
+        if (!model_->config().shape.causal()) {
+          throw std::invalid_argument("decoding needs a causal (decoder) model");
+        }
+        if (cache_dtype == DType::kFp8) {
+          throw std::invalid_argument("fp8 caches are counted, not stored");
+        }
         AttentionSpec spec = model_->config().attn;
         spec.cache_dtype = cache_dtype;
-        return spec.cache_layout();
+        CacheLayout layout = spec.cache_layout();
+        if (layout.kernel == DecodeKernel::kNone) {
+          throw std::invalid_argument("this attention variant keeps no cache and cannot decode");
+        }
+        return layout;
       }()),
       cache_(layout_, model_->config().shape.n_layers, 16,
              max_seqs * ((max_tokens_per_seq + 15) / 16), max_seqs),
-      decoder_(threads) {
-  if (!model_->config().shape.causal()) {
-    throw std::invalid_argument("decoding needs a causal (decoder) model");
-  }
-  if (layout_.kernel == DecodeKernel::kNone) {
-    throw std::invalid_argument("this attention variant keeps no cache and cannot decode");
-  }
-  if (cache_dtype == DType::kFp8) throw std::invalid_argument("fp8 caches are counted, not stored");
-  const int64_t layers = model_->config().shape.n_layers;
-  linear_kv_.resize(static_cast<size_t>(layers));
-  linear_sum_.resize(static_cast<size_t>(layers));
-  for (int64_t l = 0; l < layers; ++l) {
-    linear_kv_[static_cast<size_t>(l)].resize(static_cast<size_t>(max_seqs));
-    linear_sum_[static_cast<size_t>(l)].resize(static_cast<size_t>(max_seqs));
-    nn::AttentionImpl& attn = *block(model_, l).self_attn;
-    if (layout_.kernel == DecodeKernel::kReconstructKeys) {
-      key_maps_.push_back(dynamic_cast<nn::GvaAttentionImpl&>(attn)
-                              .key_maps.detach()
-                              .to(torch::kFloat32)
-                              .contiguous());
-    }
-    if (layout_.norm_on_read) {
-      norm_weights_.push_back(dynamic_cast<nn::StandardAttentionImpl&>(attn)
-                                  .k_norm->weight.detach()
-                                  .to(torch::kFloat32)
-                                  .contiguous());
-    }
-  }
-}
+      decode_(load_decode_weights(model_), cache_, threads, max_seqs, max_tokens_per_seq) {}
 
-int32_t Generator::add_sequence() {
-  const int32_t seq = cache_.add_sequence();
-  if (layout_.kernel == DecodeKernel::kRecurrentState) {
-    for (int64_t l = 0; l < static_cast<int64_t>(linear_kv_.size()); ++l) {
-      auto* attn = dynamic_cast<nn::LinearAttentionImpl*>(block(model_, l).self_attn.get());
-      auto state = attn->initial_state(1, kF32);
-      linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.kv;
-      linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.sum;
-    }
-  }
-  return seq;
-}
+int32_t Generator::add_sequence() { return cache_.add_sequence(); }
 
 void Generator::free_sequence(int32_t seq) { cache_.free_sequence(seq); }
 
@@ -103,33 +72,7 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
   return out;
 }
 
-torch::Tensor Generator::attend(int64_t layer, int32_t seq, const torch::Tensor& x, int64_t pos) {
-  nn::AttentionImpl& attn = *block(model_, layer).self_attn;
-  const nn::AttentionImpl::DecodeQuery query = attn.decode_query(x, pos);
-  const int64_t H = attn.spec().n_heads;
-  cache_.page_table_into({seq}, table_);
-  DecodeParams p = cache_.decode_params(layer, table_, H);
-  if (layout_.kernel == DecodeKernel::kReconstructKeys) {  // gva dr=0
-    p.key_maps = key_maps_[static_cast<size_t>(layer)].data_ptr<float>();
-    p.key_width = attn.spec().nope_dim;
-    p.rope_on_read = true;
-  }
-  const torch::Tensor q = query.q.to(torch::kFloat32).contiguous();
-  const torch::Tensor q_rope =
-      p.rope_width > 0 ? query.q_rope.to(torch::kFloat32).contiguous() : torch::Tensor();
-  torch::Tensor out = torch::empty({1, 1, H, p.value_width}, kF32);
-  p.q = q.data_ptr<float>();
-  p.q_rope = p.rope_width > 0 ? q_rope.data_ptr<float>() : nullptr;
-  p.scale = static_cast<float>(query.scale);
-  p.rope_theta = attn.spec().rope_theta;
-  if (layout_.norm_on_read)
-    p.norm_weight = norm_weights_[static_cast<size_t>(layer)].data_ptr<float>();
-  p.out = out.data_ptr<float>();
-  decoder_.run(p);
-  return attn.decode_output(out.to(x.dtype()));
-}
-
-torch::Tensor Generator::run_tokens(int32_t seq, const std::vector<int64_t>& tokens) {
+torch::Tensor Generator::prefill(int32_t seq, const std::vector<int64_t>& tokens) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t pos = cache_.append(seq, T);
   const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, T});
@@ -137,47 +80,42 @@ torch::Tensor Generator::run_tokens(int32_t seq, const std::vector<int64_t>& tok
   for (int64_t l = 0; l < model_->config().shape.n_layers; ++l) {
     nn::TransformerBlockImpl& b = block(model_, l);
     const torch::Tensor x = b.input_layernorm(h);
-    torch::Tensor attended;
-    if (layout_.kernel == DecodeKernel::kRecurrentState) {
-      auto* attn = dynamic_cast<nn::LinearAttentionImpl*>(b.self_attn.get());
-      nn::LinearAttentionImpl::State state{
-          linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)],
-          linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)]};
-      std::vector<torch::Tensor> outputs;
-      for (int64_t t = 0; t < T; ++t) outputs.push_back(attn->step(x.narrow(1, t, 1), state));
-      attended = T == 1 ? outputs[0] : torch::cat(outputs, 1);
-      linear_kv_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.kv;
-      linear_sum_[static_cast<size_t>(l)][static_cast<size_t>(seq)] = state.sum;
-    } else {
-      write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
-      // One token: the raw kernel over the pages. A prompt: the module's decode form, all
-      // of its tokens in one pass over rows read back from the cache (so prefill sees the
-      // same rounded rows decode will).
-      attended = T == 1 ? attend(l, seq, x, pos)
-                        : b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
-    }
-    h = h + attended;
+    write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
+    h = h + b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
     h = h + b.mlp->forward(b.post_attention_layernorm(h));
   }
   h = model_->model->norm(h.narrow(1, T - 1, 1));
   const torch::Tensor logits =
       model_->lm_head ? model_->lm_head(h) : torch::matmul(h, model_->model->embed_tokens.t());
-  return logits.view({-1});
+  return logits.view({-1}).to(torch::kFloat32).contiguous();
 }
 
 torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
   c10::InferenceMode guard;
   if (tokens.empty()) throw std::invalid_argument("feed needs at least one token");
-  return run_tokens(seq, tokens);
+  if (tokens.size() >= 2 && layout_.kernel != DecodeKernel::kRecurrentState) {
+    return prefill(seq, tokens);
+  }
+  torch::Tensor logits = torch::empty({decode_.vocab_size()}, kF32);
+  for (int64_t token : tokens) step(&seq, &token, 1, logits.data_ptr<float>());
+  return logits;
+}
+
+void Generator::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
+  decode_.step(seqs, tokens, n, logits);
 }
 
 torch::Tensor Generator::step(const std::vector<int32_t>& seqs,
                               const std::vector<int64_t>& tokens) {
-  c10::InferenceMode guard;
   if (seqs.size() != tokens.size()) throw std::invalid_argument("one token per sequence");
-  std::vector<torch::Tensor> rows;
-  for (size_t i = 0; i < seqs.size(); ++i) rows.push_back(run_tokens(seqs[i], {tokens[i]}));
-  return torch::stack(rows);
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  torch::Tensor logits = torch::empty({n, decode_.vocab_size()}, kF32);
+  step(seqs.data(), tokens.data(), n, logits.data_ptr<float>());
+  return logits;
+}
+
+int64_t greedy_token(const float* logits, int64_t n) {
+  return std::max_element(logits, logits + n) - logits;
 }
 
 int64_t sample(const torch::Tensor& logits, const SamplingOptions& o, std::mt19937_64& rng) {

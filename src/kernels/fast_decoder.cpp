@@ -30,6 +30,33 @@ void FastDecoder::run(const LinearStepParams& params) {
   }
 }
 
+void FastDecoder::run(const MatVecParams& params) {
+  if (isa_ == CpuIsa::kScalar) {
+    matvec_reference(params);
+  } else {
+    matvec_avx2(params, pool_);
+  }
+}
+
+void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta) {
+  if (width != rope_width_ || theta != rope_theta_) rope_positions_ = 0;
+  if (tokens <= rope_positions_) return;
+  const int64_t positions = std::max<int64_t>(tokens, 2 * rope_positions_);
+  const int64_t half = width / 2;
+  rope_table_.resize(static_cast<size_t>(positions * width));
+  for (int64_t j = rope_positions_; j < positions; ++j) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(j) * std::pow(theta, -2.0 * static_cast<double>(i) /
+                                                                        static_cast<double>(width));
+      rope_table_[static_cast<size_t>(j * width + i)] = static_cast<float>(std::cos(angle));
+      rope_table_[static_cast<size_t>(j * width + half + i)] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_positions_ = positions;
+  rope_width_ = width;
+  rope_theta_ = theta;
+}
+
 void FastDecoder::run(const DecodeParams& params) {
   if (isa_ == CpuIsa::kScalar) {
     decode_attention_reference(params);
@@ -41,27 +68,7 @@ void FastDecoder::run(const DecodeParams& params) {
       const int64_t pages = params.pages.indptr[b + 1] - params.pages.indptr[b];
       tokens = std::max<int64_t>(tokens, pages * params.pages.page_size);
     }
-    if (params.key_width != rope_width_ || params.rope_theta != rope_theta_) rope_positions_ = 0;
-    if (tokens > rope_positions_) {
-      const int64_t positions = std::max<int64_t>(tokens, 2 * rope_positions_);
-      const int64_t half = params.key_width / 2;
-      rope_table_.resize(static_cast<size_t>(positions * params.key_width));
-      for (int64_t j = rope_positions_; j < positions; ++j) {
-        for (int64_t i = 0; i < half; ++i) {
-          const double angle =
-              static_cast<double>(j) *
-              std::pow(params.rope_theta,
-                       -2.0 * static_cast<double>(i) / static_cast<double>(params.key_width));
-          rope_table_[static_cast<size_t>(j * params.key_width + i)] =
-              static_cast<float>(std::cos(angle));
-          rope_table_[static_cast<size_t>(j * params.key_width + half + i)] =
-              static_cast<float>(std::sin(angle));
-        }
-      }
-      rope_positions_ = positions;
-      rope_width_ = params.key_width;
-      rope_theta_ = params.rope_theta;
-    }
+    prepare_rope(tokens, params.key_width, params.rope_theta);
   }
   decode_attention_avx2(params, pool_, workspace_, rope_table_);
 }

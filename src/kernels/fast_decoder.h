@@ -6,6 +6,7 @@
 
 #include "kernels/decode_attention.h"
 #include "kernels/linear_attention_step.h"
+#include "kernels/matvec.h"
 #include "kernels/thread_pool.h"
 
 namespace kvlab {
@@ -37,6 +38,11 @@ class FastDecoder {
   void run(const DecodeParams& params);
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
+  // The dense layers around attention (projections, MLP, LM head).
+  void run(const MatVecParams& params);
+  // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
+  // that calls this once with its longest context never grows it between steps.
+  void prepare_rope(int64_t tokens, int64_t width, double theta);
   CpuIsa isa() const { return isa_; }
   int threads() const { return pool_.size(); }
 

@@ -16,7 +16,7 @@ using testing::small_shape;
 double tolerance(DType dtype) {
   switch (dtype) {
     case DType::kF32:
-      return 2e-4;
+      return 2e-5;
     case DType::kF16:
       return 1e-2;
     default:
@@ -64,6 +64,38 @@ TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
         EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(dtype)) << "token " << t;
       }
       EXPECT_EQ(gen.length(seq), 11);
+    }
+  }
+}
+
+// The raw decode step on the other block forms: RMSNorm, SwiGLU, no biases, an untied LM head,
+// and a DeepSeek mixture of experts (routed top-2 + a shared expert) after one dense layer.
+TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
+  ModelShape shape = small_shape(PosScheme::kRope, ModelKind::kDecoder, BiasKind::kNone);
+  shape.norm = NormKind::kRmsNorm;
+  shape.mlp_kind = MlpKind::kSwiglu;
+  shape.tied_embeddings = false;
+  for (bool moe : {false, true}) {
+    if (moe) {
+      shape.moe.n_routed_experts = 4;
+      shape.moe.n_shared_experts = 1;
+      shape.moe.experts_per_token = 2;
+      shape.moe.expert_mlp_width = 8;
+      shape.moe.n_dense_layers = 1;
+    }
+    for (const char* attn : {"mha", "gqa:2", "q-gqa:2,knorm", "mla:dc=12,dr=4,dq=10",
+                             "gva:2,dr=4,qnorm", "gva:2,dr=0"}) {
+      SCOPED_TRACE(std::string(attn) + (moe ? " moe" : " dense"));
+      torch::manual_seed(42);
+      nn::TransformerModel model(ModelConfig::make(shape, attn, DType::kF32), torch::kFloat32);
+      const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, 9});
+      const torch::Tensor full = model->forward(tokens).detach();  // [1, 9, V]
+      Generator gen(model, DType::kF32, 16, 1, 2);
+      const int32_t seq = gen.add_sequence();
+      for (int64_t t = 0; t < 9; ++t) {
+        const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
+        EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(DType::kF32)) << "token " << t;
+      }
     }
   }
 }

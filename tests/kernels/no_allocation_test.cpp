@@ -1,35 +1,14 @@
 // Steady-state decode allocates nothing: appending a token, writing its rows, refreshing the
 // page table and running the decode kernel, step after step, with every heap allocation of
-// the process counted (this binary replaces the global operator new).
+// the process counted (tests/alloc_counter.cpp).
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <random>
 
+#include "alloc_counter.h"
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-// These deletes pair with the malloc-based new above; GCC cannot see that pairing.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace kvlab {
 namespace {
@@ -68,11 +47,9 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
     };
     step();  // warm-up: the workspace grows to this batch
     step();
-    g_allocations = 0;
-    g_counting = true;
+    testing::start_counting_allocations();
     for (int i = 0; i < 40; ++i) step();  // crosses page boundaries for both sequences
-    g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0);
+    EXPECT_EQ(testing::stop_counting_allocations(), 0);
     EXPECT_EQ(cache.length(seqs[0]), 342);
   }
 }

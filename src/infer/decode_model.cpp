@@ -1,0 +1,458 @@
+#include "infer/decode_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/convert.h"
+
+namespace kvlab::infer {
+namespace {
+
+// x [width] -> y [width]; x and y may be the same array.
+void apply_norm(const NormWeights& norm, const float* x, float* y) {
+  const int64_t n = norm.width;
+  double mean = 0;
+  if (norm.kind == NormKind::kLayerNorm) {
+    for (int64_t i = 0; i < n; ++i) mean += x[i];
+    mean /= static_cast<double>(n);
+  }
+  double square = 0;
+  for (int64_t i = 0; i < n; ++i) square += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = (x[i] - mean) * inv * norm.weight[static_cast<size_t>(i)];
+    y[i] = static_cast<float>(norm.bias.empty() ? v : v + norm.bias[static_cast<size_t>(i)]);
+  }
+}
+
+float gelu(float x) {  // torch's exact form: x Φ(x)
+  return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+int64_t max_of(std::initializer_list<int64_t> values) { return std::max(values); }
+
+}  // namespace
+
+DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads, int64_t max_batch,
+                         int64_t max_tokens)
+    : w_(std::move(weights)), cache_(cache), decoder_(threads), max_batch_(max_batch) {
+  const ModelShape& shape = w_.shape;
+  if (max_batch <= 0) throw std::invalid_argument("decode model: max_batch must be > 0");
+  if (w_.layers.empty()) throw std::invalid_argument("decode model: no layers");
+  const CacheLayout& layout = cache_.layout();
+  const int64_t D = shape.d_model, B = max_batch;
+  int64_t proj_a = 0, proj_b = 0, proj_c = 0, query = 0, query_rope = 0, attended = 0;
+  int64_t expanded = 0, mlp_width = 0, rope_width = 0, experts = 0, chosen = 0;
+  for (const BlockWeights& b : w_.layers) {
+    const AttentionWeights& a = b.attention;
+    const AttentionSpec& s = a.spec;
+    if (!(s.cache_layout().streams == layout.streams) || s.cache_layout().kernel != layout.kernel) {
+      throw std::invalid_argument("decode model: the cache is not laid out for " + s.to_string());
+    }
+    proj_a = max_of({proj_a, a.query.out});
+    proj_b =
+        max_of({proj_b, a.key.out, a.content.out, a.latent.out, a.query_down.out, a.rope_key.out});
+    proj_c = max_of({proj_c, a.value.out, s.latent_dim});
+    query = max_of({query, s.n_heads * max_of({s.head_dim, s.nope_dim, s.latent_dim})});
+    query_rope = max_of({query_rope, s.n_heads * s.rope_dim});
+    attended = max_of({attended, s.n_heads * max_of({s.head_dim, s.latent_dim})});
+    expanded = max_of({expanded, s.n_heads * s.value_dim});
+    rope_width = max_of({rope_width, s.head_dim, s.nope_dim, s.rope_dim});
+    const FeedForwardWeights& f = b.mlp;
+    mlp_width = max_of({mlp_width, f.dense.up.out});
+    for (const MlpWeights& e : f.experts) mlp_width = max_of({mlp_width, e.up.out});
+    for (const MlpWeights& e : f.shared_experts) mlp_width = max_of({mlp_width, e.up.out});
+    experts = max_of({experts, f.router.out});
+    chosen = max_of({chosen, f.experts_per_token});
+  }
+  hidden_.resize(static_cast<size_t>(B * D));
+  normed_.resize(hidden_.size());
+  block_out_.resize(hidden_.size());
+  proj_a_.resize(static_cast<size_t>(B * proj_a));
+  proj_b_.resize(static_cast<size_t>(B * proj_b));
+  proj_c_.resize(static_cast<size_t>(B * proj_c));
+  query_.resize(static_cast<size_t>(B * query));
+  query_rope_.resize(static_cast<size_t>(B * query_rope));
+  attended_.resize(static_cast<size_t>(B * attended));
+  expanded_.resize(static_cast<size_t>(B * expanded));
+  mlp_a_.resize(static_cast<size_t>(B * mlp_width));
+  mlp_b_.resize(mlp_a_.size());
+  mlp_out_.resize(hidden_.size());
+  expert_out_.resize(static_cast<size_t>(D));
+  router_.resize(static_cast<size_t>(B * experts));
+  chosen_experts_.resize(static_cast<size_t>(chosen));
+  rope_cos_.resize(static_cast<size_t>(rope_width / 2 + 1));
+  rope_sin_.resize(rope_cos_.size());
+  batch_seqs_.reserve(static_cast<size_t>(B));
+  positions_.resize(static_cast<size_t>(B));
+  table_.indptr.reserve(static_cast<size_t>(B + 1));
+  table_.last_page_len.reserve(static_cast<size_t>(B));
+  table_.page_ids.reserve(
+      static_cast<size_t>(B * ((max_tokens + cache_.page_size() - 1) / cache_.page_size())));
+  // keys rotated on read (shared K=V + RoPE; gva dr=0 rebuilds and rotates them over d_n)
+  const AttentionSpec& spec = w_.layers[0].attention.spec;
+  if (layout.rope_on_read || layout.kernel == DecodeKernel::kReconstructKeys) {
+    const int64_t key_width = layout.kernel == DecodeKernel::kReconstructKeys
+                                  ? spec.nope_dim
+                                  : layout.streams[0].head_width;
+    decoder_.prepare_rope(max_tokens + cache_.page_size(), key_width, spec.rope_theta);
+  }
+}
+
+void DecodeModel::dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
+                        int64_t y_stride, int64_t n) {
+  MatVecParams p;
+  p.weight = layer.weight.data();
+  p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
+  p.x = x;
+  p.y = y;
+  p.n = n;
+  p.in = layer.in;
+  p.out = layer.out;
+  p.x_stride = x_stride;
+  p.y_stride = y_stride;
+  decoder_.run(p);
+}
+
+void DecodeModel::rotate(float* x, int64_t width, int64_t pos, double theta) {
+  const int64_t half = width / 2;
+  if (pos != rope_pos_ || width != rope_width_ || theta != rope_theta_) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle =
+          static_cast<double>(pos) *
+          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(width));
+      rope_cos_[static_cast<size_t>(i)] = static_cast<float>(std::cos(angle));
+      rope_sin_[static_cast<size_t>(i)] = static_cast<float>(std::sin(angle));
+    }
+    rope_pos_ = pos;
+    rope_width_ = width;
+    rope_theta_ = theta;
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = rope_cos_[static_cast<size_t>(i)], s = rope_sin_[static_cast<size_t>(i)];
+    const float x1 = x[i], x2 = x[half + i];
+    x[i] = x1 * c - x2 * s;
+    x[half + i] = x2 * c + x1 * s;
+  }
+}
+
+void DecodeModel::store_rows(int64_t layer, int64_t stream, const float* rows, int64_t width,
+                             int64_t n) {
+  const DType dtype = cache_.layout().dtype;
+  for (int64_t b = 0; b < n; ++b) {
+    store_row(rows + b * width, width, dtype,
+              cache_.row(layer, stream, batch_seqs_[static_cast<size_t>(b)],
+                         positions_[static_cast<size_t>(b)]));
+  }
+}
+
+void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) {
+  const int64_t width = m.up.out, D = w_.shape.d_model;
+  dense(m.up, x, D, mlp_a_.data(), width, n);  // [n, width]
+  if (m.kind == MlpKind::kSwiglu) {
+    dense(m.gate, x, D, mlp_b_.data(), width, n);
+    for (int64_t i = 0; i < n * width; ++i) {
+      mlp_a_[static_cast<size_t>(i)] *= silu(mlp_b_[static_cast<size_t>(i)]);
+    }
+  } else {
+    for (int64_t i = 0; i < n * width; ++i) {
+      mlp_a_[static_cast<size_t>(i)] = gelu(mlp_a_[static_cast<size_t>(i)]);
+    }
+  }
+  dense(m.down, mlp_a_.data(), width, y, D, n);  // [n, D]
+}
+
+void DecodeModel::feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n) {
+  const int64_t D = w_.shape.d_model;
+  if (!f.is_moe()) {
+    mlp(f.dense, x, y, n);
+    return;
+  }
+  const int64_t E = f.router.out, k = f.experts_per_token;
+  dense(f.router, x, D, router_.data(), E, n);  // [n, E]
+  std::fill(y, y + n * D, 0.0f);
+  for (int64_t b = 0; b < n; ++b) {
+    float* probs = router_.data() + b * E;
+    const float top = *std::max_element(probs, probs + E);
+    double total = 0;
+    for (int64_t e = 0; e < E; ++e) total += (probs[e] = std::exp(probs[e] - top));
+    for (int64_t e = 0; e < E; ++e) probs[e] = static_cast<float>(probs[e] / total);
+    // top-k by probability (the first index wins a tie, as torch's topk on CPU)
+    for (int64_t c = 0; c < k; ++c) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        const bool taken = std::find(chosen_experts_.begin(), chosen_experts_.begin() + c, e) !=
+                           chosen_experts_.begin() + c;
+        if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+      }
+      chosen_experts_[static_cast<size_t>(c)] = best;
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t e = chosen_experts_[static_cast<size_t>(c)];
+      mlp(f.experts[static_cast<size_t>(e)], x + b * D, expert_out_.data(), 1);
+      for (int64_t i = 0; i < D; ++i)
+        y[b * D + i] += probs[e] * expert_out_[static_cast<size_t>(i)];
+    }
+  }
+  for (const MlpWeights& shared : f.shared_experts) {
+    for (int64_t b = 0; b < n; ++b) {
+      mlp(shared, x + b * D, expert_out_.data(), 1);
+      for (int64_t i = 0; i < D; ++i) y[b * D + i] += expert_out_[static_cast<size_t>(i)];
+    }
+  }
+}
+
+void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) {
+  const AttentionWeights& a = w_.layers[static_cast<size_t>(layer)].attention;
+  const AttentionSpec& s = a.spec;
+  const CacheLayout& layout = cache_.layout();
+  const int64_t D = w_.shape.d_model, H = s.n_heads, d = s.head_dim;
+  const double theta = s.rope_theta;
+  auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
+
+  if (s.variant == AttnVariant::kLinear) {  // z = W x; the state lives in the cache
+    dense(a.query, x, D, proj_a_.data(), H * d, n);
+    for (int64_t b = 0; b < n; ++b) {
+      LinearStepParams p;
+      p.z = proj_a_.data() + b * H * d;
+      p.state = cache_.state(layer, batch_seqs_[static_cast<size_t>(b)]);
+      p.out = attended_.data() + b * H * d;
+      p.n_seqs = 1;
+      p.n_heads = H;
+      p.head_dim = d;
+      decoder_.run(p);
+    }
+    dense(a.output, attended_.data(), H * d, y, D, n);
+    return;
+  }
+
+  DecodeParams p = cache_.decode_params(layer, table_, H);
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.qk_dim())));
+  p.rope_theta = theta;
+  p.q = query_.data();
+  p.out = attended_.data();
+  if (s.variant == AttnVariant::kGva) {
+    const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
+    dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
+    dense(a.value, x, D, proj_c_.data(), a.value.out, n);  // [n, G·d_h]
+    store_rows(layer, 0, proj_c_.data(), a.value.out, n);
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        float* q = proj_a_.data() + (b * H + h) * q_width;
+        if (!a.query_norm.empty()) apply_norm(a.query_norm, q, q);
+        if (dr > 0) {
+          rotate(q + dn, dr, pos(b), theta);
+          std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
+        } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
+          rotate(q, dn, pos(b), theta);
+          std::copy(q, q + dn, query_.data() + (b * H + h) * dn);
+        }
+      }
+    }
+    if (dr > 0) {
+      dense(a.rope_key, x, D, proj_b_.data(), dr, n);  // [n, d_r], shared by all heads
+      for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), theta);
+      store_rows(layer, 1, proj_b_.data(), dr, n);
+      // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
+      for (int64_t h = 0; h < H; ++h) {
+        MatVecParams m;
+        m.weight = a.key_maps.data() + h * d * dn;
+        m.x = proj_a_.data() + h * q_width;
+        m.x_stride = H * q_width;
+        m.y = query_.data() + h * d;
+        m.y_stride = H * d;
+        m.n = n;
+        m.in = dn;
+        m.out = d;
+        decoder_.run(m);
+      }
+      p.q_rope = query_rope_.data();
+    } else {
+      p.key_maps = a.key_maps.data();
+      p.key_width = dn;
+      p.rope_on_read = true;
+    }
+    decoder_.run(p);
+    dense(a.output, attended_.data(), H * d, y, D, n);
+    return;
+  }
+
+  if (s.variant == AttnVariant::kMla) {
+    const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
+    const int64_t q_width = dn + dr;
+    if (!a.query_down.empty()) {
+      const int64_t dq = a.query_down.out;
+      dense(a.query_down, x, D, proj_b_.data(), dq, n);
+      for (int64_t b = 0; b < n; ++b) {
+        apply_norm(a.query_down_norm, proj_b_.data() + b * dq, proj_b_.data() + b * dq);
+      }
+      dense(a.query, proj_b_.data(), dq, proj_a_.data(), H * q_width, n);
+    } else {
+      dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        float* q = proj_a_.data() + (b * H + h) * q_width;
+        rotate(q + dn, dr, pos(b), theta);
+        std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) {  // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
+      MatVecParams m;
+      m.weight = a.key_up_t.data() + h * dc * dn;
+      m.x = proj_a_.data() + h * q_width;
+      m.x_stride = H * q_width;
+      m.y = query_.data() + h * dc;
+      m.y_stride = H * dc;
+      m.n = n;
+      m.in = dn;
+      m.out = dc;
+      decoder_.run(m);
+    }
+    dense(a.latent, x, D, proj_b_.data(), dc + dr, n);  // [n, d_c + d_r]
+    for (int64_t b = 0; b < n; ++b) {
+      float* row = proj_b_.data() + b * (dc + dr);
+      apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
+      rotate(row + dc, dr, pos(b), theta);
+    }
+    store_rows(layer, 0, proj_c_.data(), dc, n);
+    for (int64_t b = 0; b < n; ++b) {
+      store_row(proj_b_.data() + b * (dc + dr) + dc, dr, layout.dtype,
+                cache_.row(layer, 1, batch_seqs_[static_cast<size_t>(b)], pos(b)));
+    }
+    p.q_rope = query_rope_.data();
+    decoder_.run(p);                   // attended: [n, H, d_c]
+    for (int64_t h = 0; h < H; ++h) {  // v_h = W_uv,h (Σ p c) + b_v,h
+      MatVecParams m;
+      m.weight = a.value_up.data() + h * dv * dc;
+      m.bias = a.value_up_bias.empty() ? nullptr : a.value_up_bias.data() + h * dv;
+      m.x = attended_.data() + h * dc;
+      m.x_stride = H * dc;
+      m.y = expanded_.data() + h * dv;
+      m.y_stride = H * dv;
+      m.n = n;
+      m.in = dc;
+      m.out = dv;
+      decoder_.run(m);
+    }
+    dense(a.output, expanded_.data(), H * dv, y, D, n);
+    return;
+  }
+
+  // The standard family: mha, gqa, mqa, qk-v, q-kv, qkv1, q-gqa, q-mqa.
+  const bool rope = s.pos == PosScheme::kRope;
+  dense(a.query, x, D, proj_a_.data(), H * d, n);  // [n, H, d], unrotated
+  if (s.shares_kv()) {  // one stream C: kv_proj, or the query itself (qkv1); unrotated
+    const float* content = proj_a_.data();
+    int64_t width = H * d;
+    if (!a.content.empty()) {
+      dense(a.content, x, D, proj_b_.data(), a.content.out, n);
+      content = proj_b_.data();
+      width = a.content.out;
+    }
+    store_rows(layer, 0, content, width, n);
+    if (layout.norm_on_read) {
+      p.norm_weight = a.key_norm.weight.data();
+      p.norm_eps = a.key_norm.eps;
+    }
+  } else {
+    dense(a.value, x, D, proj_c_.data(), a.value.out, n);
+    store_rows(layer, 1, proj_c_.data(), a.value.out, n);
+    if (!a.key.empty()) {
+      dense(a.key, x, D, proj_b_.data(), a.key.out, n);
+      const int64_t G = a.key.out / d;
+      for (int64_t b = 0; b < n && rope; ++b) {
+        for (int64_t g = 0; g < G; ++g) rotate(proj_b_.data() + (b * G + g) * d, d, pos(b), theta);
+      }
+      store_rows(layer, 0, proj_b_.data(), a.key.out, n);
+    }
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* q = query_.data() + (b * H + h) * d;
+      std::copy(proj_a_.data() + (b * H + h) * d, proj_a_.data() + (b * H + h + 1) * d, q);
+      if (rope) rotate(q, d, pos(b), theta);
+    }
+  }
+  if (a.key.empty() && !s.shares_kv()) store_rows(layer, 0, query_.data(), H * d, n);  // Q = K
+  decoder_.run(p);
+  dense(a.output, attended_.data(), H * d, y, D, n);
+}
+
+void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
+  const ModelShape& shape = w_.shape;
+  const int64_t D = shape.d_model, V = shape.vocab_size;
+  if (n <= 0 || n > max_batch_) {
+    throw std::invalid_argument("decode step: batch of " + std::to_string(n) + " sequences (1.." +
+                                std::to_string(max_batch_) + " allowed)");
+  }
+  const int64_t learned_positions =
+      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, D);
+  for (int64_t b = 0; b < n; ++b) {
+    if (tokens[b] < 0 || tokens[b] >= V) {
+      throw std::invalid_argument("decode step: token " + std::to_string(tokens[b]) +
+                                  " is outside the vocabulary of " + std::to_string(V));
+    }
+    if (!w_.embed_positions.empty() && cache_.length(seqs[b]) >= learned_positions) {
+      throw std::invalid_argument(
+          "decode step: position " + std::to_string(cache_.length(seqs[b])) +
+          " exceeds the learned table of " + std::to_string(learned_positions));
+    }
+  }
+  batch_seqs_.assign(seqs, seqs + n);
+  int64_t appended = 0;
+  try {
+    for (; appended < n; ++appended) {
+      positions_[static_cast<size_t>(appended)] = cache_.append(seqs[appended], 1);
+    }
+  } catch (...) {  // leave every sequence as it was
+    for (int64_t b = 0; b < appended; ++b) {
+      cache_.truncate(seqs[b], positions_[static_cast<size_t>(b)]);
+    }
+    throw;
+  }
+  cache_.page_table_into(batch_seqs_, table_);
+
+  for (int64_t b = 0; b < n; ++b) {  // embedding (+ learned or fixed positions)
+    float* h = hidden_.data() + b * D;
+    const float* e = w_.embed_tokens.data() + tokens[b] * D;
+    std::copy(e, e + D, h);
+    const int64_t pos = positions_[static_cast<size_t>(b)];
+    if (!w_.embed_positions.empty()) {
+      const float* pe = w_.embed_positions.data() + pos * D;
+      for (int64_t i = 0; i < D; ++i) h[i] += pe[i];
+    } else if (shape.pos == PosScheme::kSinusoidal) {
+      for (int64_t i = 0; i < D; ++i) {
+        const double angle =
+            static_cast<double>(pos) *
+            std::pow(10000.0, -2.0 * static_cast<double>(i / 2) / static_cast<double>(D));
+        h[i] += static_cast<float>(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
+      }
+    }
+  }
+  for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
+    const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
+    for (int64_t b = 0; b < n; ++b) {
+      apply_norm(block.input_norm, hidden_.data() + b * D, normed_.data() + b * D);
+    }
+    attention(l, normed_.data(), block_out_.data(), n);
+    for (int64_t i = 0; i < n * D; ++i)
+      hidden_[static_cast<size_t>(i)] += block_out_[static_cast<size_t>(i)];
+    for (int64_t b = 0; b < n; ++b) {
+      apply_norm(block.post_attention_norm, hidden_.data() + b * D, normed_.data() + b * D);
+    }
+    feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
+    for (int64_t i = 0; i < n * D; ++i)
+      hidden_[static_cast<size_t>(i)] += mlp_out_[static_cast<size_t>(i)];
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    apply_norm(w_.final_norm, hidden_.data() + b * D, normed_.data() + b * D);
+  }
+  dense(w_.lm_head, normed_.data(), D, logits, V, n);
+}
+
+}  // namespace kvlab::infer

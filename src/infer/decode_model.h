@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/paged_cache.h"
+#include "infer/decode_weights.h"
+#include "kernels/fast_decoder.h"
+
+namespace kvlab::infer {
+
+// The decode step of a whole model on raw pointers (DESIGN.md: "the hot decode loop never
+// touches framework objects"): embedding, per layer norm -> the variant's query and cache
+// rows -> the attention kernel over the paged cache -> output projection -> norm -> MLP,
+// then the final norm and the LM head. Queries are absorbed as the kernels expect (gva:
+// q̃_h = M_h q_h^nope; mla: W_uk folded into the query and W_uv into the output); gva, mla
+// and the K=V variants never build a key. Linear attention updates its state in the cache.
+//
+// Every buffer is sized at construction for max_batch sequences, the RoPE table for
+// max_tokens positions, and the cache's page lists up front: once constructed, step()
+// allocates nothing (tested with every heap allocation of the process counted).
+class DecodeModel {
+ public:
+  // `cache` must be laid out by the weights' attention spec (any cache dtype) and outlive
+  // this object.
+  DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads, int64_t max_batch,
+              int64_t max_tokens);
+
+  // One token for each of n sequences (distinct, live): appends it to the cache, writes
+  // its rows, and leaves logits [n][V] in `logits`. Throws (changing no sequence) when the
+  // cache is full, a learned position table is exceeded, n exceeds max_batch or a token
+  // is outside the vocabulary.
+  void step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits);
+
+  const DecodeWeights& weights() const { return w_; }
+  int64_t vocab_size() const { return w_.shape.vocab_size; }
+  CpuIsa isa() const { return decoder_.isa(); }
+
+ private:
+  // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
+  void dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
+             int64_t y_stride, int64_t n);
+  void mlp(const MlpWeights& m, const float* x, float* y, int64_t n);
+  void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
+  // Attention of `layer` for the normed inputs x [n][D]: rows written, output [n][D] in y.
+  void attention(int64_t layer, const float* x, float* y, int64_t n);
+  void store_rows(int64_t layer, int64_t stream, const float* rows, int64_t width, int64_t n);
+  // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
+  // (pos, width, theta) are kept, so the heads of one token share them.
+  void rotate(float* x, int64_t width, int64_t pos, double theta);
+
+  DecodeWeights w_;
+  PagedKvCache& cache_;
+  FastDecoder decoder_;
+  int64_t max_batch_;
+  PageTable table_;
+  std::vector<int32_t> batch_seqs_;
+  std::vector<int64_t> positions_;  // per batch row: position of its new token
+  // scratch, sized for max_batch rows
+  std::vector<float> hidden_, normed_, block_out_;
+  std::vector<float> proj_a_, proj_b_, proj_c_;  // projections of the attention layer
+  std::vector<float> query_, query_rope_, attended_, expanded_;
+  std::vector<float> mlp_a_, mlp_b_, mlp_out_, expert_out_, router_;
+  std::vector<int64_t> chosen_experts_;
+  std::vector<float> rope_cos_, rope_sin_;
+  int64_t rope_pos_ = -1, rope_width_ = 0;
+  double rope_theta_ = 0;
+};
+
+}  // namespace kvlab::infer

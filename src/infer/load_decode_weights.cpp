@@ -1,0 +1,138 @@
+#include "infer/load_decode_weights.h"
+
+#include <stdexcept>
+
+#include "nn/gva_attention.h"
+#include "nn/linear_attention.h"
+#include "nn/mla_attention.h"
+#include "nn/standard_attention.h"
+
+namespace kvlab::infer {
+namespace {
+
+std::vector<float> floats(const torch::Tensor& t) {
+  if (!t.defined()) return {};
+  const torch::Tensor f = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
+DenseWeights dense(const nn::Linear& linear) {
+  DenseWeights d;
+  if (!linear) return d;
+  d.weight = floats(linear->weight);
+  d.bias = floats(linear->bias);
+  d.out = linear->weight.size(0);
+  d.in = linear->weight.size(1);
+  return d;
+}
+
+NormWeights norm(const nn::Norm& n) {
+  NormWeights w;
+  if (!n) return w;
+  w.kind = n->kind;
+  w.weight = floats(n->weight);
+  if (n->kind == NormKind::kLayerNorm) w.bias = floats(n->bias);
+  w.eps = static_cast<float>(n->eps);
+  w.width = n->weight.size(0);
+  return w;
+}
+
+MlpWeights mlp(const nn::DenseMlpImpl& m) {
+  return {m.kind, dense(m.gate_proj), dense(m.up_proj), dense(m.down_proj)};
+}
+
+FeedForwardWeights feed_forward(nn::FeedForwardImpl& ff) {
+  FeedForwardWeights w;
+  if (auto* d = dynamic_cast<nn::DenseMlpImpl*>(&ff)) {
+    w.dense = mlp(*d);
+    return w;
+  }
+  auto& moe = dynamic_cast<nn::MoeMlpImpl&>(ff);
+  w.router = dense(moe.gate);
+  w.experts_per_token = moe.experts_per_token;
+  for (const auto& e : *moe.experts) w.experts.push_back(mlp(*e->as<nn::DenseMlpImpl>()));
+  for (const auto& e : *moe.shared_experts) {
+    w.shared_experts.push_back(mlp(*e->as<nn::DenseMlpImpl>()));
+  }
+  return w;
+}
+
+AttentionWeights attention(nn::AttentionImpl& attn) {
+  AttentionWeights w;
+  w.spec = attn.spec();
+  const AttentionSpec& s = w.spec;
+  if (auto* a = dynamic_cast<nn::StandardAttentionImpl*>(&attn)) {
+    if (a->pos_mix_weight.defined()) {
+      throw std::invalid_argument("the '+' variants are non-causal and cannot decode");
+    }
+    w.query = dense(a->q_proj ? a->q_proj : a->qk_proj ? a->qk_proj : a->qkv_proj);
+    w.key = dense(a->k_proj);
+    w.value = dense(a->v_proj);
+    w.content = dense(a->kv_proj);
+    w.key_norm = norm(a->k_norm);
+    w.output = dense(a->o_proj);
+  } else if (auto* g = dynamic_cast<nn::GvaAttentionImpl*>(&attn)) {
+    w.query = dense(g->q_proj);
+    w.value = dense(g->v_proj);
+    w.rope_key = dense(g->r_proj);
+    w.query_norm = norm(g->q_norm);
+    w.key_maps = floats(g->key_maps);  // [H, d_h, d_n]
+    w.output = dense(g->o_proj);
+  } else if (auto* m = dynamic_cast<nn::MlaAttentionImpl*>(&attn)) {
+    w.query = dense(m->q_proj ? m->q_proj : m->q_b_proj);
+    w.query_down = dense(m->q_a_proj);
+    w.query_down_norm = norm(m->q_a_layernorm);
+    w.latent = dense(m->kv_a_proj_with_mqa);
+    w.latent_norm = norm(m->kv_a_layernorm);
+    // kv_b weight [H·(d_n + d_v), d_c]: per head d_n rows of W_uk, then d_v rows of W_uv
+    const torch::Tensor kv_b =
+        m->kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
+    w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
+    w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
+    if (m->kv_b_proj->bias.defined()) {
+      w.value_up_bias = floats(m->kv_b_proj->bias.detach()
+                                   .view({s.n_heads, s.nope_dim + s.value_dim})
+                                   .narrow(1, s.nope_dim, s.value_dim));
+    }
+    w.output = dense(m->o_proj);
+  } else if (auto* l = dynamic_cast<nn::LinearAttentionImpl*>(&attn)) {
+    w.query = dense(l->qkv_proj);
+    w.output = dense(l->o_proj);
+  } else {
+    throw std::invalid_argument("no decode step for this attention module");
+  }
+  return w;
+}
+
+}  // namespace
+
+DecodeWeights load_decode_weights(nn::TransformerModel& model) {
+  torch::NoGradGuard no_grad;
+  const ModelShape& shape = model->config().shape;
+  if (!shape.causal()) throw std::invalid_argument("decoding needs a causal (decoder) model");
+  DecodeWeights w;
+  w.shape = shape;
+  const nn::TransformerImpl& trunk = *model->model;
+  w.embed_tokens = floats(trunk.embed_tokens);
+  w.embed_positions = floats(trunk.embed_positions);
+  for (const auto& layer : *trunk.layers) {
+    auto& block = *layer->as<nn::TransformerBlockImpl>();
+    BlockWeights b;
+    b.input_norm = norm(block.input_layernorm);
+    b.attention = attention(*block.self_attn);
+    b.post_attention_norm = norm(block.post_attention_layernorm);
+    b.mlp = feed_forward(*block.mlp);
+    w.layers.push_back(std::move(b));
+  }
+  w.final_norm = norm(trunk.norm);
+  if (model->lm_head) {
+    w.lm_head = dense(model->lm_head);
+  } else {
+    w.lm_head.weight = w.embed_tokens;
+    w.lm_head.out = shape.vocab_size;
+    w.lm_head.in = shape.d_model;
+  }
+  return w;
+}
+
+}  // namespace kvlab::infer

@@ -11,6 +11,14 @@
 // of a group per loaded value row (fewer loads per FMA) measured 4–9% slower than v3 (gqa:8
 // and one-stream G 8, 16k, bf16, 1 and 2 threads, same harness): the per-accumulator
 // horizontal sums and weight broadcasts cost more than the loads they saved.
+// Tried and dropped (v5, 2026-11-30): the same driver with AVX-512 primitives (16-lane
+// conversion, dot and accumulate, masked tails; this machine has AVX-512 F/BW/VL/BF16)
+// measured the same as v3 (gqa:8 16k bf16 2 threads: 7.67 vs 7.67 ms; gva:8,dr=16 6.33 vs
+// 6.28), so the kernel is not limited by vector instruction throughput. With the cache hot
+// (2k tokens, 8 MB) it reaches only 11.4 GB/s, and perf puts ~23% of its cycles on the
+// software prefetches stalling; yet dropping the prefetches, or prefetching 2, 4 or 8 blocks
+// ahead, changed nothing (7.0–7.5 ms). The limit looks like per-core memory-level
+// parallelism while the core is busy computing, not arithmetic.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -118,6 +118,23 @@ void DecodeModel::dense(const DenseWeights& layer, const float* x, int64_t x_str
   decoder_.run(p);
 }
 
+void DecodeModel::per_head(const float* weights, const float* bias, int64_t out, int64_t in,
+                           const float* x, int64_t x_width, float* y, int64_t n, int64_t H) {
+  for (int64_t h = 0; h < H; ++h) {
+    MatVecParams m;
+    m.weight = weights + h * out * in;
+    m.bias = bias != nullptr ? bias + h * out : nullptr;
+    m.x = x + h * x_width;
+    m.x_stride = H * x_width;
+    m.y = y + h * out;
+    m.y_stride = H * out;
+    m.n = n;
+    m.in = in;
+    m.out = out;
+    decoder_.run(m);
+  }
+}
+
 void DecodeModel::rotate(float* x, int64_t width, int64_t pos, double theta) {
   const int64_t half = width / 2;
   if (pos != rope_pos_ || width != rope_width_ || theta != rope_theta_) {
@@ -258,18 +275,7 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
       for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), theta);
       store_rows(layer, 1, proj_b_.data(), dr, n);
       // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
-      for (int64_t h = 0; h < H; ++h) {
-        MatVecParams m;
-        m.weight = a.key_maps.data() + h * d * dn;
-        m.x = proj_a_.data() + h * q_width;
-        m.x_stride = H * q_width;
-        m.y = query_.data() + h * d;
-        m.y_stride = H * d;
-        m.n = n;
-        m.in = dn;
-        m.out = d;
-        decoder_.run(m);
-      }
+      per_head(a.key_maps.data(), nullptr, d, dn, proj_a_.data(), q_width, query_.data(), n, H);
       p.q_rope = query_rope_.data();
     } else {
       p.key_maps = a.key_maps.data();
@@ -301,18 +307,8 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
         std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
       }
     }
-    for (int64_t h = 0; h < H; ++h) {  // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
-      MatVecParams m;
-      m.weight = a.key_up_t.data() + h * dc * dn;
-      m.x = proj_a_.data() + h * q_width;
-      m.x_stride = H * q_width;
-      m.y = query_.data() + h * dc;
-      m.y_stride = H * dc;
-      m.n = n;
-      m.in = dn;
-      m.out = dc;
-      decoder_.run(m);
-    }
+    // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
+    per_head(a.key_up_t.data(), nullptr, dc, dn, proj_a_.data(), q_width, query_.data(), n, H);
     dense(a.latent, x, D, proj_b_.data(), dc + dr, n);  // [n, d_c + d_r]
     for (int64_t b = 0; b < n; ++b) {
       float* row = proj_b_.data() + b * (dc + dr);
@@ -325,20 +321,10 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
                 cache_.row(layer, 1, batch_seqs_[static_cast<size_t>(b)], pos(b)));
     }
     p.q_rope = query_rope_.data();
-    decoder_.run(p);                   // attended: [n, H, d_c]
-    for (int64_t h = 0; h < H; ++h) {  // v_h = W_uv,h (Σ p c) + b_v,h
-      MatVecParams m;
-      m.weight = a.value_up.data() + h * dv * dc;
-      m.bias = a.value_up_bias.empty() ? nullptr : a.value_up_bias.data() + h * dv;
-      m.x = attended_.data() + h * dc;
-      m.x_stride = H * dc;
-      m.y = expanded_.data() + h * dv;
-      m.y_stride = H * dv;
-      m.n = n;
-      m.in = dc;
-      m.out = dv;
-      decoder_.run(m);
-    }
+    decoder_.run(p);  // attended: [n, H, d_c]
+    // v_h = W_uv,h (Σ p c) + b_v,h
+    per_head(a.value_up.data(), a.value_up_bias.empty() ? nullptr : a.value_up_bias.data(), dv, dc,
+             attended_.data(), dc, expanded_.data(), n, H);
     dense(a.output, expanded_.data(), H * dv, y, D, n);
     return;
   }

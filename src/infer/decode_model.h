@@ -40,6 +40,11 @@ class DecodeModel {
   // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
   void dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
              int64_t y_stride, int64_t n);
+  // Per-head maps (gva's M_h, mla's W_uk,hᵀ and W_uv,h): y[b][h] = W_h x[b][h] (+ bias_h) for
+  // weights [H][out][in], bias [H][out] or nullptr, x [n][H][x_width] (the first `in` of each
+  // head's slice used), y [n][H][out].
+  void per_head(const float* weights, const float* bias, int64_t out, int64_t in, const float* x,
+                int64_t x_width, float* y, int64_t n, int64_t H);
   void mlp(const MlpWeights& m, const float* x, float* y, int64_t n);
   void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
   // Attention of `layer` for the normed inputs x [n][D]: rows written, output [n][D] in y.

@@ -9,32 +9,17 @@
 
 #include "alloc_counter.h"
 #include "infer/generator.h"
+#include "nn/nn_test_util.h"
 
 namespace kvlab::infer {
 namespace {
 
-ModelShape tiny_shape(PosScheme pos, bool llama, bool moe) {
-  ModelShape s;
-  s.kind = ModelKind::kDecoder;
-  s.n_layers = 2;
-  s.d_model = 32;
-  s.n_heads = 4;
-  s.head_dim = 8;
-  s.mlp_width = 48;
-  s.vocab_size = 19;
+ModelShape shape_of(PosScheme pos, bool llama, bool moe) {
+  ModelShape s = testing::small_shape(pos);
   s.max_context = 128;
-  s.pos = pos;
-  s.norm = llama ? NormKind::kRmsNorm : NormKind::kLayerNorm;
-  s.mlp_kind = llama ? MlpKind::kSwiglu : MlpKind::kGelu;
-  s.bias = llama ? BiasKind::kNone : BiasKind::kAll;
-  s.tied_embeddings = !llama;
-  if (moe) {
-    s.moe.n_routed_experts = 4;
-    s.moe.n_shared_experts = 1;
-    s.moe.experts_per_token = 2;
-    s.moe.expert_mlp_width = 16;
-    s.moe.n_dense_layers = 1;
-  }
+  s.vocab_size = 19;
+  if (llama) testing::make_llama(s);
+  if (moe) testing::add_moe(s, /*expert_width=*/16);
   return s;
 }
 
@@ -78,7 +63,7 @@ TEST(DecodeAllocationTest, WholeModelDecodeStepsAllocateNothingOnceWarm) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.attn);
     torch::manual_seed(7);
-    const ModelShape shape = tiny_shape(c.pos, c.llama, c.moe);
+    const ModelShape shape = shape_of(c.pos, c.llama, c.moe);
     nn::TransformerModel model(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
     Generator gen(model, DType::kBf16, /*max_tokens_per_seq=*/120, /*max_seqs=*/2, /*threads=*/2);
     const int32_t seqs[2] = {gen.add_sequence(), gen.add_sequence()};

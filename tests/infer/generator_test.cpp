@@ -71,18 +71,10 @@ TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
 // The raw decode step on the other block forms: RMSNorm, SwiGLU, no biases, an untied LM head,
 // and a DeepSeek mixture of experts (routed top-2 + a shared expert) after one dense layer.
 TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
-  ModelShape shape = small_shape(PosScheme::kRope, ModelKind::kDecoder, BiasKind::kNone);
-  shape.norm = NormKind::kRmsNorm;
-  shape.mlp_kind = MlpKind::kSwiglu;
-  shape.tied_embeddings = false;
+  ModelShape shape = small_shape(PosScheme::kRope);
+  testing::make_llama(shape);
   for (bool moe : {false, true}) {
-    if (moe) {
-      shape.moe.n_routed_experts = 4;
-      shape.moe.n_shared_experts = 1;
-      shape.moe.experts_per_token = 2;
-      shape.moe.expert_mlp_width = 8;
-      shape.moe.n_dense_layers = 1;
-    }
+    if (moe) testing::add_moe(shape, /*expert_width=*/8);
     for (const char* attn : {"mha", "gqa:2", "q-gqa:2,knorm", "mla:dc=12,dr=4,dq=10",
                              "gva:2,dr=4,qnorm", "gva:2,dr=0"}) {
       SCOPED_TRACE(std::string(attn) + (moe ? " moe" : " dense"));

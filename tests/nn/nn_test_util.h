@@ -31,6 +31,23 @@ inline ModelShape small_shape(PosScheme pos, ModelKind kind = ModelKind::kDecode
   return s;
 }
 
+// Turns a shape into a Llama-style block: RMSNorm, SwiGLU, no biases, untied LM head.
+inline void make_llama(ModelShape& s) {
+  s.norm = NormKind::kRmsNorm;
+  s.mlp_kind = MlpKind::kSwiglu;
+  s.bias = BiasKind::kNone;
+  s.tied_embeddings = false;
+}
+
+// Adds a DeepSeek mixture of experts after one dense layer: 4 routed (top-2) + 1 shared.
+inline void add_moe(ModelShape& s, int64_t expert_width) {
+  s.moe.n_routed_experts = 4;
+  s.moe.n_shared_experts = 1;
+  s.moe.experts_per_token = 2;
+  s.moe.expert_mlp_width = expert_width;
+  s.moe.n_dense_layers = 1;
+}
+
 inline AttentionSpec spec_of(const std::string& text, const ModelShape& shape) {
   return AttentionSpec::parse(text, shape, DType::kF32);
 }

@@ -550,12 +550,20 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
       run_kvlab("bench prefill --attn mha --attn q-kv --batch 1,2 --length 16" + model);
   ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
   EXPECT_EQ(nlohmann::json::parse(prefill.out)["rows"].size(), 4u);
-  const RunResult generate = run_kvlab(
-      "bench generate --attn gqa:2 --attn linear --prompt 8 --generate 4 --long-prompt 0 "
-      "--cache-dtype f16" +
+  const RunResult bad = run_kvlab(
+      "bench generate --attn gqa:2 --attn qk-v+ --prompt 8 --generate 4 --long-prompt 0" + model);
+  EXPECT_EQ(bad.exit_code, 2);  // a non-causal variant cannot decode: a clear error
+  EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
+  // linear attention decodes from its state (no positions): the same bytes at any length,
+  // H · (d_h² + d_h) f32 per layer
+  const RunResult linear = run_kvlab(
+      "bench generate --attn linear --prompt 8 --generate 4 --long-prompt 20 --cache-dtype f16" +
       model);
-  EXPECT_EQ(generate.exit_code, 2);  // linear needs learned or no positions: a clear error
-  EXPECT_TRUE(contains(generate.err, "linear attention takes learned or no positions"));
+  ASSERT_EQ(linear.exit_code, 0) << linear.err;
+  const nlohmann::json rows = nlohmann::json::parse(linear.out)["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["cache_bytes"], 4 * (8 * 8 + 8) * 4);
+  EXPECT_EQ(rows[1]["cache_bytes"], rows[0]["cache_bytes"]);
   const RunResult ok = run_kvlab(
       "bench generate --attn gqa:2 --attn gva:2,dr=0 --prompt 8 "
       "--generate 4 --long-prompt 20" +

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -16,14 +15,12 @@
 #include "cli/units.h"
 #include "io/atomic_file.h"
 #include "spec/spec_error.h"
-#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace kvlab {
 namespace {
 
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 // One model and training configuration of a preset.
 struct SuiteConfig {
@@ -201,11 +198,9 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
       }
     }
   }
-  const std::unique_ptr<train::DataParallel> data_parallel =
-      train::data_parallel_from_environment();
-  const bool writer = !data_parallel || data_parallel->rank() == 0;
-  const int jobs = start_jobs(o.jobs, runs.size(), data_parallel != nullptr);
-  fs::create_directories(o.out);
+  const SuiteLaunch launch = launch_suite(o.out, o.jobs, runs.size());
+  const bool writer = launch.writer;
+  const int jobs = launch.jobs;
   std::cerr << fmt::format(
       "kvlab compare: {} runs ({} variants × {} tasks × {} seeds × {} "
       "configurations), {} at a time\n",
@@ -218,7 +213,8 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     const SuiteConfig& c = configs[r.config_index];
     const std::optional<train::TrainResult> trained = train_suite_run(
         ModelConfig::make(encoder_shape(c), r.attn, DType::kF32), {r.task, c.seq_len, 1000, ""},
-        suite_train_options(c.steps, c.batch, c.lr, r.seed), r.dir, data_parallel.get(), stop);
+        suite_train_options(c.steps, c.batch, c.lr, r.seed), r.dir, launch.data_parallel.get(),
+        stop);
     if (!trained) return false;
     const train::TrainResult& result = *trained;
     if (!writer) return true;
@@ -234,13 +230,7 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
                              result.seconds);
     return true;
   });
-  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
-  const size_t finished = pool.finished;
-  if (finished < runs.size()) {
-    std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
-                             finished, runs.size());
-    return 130;
-  }
+  if (!suite_runs_complete(pool, runs.size())) return 130;
 
   if (!writer) return 0;  // rank 0 reports for the job
   // Aggregate: per (variant, task) over every configuration and seed.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -18,14 +17,12 @@
 #include "io/atomic_file.h"
 #include "nn/checkpoint.h"
 #include "spec/spec_error.h"
-#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace kvlab {
 namespace {
 
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 struct LmPreset {
   int64_t d_model, layers, heads, seq_len, steps, batch;
@@ -147,11 +144,9 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
     }
   }
   const int cores = machine_cores();
-  const std::unique_ptr<train::DataParallel> data_parallel =
-      train::data_parallel_from_environment();
-  const bool writer = !data_parallel || data_parallel->rank() == 0;
-  const int jobs = start_jobs(o.jobs, runs.size(), data_parallel != nullptr);
-  fs::create_directories(o.out);
+  const SuiteLaunch launch = launch_suite(o.out, o.jobs, runs.size());
+  const bool writer = launch.writer;
+  const int jobs = launch.jobs;
   std::cerr << fmt::format(
       "kvlab compare --suite lm: {} runs ({} variants × {} seeds), {} at a time; d {}, {} layers, "
       "{} heads, context {}, {} steps of {} sequences\n",
@@ -167,7 +162,7 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
     config.attn.cache_dtype = DType::kF32;  // training keeps no cache; bf16 is for decode
     const std::optional<train::TrainResult> trained = train_suite_run(
         config, task_options, suite_train_options(preset.steps, preset.batch, preset.lr, r.seed),
-        r.dir, data_parallel.get(), stop);
+        r.dir, launch.data_parallel.get(), stop);
     if (!trained) return false;
     const train::TrainResult& result = *trained;
     if (!writer) return true;
@@ -190,12 +185,7 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
         result.seconds);
     return true;
   });
-  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
-  if (pool.finished < runs.size()) {
-    std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
-                             pool.finished, runs.size());
-    return 130;
-  }
+  if (!suite_runs_complete(pool, runs.size())) return 130;
 
   if (!writer) return 0;  // rank 0 reports for the job
   // Decode speed, one variant at a time on every core (runs in parallel would disturb it).

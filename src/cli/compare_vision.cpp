@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 
@@ -14,14 +13,12 @@
 #include "cli/units.h"
 #include "io/atomic_file.h"
 #include "spec/spec_error.h"
-#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace kvlab {
 namespace {
 
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 // Seed 003 §4.3: embedding 64, two layers, patch 4, lr 1e-3 (its heads 2 and 4 and d 256 are
 // the paper preset's sweep). quick: 4 heads, 1,500 steps of 64 (1.6 epochs) — about 10
@@ -101,11 +98,9 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
       }
     }
   }
-  const std::unique_ptr<train::DataParallel> data_parallel =
-      train::data_parallel_from_environment();
-  const bool writer = !data_parallel || data_parallel->rank() == 0;
-  const int jobs = start_jobs(o.jobs, runs.size(), data_parallel != nullptr);
-  fs::create_directories(o.out);
+  const SuiteLaunch launch = launch_suite(o.out, o.jobs, runs.size());
+  const bool writer = launch.writer;
+  const int jobs = launch.jobs;
   std::cerr << fmt::format(
       "kvlab compare --suite vision: {} runs ({} variants × {} tasks × {} seeds), {} at a time\n",
       runs.size(), attns.size(), tasks.size(), o.seeds, jobs);
@@ -118,7 +113,7 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
     t.clip = 5.0;  // seed 003 A.3.2
     const std::optional<train::TrainResult> trained = train_suite_run(
         models[r.variant][r.task], {kVisionTasks[r.task], 1, preset.eval_examples, o.data}, t,
-        r.dir, data_parallel.get(), stop);
+        r.dir, launch.data_parallel.get(), stop);
     if (!trained) return false;
     const train::TrainResult& result = *trained;
     if (!writer) return true;
@@ -139,12 +134,7 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
                              result.eval.accuracy, result.seconds);
     return true;
   });
-  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
-  if (pool.finished < runs.size()) {
-    std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
-                             pool.finished, runs.size());
-    return 130;
-  }
+  if (!suite_runs_complete(pool, runs.size())) return 130;
   if (!writer) return 0;  // rank 0 reports for the job
   json results = {{"suite", "vision"},
                   {"preset", o.preset},

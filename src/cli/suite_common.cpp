@@ -1,9 +1,13 @@
 #include "cli/suite_common.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include "train/trainer.h"
@@ -69,14 +73,26 @@ std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<st
 
 int machine_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-int start_jobs(int requested, size_t n_runs, bool data_parallel) {
+SuiteLaunch launch_suite(const std::string& out_dir, int requested_jobs, size_t n_runs) {
+  SuiteLaunch launch;
+  launch.data_parallel = train::data_parallel_from_environment();
+  launch.writer = !launch.data_parallel || launch.data_parallel->rank() == 0;
   const int cores = machine_cores();
-  const int jobs =
-      data_parallel
-          ? 1
-          : std::max(1, std::min<int>(requested > 0 ? requested : cores, static_cast<int>(n_runs)));
-  train::set_threads(std::max(1, cores / jobs));
-  return jobs;
+  launch.jobs = launch.data_parallel
+                    ? 1
+                    : std::max(1, std::min<int>(requested_jobs > 0 ? requested_jobs : cores,
+                                                static_cast<int>(n_runs)));
+  train::set_threads(std::max(1, cores / launch.jobs));
+  std::filesystem::create_directories(out_dir);
+  return launch;
+}
+
+bool suite_runs_complete(const RunPoolResult& pool, size_t n_runs) {
+  if (!pool.failure.empty()) throw std::runtime_error("a run failed: " + pool.failure);
+  if (pool.finished == n_runs) return true;
+  std::cerr << fmt::format("kvlab compare: interrupted after {} of {} runs; nothing written\n",
+                           pool.finished, n_runs);
+  return false;
 }
 
 train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr, int64_t seed) {

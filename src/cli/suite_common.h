@@ -1,13 +1,16 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/run_pool.h"
 #include "cli/svg_plot.h"
+#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 namespace kvlab {
@@ -34,9 +37,21 @@ std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<st
                                 const std::string& task = "");
 
 int machine_cores();
-// Runs trained at once (requested: 0 = one per core; 1 in a data-parallel job, where every
-// rank must step through the same runs in the same order), and sets each run's threads.
-int start_jobs(int requested, size_t n_runs, bool data_parallel);
+
+// How a suite trains its runs: the data-parallel group when launched as one (else null),
+// whether this process writes the results (rank 0 of a group), and how many runs train at once
+// (requested: 0 = one per core; 1 in a data-parallel job, where every rank must step through
+// the same runs in the same order). Sets each run's threads and creates the output folder.
+struct SuiteLaunch {
+  std::unique_ptr<train::DataParallel> data_parallel;
+  bool writer = true;
+  int jobs = 1;
+};
+SuiteLaunch launch_suite(const std::string& out_dir, int requested_jobs, size_t n_runs);
+
+// The end of a suite's run pool: throws when a run failed; says that nothing is written and
+// returns false when the pool was interrupted before all n_runs finished.
+bool suite_runs_complete(const RunPoolResult& pool, size_t n_runs);
 
 // The training options every suite run uses: warm-up of min(50, steps/10), the run's seed.
 train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr, int64_t seed);

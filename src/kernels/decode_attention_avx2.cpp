@@ -124,10 +124,11 @@ void dot8(const float* q, const float* const* rows, int64_t width, float* s) {
   }
 }
 
-// acc[0..width) = acc · alpha + Σ_i w[i] · rows[i]: the accumulator stays in a register
-// across the block, so it is loaded and stored once per block, not once per token.
-void accumulate_block(float* acc, float alpha, const float* w, const float* const* rows, int64_t n,
-                      int64_t width) {
+// acc[0..width) = acc · alpha + Σ_i w[i] · row(i): the accumulator stays in registers across
+// the n rows, so it is loaded and stored once per call, not once per row. row(i) returns
+// row i's pointer (an array of rows, or rows at a fixed stride).
+template <class RowAt>
+void accumulate_rows(float* acc, float alpha, const float* w, RowAt row, int64_t n, int64_t width) {
   const __m256 a = _mm256_set1_ps(alpha);
   int64_t c = 0;
   // four independent chains: one dependent FMA chain per 8 lanes would wait on FMA latency
@@ -138,7 +139,7 @@ void accumulate_block(float* acc, float alpha, const float* w, const float* cons
     __m256 s3 = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c + 24));
     for (int64_t i = 0; i < n; ++i) {
       const __m256 wi = _mm256_set1_ps(w[i]);
-      const float* r = rows[i] + c;
+      const float* r = row(i) + c;
       s0 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r), s0);
       s1 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8), s1);
       s2 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 16), s2);
@@ -152,15 +153,22 @@ void accumulate_block(float* acc, float alpha, const float* w, const float* cons
   for (; c + 8 <= width; c += 8) {
     __m256 sum = _mm256_mul_ps(a, _mm256_loadu_ps(acc + c));
     for (int64_t i = 0; i < n; ++i) {
-      sum = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(rows[i] + c), sum);
+      sum = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(row(i) + c), sum);
     }
     _mm256_storeu_ps(acc + c, sum);
   }
   for (; c < width; ++c) {
     float sum = alpha * acc[c];
-    for (int64_t i = 0; i < n; ++i) sum += w[i] * rows[i][c];
+    for (int64_t i = 0; i < n; ++i) sum += w[i] * row(i)[c];
     acc[c] = sum;
   }
+}
+
+// The softmax-weighted sum of a block of value rows.
+void accumulate_block(float* acc, float alpha, const float* w, const float* const* rows, int64_t n,
+                      int64_t width) {
+  accumulate_rows(
+      acc, alpha, w, [rows](int64_t i) { return rows[i]; }, n, width);
 }
 
 void axpy(float* y, float alpha, const float* x, int64_t n) {
@@ -209,37 +217,11 @@ void rope_norm_on_read(float* k, int64_t width, const float* cos_sin, const Deco
   }
 }
 
-// key[n] = Σ_d v[d] · m[d][n] for m [rows][width]: four accumulator chains over n.
+// key[n] = Σ_d v[d] · m[d][n] for m [rows][width]: the rows of m weighted by v.
 void vector_times_matrix(const float* v, const float* m, int64_t rows, int64_t width, float* key) {
-  int64_t n = 0;
-  for (; n + 32 <= width; n += 32) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    for (int64_t d = 0; d < rows; ++d) {
-      const __m256 vd = _mm256_set1_ps(v[d]);
-      const float* r = m + d * width + n;
-      s0 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r), s0);
-      s1 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 8), s1);
-      s2 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 16), s2);
-      s3 = _mm256_fmadd_ps(vd, _mm256_loadu_ps(r + 24), s3);
-    }
-    _mm256_storeu_ps(key + n, s0);
-    _mm256_storeu_ps(key + n + 8, s1);
-    _mm256_storeu_ps(key + n + 16, s2);
-    _mm256_storeu_ps(key + n + 24, s3);
-  }
-  for (; n + 8 <= width; n += 8) {
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t d = 0; d < rows; ++d) {
-      sum = _mm256_fmadd_ps(_mm256_set1_ps(v[d]), _mm256_loadu_ps(m + d * width + n), sum);
-    }
-    _mm256_storeu_ps(key + n, sum);
-  }
-  for (; n < width; ++n) {
-    float sum = 0.0f;
-    for (int64_t d = 0; d < rows; ++d) sum += v[d] * m[d * width + n];
-    key[n] = sum;
-  }
+  std::fill(key, key + width, 0.0f);
+  accumulate_rows(
+      key, 0.0f, v, [m, width](int64_t d) { return m + d * width; }, rows, width);
 }
 
 // gva dr=0: tokens [t0, t1) of sequence b, each head's key rebuilt from its group's value

@@ -379,6 +379,12 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
   const int64_t learned_positions =
       static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, D);
   for (int64_t b = 0; b < n; ++b) {
+    for (int64_t other = 0; other < b; ++other) {
+      if (seqs[other] == seqs[b]) {
+        throw std::invalid_argument("decode step: sequence " + std::to_string(seqs[b]) +
+                                    " appears twice in one batch");
+      }
+    }
     if (tokens[b] < 0 || tokens[b] >= V) {
       throw std::invalid_argument("decode step: token " + std::to_string(tokens[b]) +
                                   " is outside the vocabulary of " + std::to_string(V));

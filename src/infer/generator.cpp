@@ -93,6 +93,13 @@ torch::Tensor Generator::prefill(int32_t seq, const std::vector<int64_t>& tokens
 torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
   c10::InferenceMode guard;
   if (tokens.empty()) throw std::invalid_argument("feed needs at least one token");
+  for (int64_t token : tokens) {
+    if (token < 0 || token >= decode_.vocab_size()) {
+      throw std::invalid_argument("feed: token " + std::to_string(token) +
+                                  " is outside the vocabulary of " +
+                                  std::to_string(decode_.vocab_size()));
+    }
+  }
   if (tokens.size() >= 2 && layout_.kernel != DecodeKernel::kRecurrentState) {
     return prefill(seq, tokens);
   }

@@ -75,19 +75,24 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
 torch::Tensor Generator::prefill(int32_t seq, const std::vector<int64_t>& tokens) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t pos = cache_.append(seq, T);
-  const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, T});
-  torch::Tensor h = model_->model->embed(input, pos);  // [1, T, D]
-  for (int64_t l = 0; l < model_->config().shape.n_layers; ++l) {
-    nn::TransformerBlockImpl& b = block(model_, l);
-    const torch::Tensor x = b.input_layernorm(h);
-    write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
-    h = h + b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
-    h = h + b.mlp->forward(b.post_attention_layernorm(h));
+  try {
+    const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, T});
+    torch::Tensor h = model_->model->embed(input, pos);  // [1, T, D]
+    for (int64_t l = 0; l < model_->config().shape.n_layers; ++l) {
+      nn::TransformerBlockImpl& b = block(model_, l);
+      const torch::Tensor x = b.input_layernorm(h);
+      write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
+      h = h + b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
+      h = h + b.mlp->forward(b.post_attention_layernorm(h));
+    }
+    h = model_->model->norm(h.narrow(1, T - 1, 1));
+    const torch::Tensor logits =
+        model_->lm_head ? model_->lm_head(h) : torch::matmul(h, model_->model->embed_tokens.t());
+    return logits.view({-1}).to(torch::kFloat32).contiguous();
+  } catch (...) {  // the sequence keeps what it held before the prompt
+    cache_.truncate(seq, pos);
+    throw;
   }
-  h = model_->model->norm(h.narrow(1, T - 1, 1));
-  const torch::Tensor logits =
-      model_->lm_head ? model_->lm_head(h) : torch::matmul(h, model_->model->embed_tokens.t());
-  return logits.view({-1}).to(torch::kFloat32).contiguous();
 }
 
 torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {

@@ -160,6 +160,14 @@ TEST(GeneratorTest, RefusesWhatCannotDecode) {
   EXPECT_NE(message([&] { gen.step({a}, {1}); }).find("exceeds the learned table of 16"),
             std::string::npos);
   EXPECT_EQ(gen.length(a), 16);
+  // a prompt past the table fails whole (the cache has room): nothing of it stays
+  Generator roomy(model, DType::kBf16, /*max_tokens_per_seq=*/32, 1, 1);
+  const int32_t r = roomy.add_sequence();
+  EXPECT_NE(message([&] {
+              roomy.feed(r, std::vector<int64_t>(17, 1));
+            }).find("exceed the learned table of 16"),
+            std::string::npos);
+  EXPECT_EQ(roomy.length(r), 0);
 
   // a full cache: the sequence that fitted is rolled back when a later one of the batch fails
   nn::TransformerModel rope(ModelConfig::make(small_shape(PosScheme::kRope), "gqa:2", DType::kF32),

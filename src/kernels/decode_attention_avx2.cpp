@@ -102,30 +102,6 @@ __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(below, result);
 }
 
-// s[i] = q · rows[i] for 8 rows at once: 8 accumulators, q loaded once per 8 lanes.
-void dot8(const float* q, const float* const* rows, int64_t width, float* s) {
-  __m256 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 8 <= width; c += 8) {
-    const __m256 qc = _mm256_loadu_ps(q + c);
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[i] + c), acc[i]);
-  }
-  // horizontal sums of the 8 accumulators into one vector (transpose-and-add)
-  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]);
-  const __m256 t1 = _mm256_hadd_ps(acc[2], acc[3]);
-  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]);
-  const __m256 t3 = _mm256_hadd_ps(acc[6], acc[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);
-  const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20);
-  const __m256 hi = _mm256_permute2f128_ps(u0, u1, 0x31);
-  _mm256_storeu_ps(s, _mm256_add_ps(lo, hi));
-  for (; c < width; ++c) {
-    for (int i = 0; i < 8; ++i) s[i] += q[c] * rows[i][c];
-  }
-}
-
 // acc[0..width) = acc · alpha + Σ_i w[i] · row(i): the accumulator stays in registers across
 // the n rows, so it is loaded and stored once per call, not once per row. row(i) returns
 // row i's pointer (an array of rows, or rows at a fixed stride).
@@ -164,13 +140,6 @@ void accumulate_rows(float* acc, float alpha, const float* w, RowAt row, int64_t
     for (int64_t i = 0; i < n; ++i) sum += w[i] * row(i)[c];
     acc[c] = sum;
   }
-}
-
-// The softmax-weighted sum of a block of value rows.
-void accumulate_block(float* acc, float alpha, const float* w, const float* const* rows, int64_t n,
-                      int64_t width) {
-  accumulate_rows(
-      acc, alpha, w, [rows](int64_t i) { return rows[i]; }, n, width);
 }
 
 void axpy(float* y, float alpha, const float* x, int64_t n) {
@@ -263,19 +232,383 @@ void rebuilt_keys_chunk(const DecodeParams& p, int64_t b, int64_t t0, int64_t t1
   }
 }
 
+// ---- The block kernel: no conversion pass; cached rows are widened in registers. ----
+
+constexpr int64_t kLanes = 16;  // elements per chunk: two 8-float vectors
+constexpr int kMaxHeads = 4;    // heads that share one pass over a block's rows
+
+constexpr int64_t bytes_of(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+// A chunk of 16 cached elements as two 8-float vectors. bf16 comes out de-interleaved —
+// even elements, then odd ones — at the cost of one shift and one mask, where natural order
+// would take two widening shuffles on the one shuffle port. Queries and accumulators are kept
+// in the same "chunk order", so dot products and weighted sums never shuffle; accumulators
+// return to natural order once per work item. f32 and f16 chunks are in natural order.
+template <DType D>
+struct Chunk;
+
+template <>
+struct Chunk<DType::kF32> {
+  static constexpr bool kInterleaved = false;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    a = _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    b = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8);
+  }
+  static float at(const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p)[i]; }
+};
+
+template <>
+struct Chunk<DType::kBf16> {
+  static constexpr bool kInterleaved = true;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    a = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));  // elements 0, 2, …, 14
+    b = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536)));  // 1, 3, …, 15
+  }
+  static float at(const std::byte* p, int64_t i) {
+    return bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+};
+
+template <>
+struct Chunk<DType::kF16> {
+  static constexpr bool kInterleaved = false;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p) + 1));
+  }
+  static float at(const std::byte* p, int64_t i) {
+    return f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+};
+
+// Natural order → chunk order, for n elements (the part past the last whole chunk keeps its
+// natural order).
+void to_chunk_order(const float* in, float* out, int64_t n, bool interleaved) {
+  const int64_t full = interleaved ? n / kLanes * kLanes : 0;
+  for (int64_t c = 0; c < full; c += kLanes) {
+    for (int64_t k = 0; k < kLanes / 2; ++k) {
+      out[c + k] = in[c + 2 * k];
+      out[c + kLanes / 2 + k] = in[c + 2 * k + 1];
+    }
+  }
+  std::copy(in + full, in + n, out + full);
+}
+
+void from_chunk_order(float* x, int64_t n, bool interleaved) {
+  if (!interleaved) return;
+  float natural[kLanes];
+  for (int64_t c = 0; c + kLanes <= n; c += kLanes) {
+    for (int64_t k = 0; k < kLanes / 2; ++k) {
+      natural[2 * k] = x[c + k];
+      natural[2 * k + 1] = x[c + kLanes / 2 + k];
+    }
+    std::copy(natural, natural + kLanes, x + c);
+  }
+}
+
+// Sums of 8 vectors of 8 lanes each, as one vector (transpose-and-add).
+__m256 reduce8(const float* lanes) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_load_ps(lanes + 16), _mm256_load_ps(lanes + 24));
+  const __m256 t2 = _mm256_hadd_ps(_mm256_load_ps(lanes + 32), _mm256_load_ps(lanes + 40));
+  const __m256 t3 = _mm256_hadd_ps(_mm256_load_ps(lanes + 48), _mm256_load_ps(lanes + 56));
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Asks for a row's cache lines in L2. Software prefetches to L1 hold one of the core's few
+// fill buffers each and stalled the core; L2 ones, issued a few per row as the previous unit
+// is computed, keep memory busy at the pace the kernel consumes it.
+void prefetch_row(const std::byte* row, int64_t bytes) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63}; line < end; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+  }
+}
+
+// The rows of the next (block, group) unit, prefetched one token at a time.
+struct NextRows {
+  const std::byte* const* keys = nullptr;    // [n] or nullptr
+  const std::byte* const* values = nullptr;  // [n] or nullptr (one stream)
+  int64_t n = 0;
+  int64_t key_bytes = 0;
+  int64_t value_bytes = 0;
+
+  void prefetch(int64_t i) const {
+    if (i >= n) return;
+    if (keys != nullptr) prefetch_row(keys[i], key_bytes);
+    if (values != nullptr) prefetch_row(values[i], value_bytes);
+  }
+};
+
+// scores[hh][i] = q_hh · key_i + q_rope_hh · rope_i (unscaled) for HB heads and n ≤ kBlock
+// rows; q and q_rope in chunk order. Each key chunk is loaded and widened once for the HB
+// heads; two accumulators per head keep 2·HB independent FMA chains.
+template <DType KD, DType RD, int HB>
+void score_pass(const float* const* q, const std::byte* const* keys, int64_t kw,
+                const float* const* q_rope, const std::byte* const* ropes, int64_t rw, int64_t n,
+                float* scores, const NextRows& next) {
+  constexpr int64_t ke = bytes_of(KD), re = bytes_of(RD);
+  alignas(32) float lanes[HB][kBlock][8];  // per head and row: 8 partial sums
+  float tails[HB][kBlock];
+  const int64_t kfull = kw / kLanes * kLanes, rfull = rw / kLanes * kLanes;
+  for (int64_t i = 0; i < n; ++i) {
+    next.prefetch(i);
+    __m256 a[HB], b[HB];
+    for (int hh = 0; hh < HB; ++hh) a[hh] = b[hh] = _mm256_setzero_ps();
+    const std::byte* k = keys[i];
+    for (int64_t c = 0; c < kfull; c += kLanes) {
+      __m256 x, y;
+      Chunk<KD>::load(k + c * ke, x, y);
+      for (int hh = 0; hh < HB; ++hh) {
+        a[hh] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q[hh] + c), a[hh]);
+        b[hh] = _mm256_fmadd_ps(y, _mm256_loadu_ps(q[hh] + c + 8), b[hh]);
+      }
+    }
+    for (int64_t c = 0; c < rfull; c += kLanes) {
+      __m256 x, y;
+      Chunk<RD>::load(ropes[i] + c * re, x, y);
+      for (int hh = 0; hh < HB; ++hh) {
+        a[hh] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q_rope[hh] + c), a[hh]);
+        b[hh] = _mm256_fmadd_ps(y, _mm256_loadu_ps(q_rope[hh] + c + 8), b[hh]);
+      }
+    }
+    for (int hh = 0; hh < HB; ++hh) {
+      _mm256_store_ps(lanes[hh][i], _mm256_add_ps(a[hh], b[hh]));
+      float tail = 0.0f;
+      for (int64_t c = kfull; c < kw; ++c) tail += q[hh][c] * Chunk<KD>::at(k, c);
+      for (int64_t c = rfull; c < rw; ++c) tail += q_rope[hh][c] * Chunk<RD>::at(ropes[i], c);
+      tails[hh][i] = tail;
+    }
+  }
+  for (int hh = 0; hh < HB; ++hh) {
+    for (int64_t i = n; i < (n + 7) / 8 * 8; ++i) {
+      _mm256_store_ps(lanes[hh][i], _mm256_setzero_ps());
+      tails[hh][i] = 0.0f;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += 8) {
+      const __m256 sums = _mm256_add_ps(reduce8(lanes[hh][i0]), _mm256_loadu_ps(&tails[hh][i0]));
+      _mm256_storeu_ps(scores + hh * kBlock + i0, sums);
+    }
+  }
+}
+
+// acc_hh = acc_hh · alpha_hh + Σ_i w[hh][i] · value_i for HB heads (acc in chunk order):
+// 16 lanes of every head stay in registers while the block's rows stream past.
+template <DType VD, int HB>
+void value_pass(float* const* acc, const float* alpha, const float* w,
+                const std::byte* const* values, int64_t n, int64_t vw) {
+  constexpr int64_t ve = bytes_of(VD);
+  const int64_t vfull = vw / kLanes * kLanes;
+  for (int64_t c = 0; c < vfull; c += kLanes) {
+    __m256 a[HB], b[HB];
+    for (int hh = 0; hh < HB; ++hh) {
+      const __m256 scale = _mm256_set1_ps(alpha[hh]);
+      a[hh] = _mm256_mul_ps(scale, _mm256_loadu_ps(acc[hh] + c));
+      b[hh] = _mm256_mul_ps(scale, _mm256_loadu_ps(acc[hh] + c + 8));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      __m256 x, y;
+      Chunk<VD>::load(values[i] + c * ve, x, y);
+      for (int hh = 0; hh < HB; ++hh) {
+        const __m256 wi = _mm256_broadcast_ss(w + hh * kBlock + i);
+        a[hh] = _mm256_fmadd_ps(wi, x, a[hh]);
+        b[hh] = _mm256_fmadd_ps(wi, y, b[hh]);
+      }
+    }
+    for (int hh = 0; hh < HB; ++hh) {
+      _mm256_storeu_ps(acc[hh] + c, a[hh]);
+      _mm256_storeu_ps(acc[hh] + c + 8, b[hh]);
+    }
+  }
+  for (int64_t c = vfull; c < vw; ++c) {
+    for (int hh = 0; hh < HB; ++hh) {
+      float sum = alpha[hh] * acc[hh][c];
+      for (int64_t i = 0; i < n; ++i) sum += w[hh * kBlock + i] * Chunk<VD>::at(values[i], c);
+      acc[hh][c] = sum;
+    }
+  }
+}
+
+// Online softmax over one block for HB heads: scales the scores, turns them into weights
+// relative to the new running maximum, and returns each head's rescale factor in alpha.
+template <int HB>
+void softmax_block(float* scores, int64_t n, float scale, float* const* partial, float* alpha) {
+  for (int hh = 0; hh < HB; ++hh) {
+    float* s = scores + hh * kBlock;
+    float block_max = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      s[i] *= scale;
+      block_max = std::max(block_max, s[i]);
+    }
+    float* ph = partial[hh];  // [max, sum, accumulator]
+    const float m_new = std::max(ph[0], block_max);
+    alpha[hh] = std::exp(ph[0] - m_new);  // exp(-inf) = 0 on the first block
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 vsum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+      _mm256_storeu_ps(s + i, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - m_new));
+    ph[1] = ph[1] * alpha[hh] + sum;
+    ph[0] = m_new;
+  }
+}
+
+// One (block, group) unit for HB heads starting at head h0: score, softmax, accumulate.
+template <DType KD, DType RD, DType VD, int HB>
+void heads_pass(const float* const* q, const float* const* q_rope, const std::byte* const* keys,
+                const std::byte* const* ropes, const std::byte* const* values, int64_t n,
+                int64_t kw, int64_t rw, int64_t vw, float scale, float* const* partial,
+                const NextRows& next) {
+  alignas(32) float weights[HB * kBlock];
+  float alpha[HB];
+  float* acc[HB];
+  score_pass<KD, RD, HB>(q, keys, kw, q_rope, ropes, rw, n, weights, next);
+  softmax_block<HB>(weights, n, scale, partial, alpha);
+  for (int hh = 0; hh < HB; ++hh) acc[hh] = partial[hh] + 2;
+  value_pass<VD, HB>(acc, alpha, weights, values, n, vw);
+}
+
+template <DType KD, DType RD, DType VD>
+void heads_pass_any(int hb, const float* const* q, const float* const* q_rope,
+                    const std::byte* const* keys, const std::byte* const* ropes,
+                    const std::byte* const* values, int64_t n, int64_t kw, int64_t rw, int64_t vw,
+                    float scale, float* const* partial, const NextRows& next) {
+  switch (hb) {
+    case 1:
+      return heads_pass<KD, RD, VD, 1>(q, q_rope, keys, ropes, values, n, kw, rw, vw, scale,
+                                       partial, next);
+    case 2:
+      return heads_pass<KD, RD, VD, 2>(q, q_rope, keys, ropes, values, n, kw, rw, vw, scale,
+                                       partial, next);
+    case 3:
+      return heads_pass<KD, RD, VD, 3>(q, q_rope, keys, ropes, values, n, kw, rw, vw, scale,
+                                       partial, next);
+    default:
+      return heads_pass<KD, RD, VD, 4>(q, q_rope, keys, ropes, values, n, kw, rw, vw, scale,
+                                       partial, next);
+  }
+}
+
+// What one work item needs besides its token range.
+struct ItemContext {
+  const DecodeParams* p = nullptr;
+  const float* q_chunked = nullptr;   // [n_seqs, n_heads, kw] in key chunk order
+  const float* qr_chunked = nullptr;  // [n_seqs, n_heads, rw] in rope chunk order
+  const float* rope_table = nullptr;  // rope on read: [positions][kw] cos, sin
+};
+
+// Tokens [t0, t1) of sequence b, every group, into part ([H][2 + vw], chunk order).
+// D is the cache dtype; RopeOnRead turns each cached row into an f32 key first (the norm and
+// rotation need the whole row), so keys are f32 while values stay in D.
+template <DType D, bool RopeOnRead>
+void run_item(const ItemContext& ctx, int64_t b, int64_t t0, int64_t t1, float* part,
+              float* key_scratch) {
+  constexpr DType KD = RopeOnRead ? DType::kF32 : D;
+  constexpr int64_t elem = bytes_of(D);
+  const DecodeParams& p = *ctx.p;
+  const int64_t G = p.n_groups, per_group = p.n_heads / p.n_groups;
+  const int64_t kw = p.key_width, vw = p.value_width, rw = p.rope_width;
+  const int64_t page = p.pages.page_size;
+  const int64_t key_row_bytes = G * kw * elem, value_row_bytes = G * vw * elem;
+  const bool one_stream = p.key_pool == p.value_pool;
+  const int32_t first_page = p.pages.indptr[b];
+  auto slot_of = [&](int64_t j) {
+    return static_cast<int64_t>(p.pages.page_ids[first_page + j / page]) * page + j % page;
+  };
+  // token-row bases of this block and the next: every group's slice is an offset into them
+  const std::byte* key_base[2][kBlock];
+  const std::byte* value_base[2][kBlock];
+  const std::byte* ropes[kBlock];
+  const std::byte* keys[kBlock];
+  const std::byte* values[kBlock];
+  const std::byte* next_keys[kBlock];
+  const std::byte* next_values[kBlock];
+  auto fill_bases = [&](int64_t start, int which) {
+    const int64_t n = std::min(kBlock, t1 - start);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = slot_of(start + i);
+      key_base[which][i] = p.key_pool + slot * key_row_bytes;
+      value_base[which][i] = p.value_pool + slot * value_row_bytes;
+    }
+    return n;
+  };
+  int cur = 0;
+  int64_t n = t0 < t1 ? fill_bases(t0, cur) : 0;
+  for (int64_t start = t0; start < t1; start += kBlock) {
+    const int64_t next_start = start + kBlock;
+    const int64_t next_n = next_start < t1 ? fill_bases(next_start, 1 - cur) : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ropes[i] = rw > 0 ? p.rope_pool + slot_of(start + i) * rw * elem : nullptr;
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      // the unit computed next: this block's next group, or the next block's first one
+      NextRows next;
+      const int which = g + 1 < G ? cur : 1 - cur;
+      const int64_t ng = g + 1 < G ? g + 1 : 0;
+      next.n = g + 1 < G ? n : next_n;
+      next.key_bytes = kw * elem;
+      next.value_bytes = vw * elem;
+      for (int64_t i = 0; i < next.n; ++i) {
+        next_keys[i] = key_base[which][i] + ng * kw * elem;
+        next_values[i] = value_base[which][i] + ng * vw * elem;
+      }
+      next.keys = next_keys;
+      next.values = one_stream ? nullptr : next_values;
+      if (g + 1 == G && rw > 0) {
+        for (int64_t i = 0; i < next_n; ++i) {
+          prefetch_row(p.rope_pool + slot_of(next_start + i) * rw * elem, rw * elem);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        keys[i] = key_base[cur][i] + g * kw * elem;
+        values[i] = value_base[cur][i] + g * vw * elem;
+        if (RopeOnRead) {  // K = RoPE_j(RMSNorm(C)); the raw row is the value
+          float* key = key_scratch + i * kw;
+          const float* row = to_f32(keys[i], D, kw, key);
+          if (row != key) std::memcpy(key, row, static_cast<size_t>(kw) * sizeof(float));
+          rope_norm_on_read(key, kw, ctx.rope_table + (start + i) * kw, p);
+          keys[i] = reinterpret_cast<const std::byte*>(key);
+        }
+      }
+      for (int64_t h0 = g * per_group; h0 < (g + 1) * per_group; h0 += kMaxHeads) {
+        const int hb = static_cast<int>(std::min<int64_t>(kMaxHeads, (g + 1) * per_group - h0));
+        const float* q[kMaxHeads];
+        const float* qr[kMaxHeads];
+        float* partial[kMaxHeads];
+        for (int hh = 0; hh < hb; ++hh) {
+          const int64_t h = h0 + hh;
+          q[hh] = ctx.q_chunked + (b * p.n_heads + h) * kw;
+          qr[hh] = rw > 0 ? ctx.qr_chunked + (b * p.n_heads + h) * rw : nullptr;
+          partial[hh] = part + h * (2 + vw);
+        }
+        heads_pass_any<KD, D, D>(hb, q, qr, keys, ropes, values, n, kw, rw, vw, p.scale, partial,
+                                 h0 == g * per_group ? next : NextRows{});
+      }
+    }
+    cur = 1 - cur;
+    n = next_n;
+  }
+}
+
 }  // namespace
 
 void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
                            const std::vector<float>& rope_table) {
   validate_decode_params(p);
-  const int64_t elem = dtype_bytes(p.dtype);
-  const int64_t G = p.n_groups, per_group = p.n_heads / p.n_groups;
   const int64_t page = p.pages.page_size;
   const int64_t kw = p.key_width, vw = p.value_width, rw = p.rope_width;
-  const bool shared_rows = p.key_pool == p.value_pool && kw == vw && !p.rope_on_read;
+  const bool rebuild = p.key_maps != nullptr;
 
-  // Work items: (sequence, chunk of tokens). An item streams whole token rows (every group
-  // at once, contiguous in memory) and keeps one online-softmax partial per head.
+  // Work items: (sequence, chunk of tokens). An item keeps one online-softmax partial per head
+  // and walks its tokens a block at a time, group by group.
   std::vector<int64_t>& tokens = work.tokens;
   std::vector<int64_t>& item_start = work.item_start;
   tokens.resize(static_cast<size_t>(p.n_seqs));  // capacity is kept: no allocation once grown
@@ -290,13 +623,30 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorksp
   const int64_t n_items = item_start.back();
   const int64_t head_partial = 2 + vw;  // max, sum, accumulator
   const int64_t partial = p.n_heads * head_partial;
-  // per worker-item scratch: a block of f32 key rows, value rows, rope rows and scores
-  const int64_t scratch = kBlock * (kw + vw + rw) + per_group * kBlock;
-  const int64_t need = n_items * (partial + scratch);
+  // per item: f32 keys of a block (rope on read), or the dr=0 rebuild's value and key rows
+  const int64_t scratch = rebuild ? vw + kw : kBlock * kw;
+  const int64_t q_floats = p.n_seqs * p.n_heads * (kw + rw);
+  const int64_t need = q_floats + n_items * (partial + scratch);
   std::vector<float>& workspace = work.floats;
   if (static_cast<int64_t>(workspace.size()) < need) workspace.resize(static_cast<size_t>(need));
-  float* const partials = workspace.data();
-  float* const scratches = workspace.data() + n_items * partial;
+  float* const q_chunked = workspace.data();
+  float* const qr_chunked = q_chunked + p.n_seqs * p.n_heads * kw;
+  float* const partials = workspace.data() + q_floats;
+  float* const scratches = partials + n_items * partial;
+
+  // Queries in the chunk order of what they meet: cached rows, or f32 keys rotated on read.
+  const bool keys_interleaved = p.dtype == DType::kBf16 && !p.rope_on_read;
+  const bool cache_interleaved = p.dtype == DType::kBf16;
+  const bool acc_interleaved = cache_interleaved && !rebuild;
+  for (int64_t row = 0; row < p.n_seqs * p.n_heads; ++row) {
+    to_chunk_order(p.q + row * kw, q_chunked + row * kw, kw, keys_interleaved);
+    if (rw > 0) to_chunk_order(p.q_rope + row * rw, qr_chunked + row * rw, rw, cache_interleaved);
+  }
+  ItemContext ctx;
+  ctx.p = &p;
+  ctx.q_chunked = q_chunked;
+  ctx.qr_chunked = qr_chunked;
+  ctx.rope_table = rope_table.data();
 
   pool.parallel_for(n_items, [&](int64_t item) {
     const int64_t b =
@@ -304,111 +654,34 @@ void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorksp
     const int64_t chunk = item - item_start[static_cast<size_t>(b)];
     const int64_t t0 = chunk * kChunkTokens;
     const int64_t t1 = std::min(tokens[static_cast<size_t>(b)], t0 + kChunkTokens);
-    float* part = partials + item * partial;   // [H][2 + vw]
-    float* keys = scratches + item * scratch;  // [kBlock][kw], one group at a time
-    float* values = keys + kBlock * kw;        // [kBlock][vw]
-    float* ropes = values + kBlock * vw;       // [kBlock][rw]
-    float* scores = ropes + kBlock * rw;       // [per_group][kBlock]
+    float* part = partials + item * partial;  // [H][2 + vw]
+    float* item_scratch = scratches + item * scratch;
     for (int64_t h = 0; h < p.n_heads; ++h) {
       float* ph = part + h * head_partial;
       ph[0] = -INFINITY;
       ph[1] = 0.0f;
       std::fill(ph + 2, ph + 2 + vw, 0.0f);
     }
-    if (p.key_maps != nullptr) {
-      rebuilt_keys_chunk(p, b, t0, t1, part, scratches + item * scratch, rope_table.data());
+    if (rebuild) {
+      rebuilt_keys_chunk(p, b, t0, t1, part, item_scratch, rope_table.data());
       return;
     }
-    const int32_t first_page = p.pages.indptr[b];
-    const float* key_rows[kBlock];
-    const float* value_rows[kBlock];
-    const float* rope_rows[kBlock];
-    const int64_t key_row_bytes = G * kw * elem;
-    const int64_t value_row_bytes = G * vw * elem;
-    for (int64_t start = t0; start < t1; start += kBlock) {
-      const int64_t n = std::min(kBlock, t1 - start);
-      // Ask for the next block's rows now, so memory works while this block computes.
-      const int64_t next_end = std::min(t1, start + 2 * kBlock);
-      for (int64_t j = start + kBlock; j < next_end; ++j) {
-        const int64_t slot = p.pages.page_ids[first_page + j / page] * page + j % page;
-        const char* k_src = reinterpret_cast<const char*>(p.key_pool + slot * key_row_bytes);
-        for (int64_t off = 0; off < key_row_bytes; off += 64)
-          _mm_prefetch(k_src + off, _MM_HINT_T0);
-        if (!shared_rows && !p.rope_on_read) {
-          const char* v_src = reinterpret_cast<const char*>(p.value_pool + slot * value_row_bytes);
-          for (int64_t off = 0; off < value_row_bytes; off += 64)
-            _mm_prefetch(v_src + off, _MM_HINT_T0);
-        }
-        if (rw > 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(p.rope_pool + slot * rw * elem), _MM_HINT_T0);
-        }
-      }
-      int64_t slots[kBlock];
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t j = start + i;
-        slots[i] = p.pages.page_ids[first_page + j / page] * page + j % page;
-        rope_rows[i] = rw > 0
-                           ? to_f32(p.rope_pool + slots[i] * rw * elem, p.dtype, rw, ropes + i * rw)
-                           : nullptr;
-      }
-      for (int64_t i = n; i < kBlock; ++i) rope_rows[i] = rope_rows[n - 1];
-      // one group at a time: its slice of the block's rows, converted to f32, stays in L1
-      for (int64_t g = 0; g < G; ++g) {
-        for (int64_t i = 0; i < n; ++i) {
-          const std::byte* k_src = p.key_pool + slots[i] * key_row_bytes + g * kw * elem;
-          if (p.rope_on_read) {
-            const float* raw = to_f32(k_src, p.dtype, kw, values + i * vw);  // value = raw C
-            if (raw != values + i * vw)
-              std::memcpy(values + i * vw, raw, static_cast<size_t>(kw) * 4);
-            std::memcpy(keys + i * kw, values + i * vw, static_cast<size_t>(kw) * 4);
-            rope_norm_on_read(keys + i * kw, kw, rope_table.data() + (start + i) * kw, p);
-            key_rows[i] = keys + i * kw;
-            value_rows[i] = values + i * vw;
-          } else {
-            key_rows[i] = to_f32(k_src, p.dtype, kw, keys + i * kw);
-            value_rows[i] = shared_rows
-                                ? key_rows[i]
-                                : to_f32(p.value_pool + slots[i] * value_row_bytes + g * vw * elem,
-                                         p.dtype, vw, values + i * vw);
-          }
-        }
-        for (int64_t i = n; i < kBlock; ++i) key_rows[i] = key_rows[n - 1];
-        for (int64_t hh = 0; hh < per_group; ++hh) {
-          const int64_t h = g * per_group + hh;
-          const float* q = p.q + (b * p.n_heads + h) * kw;
-          const float* qr = rw > 0 ? p.q_rope + (b * p.n_heads + h) * rw : nullptr;
-          float* s = scores + hh * kBlock;
-          float rope_part[8];
-          for (int64_t i = 0; i < n; i += 8) {
-            dot8(q, key_rows + i, kw, s + i);
-            if (qr != nullptr) {
-              dot8(qr, rope_rows + i, rw, rope_part);
-              for (int k = 0; k < 8; ++k) s[i + k] += rope_part[k];
-            }
-          }
-          float block_max = -INFINITY;
-          for (int64_t i = 0; i < n; ++i) {
-            s[i] *= p.scale;
-            block_max = std::max(block_max, s[i]);
-          }
-          float* ph = part + h * head_partial;
-          const float m_new = std::max(ph[0], block_max);
-          const float alpha = std::exp(ph[0] - m_new);  // exp(-inf) = 0 on the first block
-          const __m256 vm = _mm256_set1_ps(m_new);
-          __m256 vsum = _mm256_setzero_ps();
-          int64_t i = 0;
-          for (; i + 8 <= n; i += 8) {
-            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
-            _mm256_storeu_ps(s + i, e);
-            vsum = _mm256_add_ps(vsum, e);
-          }
-          float sum = hsum(vsum);
-          for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - m_new));
-          ph[1] = ph[1] * alpha + sum;
-          ph[0] = m_new;
-          accumulate_block(ph + 2, alpha, s, value_rows, n, vw);
-        }
-      }
+    switch (p.dtype) {
+      case DType::kF32:
+        p.rope_on_read ? run_item<DType::kF32, true>(ctx, b, t0, t1, part, item_scratch)
+                       : run_item<DType::kF32, false>(ctx, b, t0, t1, part, item_scratch);
+        break;
+      case DType::kBf16:
+        p.rope_on_read ? run_item<DType::kBf16, true>(ctx, b, t0, t1, part, item_scratch)
+                       : run_item<DType::kBf16, false>(ctx, b, t0, t1, part, item_scratch);
+        break;
+      default:
+        p.rope_on_read ? run_item<DType::kF16, true>(ctx, b, t0, t1, part, item_scratch)
+                       : run_item<DType::kF16, false>(ctx, b, t0, t1, part, item_scratch);
+        break;
+    }
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      from_chunk_order(part + h * head_partial + 2, vw, acc_interleaved);
     }
   });
 

@@ -7,18 +7,68 @@
 
 namespace kvlab {
 
-CpuIsa detect_cpu_isa() {
-  const char* forced = std::getenv("KVLAB_CPU_ISA");
-  if (forced != nullptr && std::string(forced) == "scalar") return CpuIsa::kScalar;
+bool cpu_supports(CpuIsa isa) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    return CpuIsa::kAvx2;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+      return avx2;
+    case CpuIsa::kAvx512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   }
-  return CpuIsa::kScalar;
+  return false;
 }
 
-std::string_view cpu_isa_name(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "scalar"; }
+CpuIsa detect_cpu_isa() {
+  const char* forced = std::getenv("KVLAB_CPU_ISA");
+  const std::string cap = forced == nullptr ? "" : forced;
+  if (cap == "scalar") return CpuIsa::kScalar;
+  if (cap != "avx2" && cpu_supports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  return cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kScalar;
+}
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kScalar:
+      break;
+  }
+  return "scalar";
+}
+
+DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chunk_tokens,
+                       int64_t fixed_floats, int64_t floats_per_item) {
+  // capacities are kept: no allocation once the workspace has grown to the batch
+  work.tokens.resize(static_cast<size_t>(p.n_seqs));
+  work.item_start.assign(static_cast<size_t>(p.n_seqs) + 1, 0);
+  work.item_seq.clear();
+  for (int64_t b = 0; b < p.n_seqs; ++b) {
+    const int32_t first = p.pages.indptr[b], last = p.pages.indptr[b + 1];
+    const int64_t t =
+        last == first ? 0 : (last - first - 1) * p.pages.page_size + p.pages.last_page_len[b];
+    work.tokens[static_cast<size_t>(b)] = t;
+    const int64_t chunks = std::max<int64_t>(1, (t + chunk_tokens - 1) / chunk_tokens);
+    work.item_start[static_cast<size_t>(b) + 1] = work.item_start[static_cast<size_t>(b)] + chunks;
+    work.item_seq.insert(work.item_seq.end(), static_cast<size_t>(chunks), b);
+  }
+  DecodePlan plan;
+  plan.n_items = work.item_start.back();
+  const int64_t need = fixed_floats + plan.n_items * floats_per_item;
+  if (static_cast<int64_t>(work.floats.size()) < need)
+    work.floats.resize(static_cast<size_t>(need));
+  plan.tokens = work.tokens.data();
+  plan.item_start = work.item_start.data();
+  plan.item_seq = work.item_seq.data();
+  plan.floats = work.floats.data();
+  return plan;
+}
 
 FastDecoder::FastDecoder(int threads, CpuIsa isa) : isa_(isa), pool_(threads) {}
 
@@ -70,7 +120,11 @@ void FastDecoder::run(const DecodeParams& params) {
     }
     prepare_rope(tokens, params.key_width, params.rope_theta);
   }
-  decode_attention_avx2(params, pool_, workspace_, rope_table_);
+  if (isa_ == CpuIsa::kAvx512) {
+    decode_attention_avx512(params, pool_, workspace_, rope_table_);
+  } else {
+    decode_attention_avx2(params, pool_, workspace_, rope_table_);
+  }
 }
 
 }  // namespace kvlab

@@ -11,11 +11,15 @@
 
 namespace kvlab {
 
-enum class CpuIsa { kScalar, kAvx2 };
+enum class CpuIsa { kScalar, kAvx2, kAvx512 };
 
-// The ISA decode runs on: AVX2+FMA+F16C when the CPU has them, unless the environment
-// variable KVLAB_CPU_ISA=scalar forces the reference (tests run both paths in one binary).
+// The ISA decode runs on: AVX-512 (F, BW, VL, DQ) when the CPU has it, else AVX2+FMA+F16C,
+// else the scalar reference. The environment variable KVLAB_CPU_ISA=scalar|avx2 caps it (tests
+// run every path in one binary). Dense layers and linear attention use the AVX2 kernels on
+// both SIMD levels; only decode attention has an AVX-512 build.
 CpuIsa detect_cpu_isa();
+// What this CPU can run, ignoring KVLAB_CPU_ISA.
+bool cpu_supports(CpuIsa isa);
 std::string_view cpu_isa_name(CpuIsa isa);
 
 // What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
@@ -24,7 +28,22 @@ struct DecodeWorkspace {
   std::vector<float> floats;        // partials and per-item scratch
   std::vector<int64_t> tokens;      // per sequence
   std::vector<int64_t> item_start;  // per sequence + 1
+  std::vector<int64_t> item_seq;    // per item
 };
+
+// The work items of one decode-attention call: each sequence's tokens cut into chunks of
+// chunk_tokens (at least one item per sequence), and the workspace sized to
+// fixed_floats + n_items · floats_per_item. Plain code, so the ISA files instantiate no
+// library templates.
+struct DecodePlan {
+  const int64_t* tokens = nullptr;      // [n_seqs]
+  const int64_t* item_start = nullptr;  // [n_seqs + 1]
+  const int64_t* item_seq = nullptr;    // [n_items]
+  int64_t n_items = 0;
+  float* floats = nullptr;
+};
+DecodePlan plan_decode(const DecodeParams& params, DecodeWorkspace& workspace, int64_t chunk_tokens,
+                       int64_t fixed_floats, int64_t floats_per_item);
 
 // Flash-decoding on the CPU: each sequence's tokens are split into chunks spread over a
 // persistent thread pool; every chunk keeps an online-softmax partial (max, sum,
@@ -57,9 +76,11 @@ class FastDecoder {
   double rope_theta_ = 0;
 };
 
-// The AVX2 kernel (decode_attention_avx2.cpp, built with -mavx2 -mfma -mf16c).
-// rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
+// The SIMD kernels: one source (decode_attention_simd.inc) built for AVX2+FMA+F16C and for
+// AVX-512. rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
 void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
                            const std::vector<float>& rope_table);
+void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
+                             DecodeWorkspace& workspace, const std::vector<float>& rope_table);
 
 }  // namespace kvlab

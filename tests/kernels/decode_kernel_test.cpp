@@ -48,8 +48,9 @@ struct Case {
 double tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 2e-5; }
 
 // Runs one case through both kernels; `one_stream` shares one pool for keys and values.
-void check(const Case& c, bool one_stream) {
-  SCOPED_TRACE(c.name() + (one_stream ? "_onestream" : "_twostream"));
+void check(const Case& c, bool one_stream, CpuIsa isa) {
+  SCOPED_TRACE(c.name() + (one_stream ? "_onestream_" : "_twostream_") +
+               std::string(cpu_isa_name(isa)));
   std::mt19937 rng(c.seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   CacheLayout layout;
@@ -108,7 +109,7 @@ void check(const Case& c, bool one_stream) {
   p.out = expected.data();
   decode_attention_reference(p);
   p.out = actual.data();
-  FastDecoder fast(2, CpuIsa::kAvx2);
+  FastDecoder fast(2, isa);
   fast.run(p);
   double worst = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -123,10 +124,10 @@ void check(const Case& c, bool one_stream) {
   EXPECT_EQ(again, actual);
 }
 
-TEST(FastDecodeTest, MatchesTheReferenceOnAwkwardShapes) {
-  if (detect_cpu_isa() != CpuIsa::kAvx2 && std::getenv("KVLAB_CPU_ISA") == nullptr) {
-    GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar kernel runs here";
-  }
+// Every shape below on one SIMD kernel: lengths that end mid-block and mid-page, group sizes
+// 1, 3 and 8 (one, a partial and two batches of heads), widths that are whole chunks, whole
+// plus an 8-lane chunk plus a scalar tail (90), one- and two-stream, rope streams, RoPE on read.
+void check_awkward_shapes(CpuIsa isa) {
   uint32_t seed = 0;
   for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {
     for (std::vector<int64_t> lengths :
@@ -135,26 +136,46 @@ TEST(FastDecodeTest, MatchesTheReferenceOnAwkwardShapes) {
         for (int64_t width : {64, 90, 128}) {
           Case c{lengths, heads, groups, width, width, 0, dtype, 16};
           c.seed = ++seed;
-          check(c, /*one_stream=*/false);
-          check(c, /*one_stream=*/true);
+          check(c, /*one_stream=*/false, isa);
+          check(c, /*one_stream=*/true, isa);
         }
       }
     }
+    // widths of 8-lane chunks only (24, 48), of two 16-lane chunks and one (96, 200 + tail)
+    for (int64_t width : {24, 48, 96, 200}) {
+      check({{37, 300}, 9, 1, width, width, 0, dtype, 16, false, false, ++seed}, false, isa);
+      check({{300}, 6, 2, width, width, 0, dtype, 16, false, false, ++seed}, true, isa);
+    }
     // gva (grouped content + shared rope stream) and absorbed mla (512 + 64)
-    check({{97, 1000}, 32, 8, 128, 128, 16, dtype, 16, false, false, ++seed}, true);
-    check({{1000, 5}, 16, 1, 512, 512, 64, dtype, 16, false, false, ++seed}, true);
+    check({{97, 1000}, 32, 8, 128, 128, 16, dtype, 16, false, false, ++seed}, true, isa);
+    check({{1000, 5}, 16, 1, 512, 512, 64, dtype, 16, false, false, ++seed}, true, isa);
+    // rope widths that are not whole chunks
+    check({{300}, 8, 2, 64, 64, 8, dtype, 16, false, false, ++seed}, true, isa);
+    check({{300}, 8, 2, 64, 64, 48, dtype, 16, false, false, ++seed}, true, isa);
     // the shared K=V + RoPE layout (Lumma: 16 heads, 8 groups of 90), keys rotated on read
-    check({{97, 700}, 16, 8, 90, 90, 0, dtype, 16, true, true, ++seed}, true);
-    check({{33}, 4, 2, 64, 64, 0, dtype, 1, true, false, ++seed}, true);  // page size 1
+    check({{97, 700}, 16, 8, 90, 90, 0, dtype, 16, true, true, ++seed}, true, isa);
+    check({{33}, 4, 2, 64, 64, 0, dtype, 1, true, false, ++seed}, true, isa);  // page size 1
     // gva dr=0: keys rebuilt per head and position (d_n 64 from d_h 90; d_n = d_h = 128)
-    check({{97, 600, 0}, 6, 2, 64, 90, 0, dtype, 16, true, false, ++seed, true}, true);
-    check({{1100}, 8, 8, 128, 128, 0, dtype, 16, true, false, ++seed, true}, true);
+    check({{97, 600, 0}, 6, 2, 64, 90, 0, dtype, 16, true, false, ++seed, true}, true, isa);
+    check({{1100}, 8, 8, 128, 128, 0, dtype, 16, true, false, ++seed, true}, true, isa);
   }
+}
+
+TEST(FastDecodeTest, Avx2MatchesTheReferenceOnAwkwardShapes) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C";
+  check_awkward_shapes(CpuIsa::kAvx2);
+}
+
+TEST(FastDecodeTest, Avx512MatchesTheReferenceOnAwkwardShapes) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL/DQ";
+  check_awkward_shapes(CpuIsa::kAvx512);
 }
 
 TEST(FastDecodeTest, EnvironmentForcesTheScalarReference) {
   ::setenv("KVLAB_CPU_ISA", "scalar", 1);
   EXPECT_EQ(detect_cpu_isa(), CpuIsa::kScalar);
+  ::setenv("KVLAB_CPU_ISA", "avx2", 1);  // caps the level: AVX2 even where AVX-512 exists
+  EXPECT_EQ(detect_cpu_isa(), cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kScalar);
   ::unsetenv("KVLAB_CPU_ISA");
   FastDecoder scalar(1, CpuIsa::kScalar);
   EXPECT_EQ(cpu_isa_name(scalar.isa()), "scalar");

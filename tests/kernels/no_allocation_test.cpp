@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 
 #include "alloc_counter.h"
 #include "cache/paged_cache.h"
@@ -16,9 +17,10 @@ namespace {
 // The fast path only: the scalar reference is the plain twin tests compare against and is
 // free to allocate.
 TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
-  if (detect_cpu_isa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 kernel on this CPU";
-  {
-    const CpuIsa isa = CpuIsa::kAvx2;
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 kernel on this CPU";
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_supports(isa)) continue;
+    SCOPED_TRACE(std::string(cpu_isa_name(isa)));
     const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 64}, {"v", 2, 64}}, DType::kBf16};
     PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/16, /*max_pages=*/64, /*max_seqs=*/2);
     const std::vector<int32_t> seqs = {cache.add_sequence(), cache.add_sequence()};

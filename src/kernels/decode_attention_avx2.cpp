@@ -42,7 +42,7 @@ namespace {
 
 void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
                            const std::vector<float>& rope_table) {
-  decode_with_simd(p, pool, work, rope_table.data());
+  decode_with_simd(p, pool, work, rope_table.data(), false);
 }
 
 }  // namespace kvlab

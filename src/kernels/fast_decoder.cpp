@@ -1,11 +1,21 @@
 #include "kernels/fast_decoder.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 namespace kvlab {
+namespace {
+
+// arch_prctl(2): ask for the AMX tile data state
+constexpr int kArchRequestXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+}  // namespace
 
 bool cpu_supports(CpuIsa isa) {
   __builtin_cpu_init();
@@ -19,6 +29,11 @@ bool cpu_supports(CpuIsa isa) {
     case CpuIsa::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case CpuIsa::kAmx:
+      // Linux hands out tile state only on request (once per process; asking again is free)
+      return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("amx-tile") &&
+             __builtin_cpu_supports("amx-bf16") &&
+             syscall(SYS_arch_prctl, kArchRequestXcompPerm, kXfeatureXtiledata) == 0;
   }
   return false;
 }
@@ -27,6 +42,7 @@ CpuIsa detect_cpu_isa() {
   const char* forced = std::getenv("KVLAB_CPU_ISA");
   const std::string cap = forced == nullptr ? "" : forced;
   if (cap == "scalar") return CpuIsa::kScalar;
+  if (cap != "avx2" && cap != "avx512" && cpu_supports(CpuIsa::kAmx)) return CpuIsa::kAmx;
   if (cap != "avx2" && cpu_supports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
   return cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kScalar;
 }
@@ -37,6 +53,8 @@ std::string_view cpu_isa_name(CpuIsa isa) {
       return "avx2";
     case CpuIsa::kAvx512:
       return "avx512";
+    case CpuIsa::kAmx:
+      return "avx512+amx";
     case CpuIsa::kScalar:
       break;
   }
@@ -120,8 +138,8 @@ void FastDecoder::run(const DecodeParams& params) {
     }
     prepare_rope(tokens, params.key_width, params.rope_theta);
   }
-  if (isa_ == CpuIsa::kAvx512) {
-    decode_attention_avx512(params, pool_, workspace_, rope_table_);
+  if (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) {
+    decode_attention_avx512(params, pool_, workspace_, rope_table_, isa_ == CpuIsa::kAmx);
   } else {
     decode_attention_avx2(params, pool_, workspace_, rope_table_);
   }

@@ -11,12 +11,13 @@
 
 namespace kvlab {
 
-enum class CpuIsa { kScalar, kAvx2, kAvx512 };
+enum class CpuIsa { kScalar, kAvx2, kAvx512, kAmx };
 
-// The ISA decode runs on: AVX-512 (F, BW, VL, DQ) when the CPU has it, else AVX2+FMA+F16C,
-// else the scalar reference. The environment variable KVLAB_CPU_ISA=scalar|avx2 caps it (tests
+// The ISA decode runs on, best first: AMX (tile multiplies for bf16 scores, on top of AVX-512;
+// needs the kernel's permission for tile state), AVX-512 (F, BW, VL, DQ), AVX2+FMA+F16C, the
+// scalar reference. The environment variable KVLAB_CPU_ISA=scalar|avx2|avx512 caps it (tests
 // run every path in one binary). Dense layers and linear attention use the AVX2 kernels on
-// both SIMD levels; only decode attention has an AVX-512 build.
+// every SIMD level; only decode attention has AVX-512 and AMX builds.
 CpuIsa detect_cpu_isa();
 // What this CPU can run, ignoring KVLAB_CPU_ISA.
 bool cpu_supports(CpuIsa isa);
@@ -80,7 +81,9 @@ class FastDecoder {
 // AVX-512. rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
 void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
                            const std::vector<float>& rope_table);
+// amx: bf16 scores by tile multiplies where the shapes allow (the caller has the permission).
 void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
-                             DecodeWorkspace& workspace, const std::vector<float>& rope_table);
+                             DecodeWorkspace& workspace, const std::vector<float>& rope_table,
+                             bool amx);
 
 }  // namespace kvlab

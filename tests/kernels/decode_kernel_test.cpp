@@ -171,6 +171,13 @@ TEST(FastDecodeTest, Avx512MatchesTheReferenceOnAwkwardShapes) {
   check_awkward_shapes(CpuIsa::kAvx512);
 }
 
+// bf16 scores by tile multiplies (pages of 16: widths 64 and 128, rope 16 and 64 take the tile
+// path; 90, page size 1 and RoPE on read fall back to the vector kernel)
+TEST(FastDecodeTest, AmxMatchesTheReferenceOnAwkwardShapes) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
+  check_awkward_shapes(CpuIsa::kAmx);
+}
+
 TEST(FastDecodeTest, EnvironmentForcesTheScalarReference) {
   ::setenv("KVLAB_CPU_ISA", "scalar", 1);
   EXPECT_EQ(detect_cpu_isa(), CpuIsa::kScalar);

@@ -301,30 +301,28 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     if (t <= 0) throw SpecError("context", "must be > 0");
   }
   FastDecoder decoder(o.threads);
-  const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, decoder.threads(), 5);
+  // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
+  // probe once and steps every row once, so a machine whose load drifts (shared hosts) shifts
+  // every row and the ceiling alike and the ratios between them hold. The rows share the
+  // rotation budget: between two reads of one layer the rounds touch --rotate-mib in all.
   struct Row {
     std::string attn;
-    int64_t context, layers;
-    double median_us, min_us, max_us;
-    int64_t bytes;
+    int64_t context = 0, layers = 0, bytes = 0;
+    std::function<void(int)> step;
+    std::vector<double> micros = {};
+    double median_us = 0, min_us = 0, max_us = 0;
+  };
+  struct RowState {  // what a row's step reads and writes
+    std::unique_ptr<PagedKvCache> cache;
+    PageTable table;
+    std::vector<float> q, qr, result, norm_weight, key_maps, states, z;
   };
   std::vector<Row> rows;
-  // Times step(r) for 3 warm-up and o.repeats measured steps (r picks the layer to read) and
-  // adds the row: median, min and max microseconds.
-  auto measure = [&](const std::string& attn, int64_t context, int64_t layers, int64_t bytes,
-                     const std::function<void(int)>& step) {
-    std::vector<double> micros;
-    for (int r = 0; r < o.repeats + 3; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      step(r);
-      const double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-              .count();
-      if (r >= 3) micros.push_back(us);
-    }
-    std::sort(micros.begin(), micros.end());
-    rows.push_back(
-        {attn, context, layers, micros[micros.size() / 2], micros.front(), micros.back(), bytes});
+  std::vector<std::unique_ptr<RowState>> states;
+  const int64_t n_rows = static_cast<int64_t>(specs.size() * contexts.size());
+  const int64_t row_budget = std::max<int64_t>(1, (o.rotate_mib << 20) / n_rows);
+  auto layers_for = [&](int64_t layer_bytes) {
+    return std::max<int64_t>(1, (row_budget + layer_bytes - 1) / layer_bytes);
   };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -335,32 +333,39 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       // at every context (the context column only repeats)
       const int64_t per_layer = o.batch * layout.state_scalars;
       const int64_t layer_bytes = per_layer * 4;
-      const int64_t layers =
-          std::max<int64_t>(1, ((o.rotate_mib << 20) + layer_bytes - 1) / layer_bytes);
-      std::vector<float> states(static_cast<size_t>(layers * per_layer));
       const int64_t d = spec.head_dim;
-      for (int64_t i = 0; i < layers * o.batch * spec.n_heads; ++i) {
-        float* st = states.data() + i * (d * d + d);
-        for (int64_t j = 0; j < d * d; ++j) st[j] = 0.01f * uniform(rng);
-        for (int64_t j = 0; j < d; ++j) st[d * d + j] = 1.0f;  // positive normalisers
-      }
-      std::vector<float> z(static_cast<size_t>(o.batch * spec.n_heads * d));
-      std::vector<float> result(z.size());
-      for (float& x : z) x = uniform(rng);
       for (int64_t context : contexts) {
-        measure(spec.to_string(), context, layers, layer_bytes, [&](int r) {
-          decoder.run(LinearStepParams{z.data(), states.data() + (r % layers) * per_layer,
-                                       result.data(), o.batch, spec.n_heads, d});
-        });
+        const int64_t layers = layers_for(layer_bytes);
+        auto st = std::make_unique<RowState>();
+        st->states.resize(static_cast<size_t>(layers * per_layer));
+        for (int64_t i = 0; i < layers * o.batch * spec.n_heads; ++i) {
+          float* state = st->states.data() + i * (d * d + d);
+          for (int64_t j = 0; j < d * d; ++j) state[j] = 0.01f * uniform(rng);
+          for (int64_t j = 0; j < d; ++j) state[d * d + j] = 1.0f;  // positive normalisers
+        }
+        st->z.resize(static_cast<size_t>(o.batch * spec.n_heads * d));
+        st->result.resize(st->z.size());
+        for (float& x : st->z) x = uniform(rng);
+        RowState* s = st.get();
+        const int64_t heads = spec.n_heads, batch = o.batch;
+        rows.push_back({spec.to_string(), context, layers, layer_bytes,
+                        [s, &decoder, layers, per_layer, batch, heads, d](int r) {
+                          decoder.run(LinearStepParams{s->z.data(),
+                                                       s->states.data() + (r % layers) * per_layer,
+                                                       s->result.data(), batch, heads, d});
+                        }});
+        states.push_back(std::move(st));
       }
       continue;
     }
     for (int64_t context : contexts) {
       const int64_t layer_bytes = context * o.batch * layout.bytes_per_token();
-      const int64_t layers =
-          std::max<int64_t>(1, ((o.rotate_mib << 20) + layer_bytes - 1) / layer_bytes);
+      const int64_t layers = layers_for(layer_bytes);
       const int64_t pages_per_seq = (context + 15) / 16;
-      PagedKvCache cache(layout, layers, 16, pages_per_seq * o.batch, o.batch);
+      auto st = std::make_unique<RowState>();
+      st->cache =
+          std::make_unique<PagedKvCache>(layout, layers, 16, pages_per_seq * o.batch, o.batch);
+      PagedKvCache& cache = *st->cache;
       std::vector<int32_t> seqs;
       for (int64_t b = 0; b < o.batch; ++b) {
         seqs.push_back(cache.add_sequence());
@@ -380,43 +385,76 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           }
         }
       }
-      const PageTable table = cache.page_table(seqs);
+      st->table = cache.page_table(seqs);
       const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
-      const int64_t key_width =
-          rebuild ? spec.nope_dim : cache.decode_params(0, table, spec.n_heads).key_width;
-      const int64_t rope_width = cache.decode_params(0, table, spec.n_heads).rope_width;
-      std::vector<float> q(static_cast<size_t>(o.batch * spec.n_heads * key_width));
-      std::vector<float> qr(static_cast<size_t>(o.batch * spec.n_heads * rope_width));
-      std::vector<float> result(static_cast<size_t>(
-          o.batch * spec.n_heads * cache.decode_params(0, table, spec.n_heads).value_width));
-      for (float& x : q) x = uniform(rng);
-      for (float& x : qr) x = uniform(rng);
-      const std::vector<float> norm_weight(static_cast<size_t>(key_width), 1.0f);
-      std::vector<float> key_maps(
+      const DecodeParams shape_params = cache.decode_params(0, st->table, spec.n_heads);
+      const int64_t key_width = rebuild ? spec.nope_dim : shape_params.key_width;
+      const int64_t rope_width = shape_params.rope_width;
+      st->q.resize(static_cast<size_t>(o.batch * spec.n_heads * key_width));
+      st->qr.resize(static_cast<size_t>(o.batch * spec.n_heads * rope_width));
+      st->result.resize(static_cast<size_t>(o.batch * spec.n_heads * shape_params.value_width));
+      for (float& x : st->q) x = uniform(rng);
+      for (float& x : st->qr) x = uniform(rng);
+      st->norm_weight.assign(static_cast<size_t>(key_width), 1.0f);
+      st->key_maps.resize(
           static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
-      for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
-      measure(spec.to_string(), context, layers, layer_bytes, [&](int r) {
-        const int64_t l = r % layers;
-        DecodeParams p = cache.decode_params(l, table, spec.n_heads);
-        p.q = q.data();
-        p.q_rope = rope_width > 0 ? qr.data() : nullptr;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
-        p.rope_theta = spec.rope_theta;
-        p.norm_weight = layout.norm_on_read ? norm_weight.data() : nullptr;
-        if (rebuild) {
-          p.key_maps = key_maps.data();
-          p.key_width = key_width;
-          p.rope_on_read = true;
-        }
-        p.out = result.data();
-        decoder.run(p);
-      });
+      for (float& x : st->key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
+      RowState* s = st.get();
+      const bool norm_on_read = layout.norm_on_read;
+      rows.push_back(
+          {spec.to_string(), context, layers, layer_bytes,
+           [s, &decoder, spec, layers, key_width, rope_width, rebuild, norm_on_read](int r) {
+             DecodeParams p = s->cache->decode_params(r % layers, s->table, spec.n_heads);
+             p.q = s->q.data();
+             p.q_rope = rope_width > 0 ? s->qr.data() : nullptr;
+             p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
+             p.rope_theta = spec.rope_theta;
+             p.norm_weight = norm_on_read ? s->norm_weight.data() : nullptr;
+             if (rebuild) {
+               p.key_maps = s->key_maps.data();
+               p.key_width = key_width;
+               p.rope_on_read = true;
+             }
+             p.out = s->result.data();
+             decoder.run(p);
+           }});
+      states.push_back(std::move(st));
     }
   }
-  const double ceiling = bandwidth.median();
+  BandwidthProbe probe(int64_t{1} << 30, decoder.threads());
+  std::vector<double> bandwidth;
+  for (int r = 0; r < o.repeats + 3; ++r) {  // 3 warm-up rounds
+    const double gb_per_s = probe.read_gb_per_s(decoder.pool());
+    if (r >= 3) bandwidth.push_back(gb_per_s);
+    for (Row& row : rows) {
+      const auto start = std::chrono::steady_clock::now();
+      row.step(r);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (r >= 3) row.micros.push_back(us);
+    }
+  }
+  for (Row& row : rows) {
+    std::sort(row.micros.begin(), row.micros.end());
+    row.median_us = row.micros[row.micros.size() / 2];
+    row.min_us = row.micros.front();
+    row.max_us = row.micros.back();
+  }
+  std::sort(bandwidth.begin(), bandwidth.end());
+  // each row against the first attention spec's row at the same context
+  auto first_at = [&](const Row& r) -> const Row& {
+    for (const Row& f : rows) {
+      if (f.context == r.context) return f;
+    }
+    return r;
+  };
+  const double ceiling = bandwidth[bandwidth.size() / 2];
   auto gbps = [](const Row& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
   if (o.format == "json") {
     nlohmann::json doc = {{"bandwidth_gb_per_s", ceiling},
+                          {"bandwidth_min_gb_per_s", bandwidth.front()},
+                          {"bandwidth_max_gb_per_s", bandwidth.back()},
                           {"threads", decoder.threads()},
                           {"isa", std::string(cpu_isa_name(decoder.isa()))},
                           {"dtype", std::string(dtype_name(dtype))},
@@ -431,9 +469,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                              {"cache_bytes_read", r.bytes},
                              {"gb_per_s", gbps(r)},
                              {"bandwidth_fraction", gbps(r) / ceiling},
-                             {"time_vs_first", r.median_us / rows.front().median_us},
+                             {"time_vs_first", r.median_us / first_at(r).median_us},
                              {"bytes_vs_first", static_cast<double>(r.bytes) /
-                                                    static_cast<double>(rows.front().bytes)},
+                                                    static_cast<double>(first_at(r).bytes)},
                              {"layers_rotated", r.layers}});
     }
     out << doc.dump(2) << "\n";
@@ -441,18 +479,19 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   }
   out << fmt::format(
       "bench decode: {} kernel, {} threads, {} cache, H {} × d_h {}; read bandwidth "
-      "{:.2f} GB/s (median, same run; GB = 10^9 B)\n\n",
+      "{:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); rows and bandwidth "
+      "timed in {} interleaved rounds; \"vs first\": the first --attn at the same context\n\n",
       cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
-      ceiling);
+      ceiling, bandwidth.front(), bandwidth.back(), o.repeats);
   Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
                "of bandwidth", "time vs first", "bytes vs first"});
   for (const Row& r : rows) {
     table.add_row({r.attn, with_commas(r.context), fmt::format("{:.0f}", r.median_us),
                    fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
                    fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
-                   fmt::format("{:.3f}", r.median_us / rows.front().median_us),
+                   fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
                    fmt::format("{:.3f}", static_cast<double>(r.bytes) /
-                                             static_cast<double>(rows.front().bytes))});
+                                             static_cast<double>(first_at(r).bytes))});
   }
   out << table.to_markdown();
   return 0;

@@ -65,6 +65,8 @@ class FastDecoder {
   void prepare_rope(int64_t tokens, int64_t width, double theta);
   CpuIsa isa() const { return isa_; }
   int threads() const { return pool_.size(); }
+  // The decoder's threads, for work that should run where the kernels run (bench probes).
+  ThreadPool& pool() { return pool_; }
 
  private:
   CpuIsa isa_;

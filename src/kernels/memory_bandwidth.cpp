@@ -1,5 +1,7 @@
 #include "kernels/memory_bandwidth.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -41,38 +43,71 @@ double BandwidthResult::max() const {
   return gb_per_s.empty() ? 0.0 : *std::max_element(gb_per_s.begin(), gb_per_s.end());
 }
 
+BandwidthProbe::BandwidthProbe(int64_t bytes, int threads)
+    : buffer_(nullptr, std::free), words_(bytes / 8), threads_(threads) {
+  if (bytes < 4096 || threads <= 0) {
+    throw std::invalid_argument("bandwidth: bytes >= 4096 and threads > 0");
+  }
+  // Transparent huge pages, as the KV cache asks for: the ceiling should not include page walks
+  // the kernels measured against it do not pay.
+  const int64_t huge = int64_t{2} << 20;
+  const int64_t allocated = (words_ * 8 + huge - 1) / huge * huge;
+  buffer_.reset(static_cast<uint64_t*>(std::aligned_alloc(huge, static_cast<size_t>(allocated))));
+  if (!buffer_) throw std::runtime_error("bandwidth: cannot allocate the buffer");
+  madvise(buffer_.get(), static_cast<size_t>(allocated), MADV_HUGEPAGE);
+  for (int64_t i = 0; i < words_; ++i) buffer_.get()[i] = static_cast<uint64_t>(i);
+  sums_.resize(static_cast<size_t>(threads));
+}
+
+double BandwidthProbe::read_gb_per_s() {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  const int64_t slice = words_ / threads_;
+  for (int t = 0; t < threads_; ++t) {
+    const int64_t begin = t * slice;
+    const int64_t n = t == threads_ - 1 ? words_ - begin : slice;
+    pool.emplace_back([this, t, begin, n] {
+      sums_[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t total = 0;
+  for (uint64_t s : sums_) total += s;
+  const uint64_t expected = static_cast<uint64_t>(words_) * static_cast<uint64_t>(words_ - 1) / 2;
+  if (total != expected) throw std::logic_error("bandwidth: the buffer was not read correctly");
+  return static_cast<double>(bytes()) / seconds / 1e9;
+}
+
+double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
+  const int64_t parts = pool.size();
+  std::vector<uint64_t>& sums = sums_;
+  if (static_cast<int64_t>(sums.size()) < parts) sums.resize(static_cast<size_t>(parts));
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t slice = words_ / parts;
+  pool.parallel_for(parts, [&](int64_t t) {
+    const int64_t begin = t * slice;
+    const int64_t n = t == parts - 1 ? words_ - begin : slice;
+    sums[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t total = 0;
+  for (int64_t t = 0; t < parts; ++t) total += sums[static_cast<size_t>(t)];
+  const uint64_t expected = static_cast<uint64_t>(words_) * static_cast<uint64_t>(words_ - 1) / 2;
+  if (total != expected) throw std::logic_error("bandwidth: the buffer was not read correctly");
+  return static_cast<double>(bytes()) / seconds / 1e9;
+}
+
 BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats) {
-  if (bytes < 4096 || threads <= 0 || repeats <= 0) {
-    throw std::invalid_argument("bandwidth: bytes >= 4096, threads > 0 and repeats > 0");
-  }
-  const int64_t words = bytes / 8;
-  std::unique_ptr<uint64_t, void (*)(void*)> buffer(
-      static_cast<uint64_t*>(std::aligned_alloc(64, static_cast<size_t>(words * 8))), std::free);
-  if (!buffer) throw std::runtime_error("bandwidth: cannot allocate the buffer");
-  for (int64_t i = 0; i < words; ++i) buffer.get()[i] = static_cast<uint64_t>(i);
+  if (repeats <= 0) throw std::invalid_argument("bandwidth: repeats > 0");
+  BandwidthProbe probe(bytes, threads);
   BandwidthResult result;
-  result.bytes = words * 8;
+  result.bytes = probe.bytes();
   result.threads = threads;
-  std::vector<uint64_t> sums(static_cast<size_t>(threads));
-  for (int r = 0; r < repeats + 1; ++r) {  // the first pass is a warm-up
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    const int64_t slice = words / threads;
-    for (int t = 0; t < threads; ++t) {
-      const int64_t begin = t * slice;
-      const int64_t n = t == threads - 1 ? words - begin : slice;
-      pool.emplace_back(
-          [&, t, begin, n] { sums[static_cast<size_t>(t)] = sum_words(buffer.get() + begin, n); });
-    }
-    for (std::thread& th : pool) th.join();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    uint64_t total = 0;
-    for (uint64_t s : sums) total += s;
-    const uint64_t expected = static_cast<uint64_t>(words) * static_cast<uint64_t>(words - 1) / 2;
-    if (total != expected) throw std::logic_error("bandwidth: the buffer was not read correctly");
-    if (r > 0) result.gb_per_s.push_back(static_cast<double>(result.bytes) / seconds / 1e9);
-  }
+  probe.read_gb_per_s();  // warm-up
+  for (int r = 0; r < repeats; ++r) result.gb_per_s.push_back(probe.read_gb_per_s());
   return result;
 }
 

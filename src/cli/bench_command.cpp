@@ -52,8 +52,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   memory->add_option("--format", m.format, "table | json")->capture_default_str();
   CLI::App* decode = bench->add_subcommand(
       "decode",
-      "Decode attention of one layer at one step: time, bytes, GB/s and the fraction "
-      "of the read bandwidth measured in the same run");
+      "Decode attention of one layer at one step: time, bytes, GB/s and the fraction of the "
+      "read bandwidth; every row and a 1 GiB bandwidth probe are timed in interleaved rounds "
+      "(medians), so load drift on a shared machine moves them together");
   decode->add_option("--attn", d.attn, "Attention spec, repeatable (one- and two-stream variants)")
       ->required();
   decode->add_option("--heads", d.heads, "Query heads")->capture_default_str();
@@ -64,10 +65,12 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   decode->add_option("--batch", d.batch, "Sequences")->capture_default_str();
   decode->add_option("--dtype", d.dtype, "f32 | bf16 | f16")->capture_default_str();
   decode->add_option("--threads", d.threads, "Threads (0: all cores)")->capture_default_str();
-  decode->add_option("--repeats", d.repeats, "Timed steps after warm-up")->capture_default_str();
+  decode->add_option("--repeats", d.repeats, "Timed rounds after 3 warm-up rounds")
+      ->capture_default_str();
   decode
       ->add_option("--rotate-mib", d.rotate_mib,
-                   "Rotate over layers' caches until they hold this many MiB (defeats the LLC)")
+                   "Rotate over layers' caches until all rows' together hold this many MiB "
+                   "(defeats the LLC)")
       ->capture_default_str();
   decode->add_option("--format", d.format, "table | json")->capture_default_str();
   auto model_flags = [&b](CLI::App* cmd) {

@@ -18,7 +18,7 @@ namespace {
 // free to allocate.
 TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 kernel on this CPU";
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx}) {
     if (!cpu_supports(isa)) continue;
     SCOPED_TRACE(std::string(cpu_isa_name(isa)));
     const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 64}, {"v", 2, 64}}, DType::kBf16};

@@ -149,6 +149,9 @@ void check_awkward_shapes(CpuIsa isa) {
     // gva (grouped content + shared rope stream) and absorbed mla (512 + 64)
     check({{97, 1000}, 32, 8, 128, 128, 16, dtype, 16, false, false, ++seed}, true, isa);
     check({{1000, 5}, 16, 1, 512, 512, 64, dtype, 16, false, false, ++seed}, true, isa);
+    // more than 16 heads a group (the tile path takes them 16 at a time; 20 = 16 + 4)
+    check({{300, 41}, 40, 2, 64, 64, 0, dtype, 16, false, false, ++seed}, false, isa);
+    check({{300}, 40, 2, 64, 64, 16, dtype, 16, false, false, ++seed}, true, isa);
     // rope widths that are not whole chunks
     check({{300}, 8, 2, 64, 64, 8, dtype, 16, false, false, ++seed}, true, isa);
     check({{300}, 8, 2, 64, 64, 48, dtype, 16, false, false, ++seed}, true, isa);

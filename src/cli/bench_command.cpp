@@ -1,6 +1,7 @@
 #include "cli/bench_command.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -265,6 +266,28 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   return 0;
 }
 
+namespace {
+
+// A float buffer on transparent huge pages (as the KV cache's pools and state slots are).
+class HugePageFloats {
+ public:
+  HugePageFloats() = default;
+  explicit HugePageFloats(int64_t n) {
+    const size_t huge = size_t{2} << 20;
+    const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + huge - 1) / huge * huge;
+    data_.reset(static_cast<float*>(std::aligned_alloc(huge, bytes)));
+    if (!data_)
+      throw std::runtime_error("bench: cannot allocate " + std::to_string(bytes) + " bytes");
+    madvise(data_.get(), bytes, MADV_HUGEPAGE);
+  }
+  float* get() { return data_.get(); }
+
+ private:
+  std::unique_ptr<float, void (*)(void*)> data_{nullptr, std::free};
+};
+
+}  // namespace
+
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
   if (o.batch <= 0 || o.repeats <= 0) throw SpecError("batch", "batch and repeats must be > 0");
@@ -318,7 +341,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   struct RowState {  // what a row's step reads and writes
     std::unique_ptr<PagedKvCache> cache;
     PageTable table;
-    std::vector<float> q, qr, result, norm_weight, key_maps, states, z;
+    std::vector<float> q, qr, result, norm_weight, key_maps, z;
+    HugePageFloats states;  // linear attention: like the cache's state slots, on huge pages
   };
   std::vector<Row> rows;
   std::vector<std::unique_ptr<RowState>> states;
@@ -340,9 +364,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       for (int64_t context : contexts) {
         const int64_t layers = layers_for(layer_bytes);
         auto st = std::make_unique<RowState>();
-        st->states.resize(static_cast<size_t>(layers * per_layer));
+        st->states = HugePageFloats(layers * per_layer);
         for (int64_t i = 0; i < layers * o.batch * spec.n_heads; ++i) {
-          float* state = st->states.data() + i * (d * d + d);
+          float* state = st->states.get() + i * (d * d + d);
           for (int64_t j = 0; j < d * d; ++j) state[j] = 0.01f * uniform(rng);
           for (int64_t j = 0; j < d; ++j) state[d * d + j] = 1.0f;  // positive normalisers
         }
@@ -354,7 +378,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         rows.push_back({spec.to_string(), context, layers, layer_bytes,
                         [s, &decoder, layers, per_layer, batch, heads, d](int r) {
                           decoder.run(LinearStepParams{s->z.data(),
-                                                       s->states.data() + (r % layers) * per_layer,
+                                                       s->states.get() + (r % layers) * per_layer,
                                                        s->result.data(), batch, heads, d});
                         }});
         states.push_back(std::move(st));

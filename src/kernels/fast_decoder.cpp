@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace kvlab {
@@ -41,6 +42,11 @@ bool cpu_supports(CpuIsa isa) {
 CpuIsa detect_cpu_isa() {
   const char* forced = std::getenv("KVLAB_CPU_ISA");
   const std::string cap = forced == nullptr ? "" : forced;
+  if (!cap.empty() && cap != "scalar" && cap != "avx2" && cap != "avx512") {
+    throw std::invalid_argument("KVLAB_CPU_ISA=" + cap +
+                                ": expected scalar, avx2 or avx512 (or unset: the best this "
+                                "machine runs)");
+  }
   if (cap == "scalar") return CpuIsa::kScalar;
   if (cap != "avx2" && cap != "avx512" && cpu_supports(CpuIsa::kAmx)) return CpuIsa::kAmx;
   if (cap != "avx2" && cpu_supports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
@@ -88,7 +94,13 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
   return plan;
 }
 
-FastDecoder::FastDecoder(int threads, CpuIsa isa) : isa_(isa), pool_(threads) {}
+FastDecoder::FastDecoder(int threads, CpuIsa isa) : isa_(isa), pool_(threads) {
+  // a level the CPU (or, for AMX, the kernel) refuses would end in SIGILL at the first step
+  if (!cpu_supports(isa)) {
+    throw std::invalid_argument("FastDecoder: this machine cannot run the " +
+                                std::string(cpu_isa_name(isa)) + " kernels");
+  }
+}
 
 void FastDecoder::run(const LinearStepParams& params) {
   if (isa_ == CpuIsa::kScalar) {

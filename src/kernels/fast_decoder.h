@@ -17,7 +17,8 @@ enum class CpuIsa { kScalar, kAvx2, kAvx512, kAmx };
 // needs the kernel's permission for tile state), AVX-512 (F, BW, VL, DQ), AVX2+FMA+F16C, the
 // scalar reference. The environment variable KVLAB_CPU_ISA=scalar|avx2|avx512 caps it (tests
 // run every path in one binary). Dense layers and linear attention use the AVX2 kernels on
-// every SIMD level; only decode attention has AVX-512 and AMX builds.
+// every SIMD level; only decode attention has AVX-512 and AMX builds. Any other value of the
+// variable throws std::invalid_argument naming it.
 CpuIsa detect_cpu_isa();
 // What this CPU can run, ignoring KVLAB_CPU_ISA.
 bool cpu_supports(CpuIsa isa);
@@ -53,6 +54,7 @@ DecodePlan plan_decode(const DecodeParams& params, DecodeWorkspace& workspace, i
 // seen and is reused: steady-state decode allocates nothing.
 class FastDecoder {
  public:
+  // Throws std::invalid_argument for a level this machine cannot run (see cpu_supports).
   explicit FastDecoder(int threads, CpuIsa isa = detect_cpu_isa());
 
   void run(const DecodeParams& params);

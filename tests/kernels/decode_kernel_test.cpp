@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "cache/paged_cache.h"
@@ -186,9 +187,25 @@ TEST(FastDecodeTest, EnvironmentForcesTheScalarReference) {
   EXPECT_EQ(detect_cpu_isa(), CpuIsa::kScalar);
   ::setenv("KVLAB_CPU_ISA", "avx2", 1);  // caps the level: AVX2 even where AVX-512 exists
   EXPECT_EQ(detect_cpu_isa(), cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kScalar);
+  ::setenv("KVLAB_CPU_ISA", "avx-512", 1);  // a typo is an error, not the best level
+  EXPECT_THROW(detect_cpu_isa(), std::invalid_argument);
   ::unsetenv("KVLAB_CPU_ISA");
   FastDecoder scalar(1, CpuIsa::kScalar);
   EXPECT_EQ(cpu_isa_name(scalar.isa()), "scalar");
+}
+
+// A level the machine cannot run is a clear error at construction, not SIGILL at the first step
+// (here every level this CPU has constructs; elsewhere the others must throw).
+TEST(FastDecodeTest, ConstructsExactlyTheLevelsThisMachineRuns) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx}) {
+    SCOPED_TRACE(std::string(cpu_isa_name(isa)));
+    if (cpu_supports(isa)) {
+      EXPECT_EQ(FastDecoder(1, isa).isa(), isa);
+    } else {
+      EXPECT_THROW(FastDecoder(1, isa), std::invalid_argument);
+    }
+  }
+  EXPECT_TRUE(cpu_supports(detect_cpu_isa()));
 }
 
 TEST(ThreadPoolTest, RunsEveryIndexOnce) {

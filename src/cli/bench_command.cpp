@@ -1,7 +1,6 @@
 #include "cli/bench_command.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "infer/generator.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/huge_page_floats.h"
 #include "kernels/memory_bandwidth.h"
 #include "nn/transformer.h"
 #include "spec/spec_error.h"
@@ -266,28 +266,6 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   return 0;
 }
 
-namespace {
-
-// A float buffer on transparent huge pages (as the KV cache's pools and state slots are).
-class HugePageFloats {
- public:
-  HugePageFloats() = default;
-  explicit HugePageFloats(int64_t n) {
-    const size_t huge = size_t{2} << 20;
-    const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + huge - 1) / huge * huge;
-    data_.reset(static_cast<float*>(std::aligned_alloc(huge, bytes)));
-    if (!data_)
-      throw std::runtime_error("bench: cannot allocate " + std::to_string(bytes) + " bytes");
-    madvise(data_.get(), bytes, MADV_HUGEPAGE);
-  }
-  float* get() { return data_.get(); }
-
- private:
-  std::unique_ptr<float, void (*)(void*)> data_{nullptr, std::free};
-};
-
-}  // namespace
-
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
   if (o.batch <= 0 || o.repeats <= 0) throw SpecError("batch", "batch and repeats must be > 0");
@@ -342,7 +320,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     std::unique_ptr<PagedKvCache> cache;
     PageTable table;
     std::vector<float> q, qr, result, norm_weight, key_maps, z;
-    HugePageFloats states;  // linear attention: like the cache's state slots, on huge pages
+    HugePageFloats states;  // linear attention: on huge pages, like the cache's state slots
   };
   std::vector<Row> rows;
   std::vector<std::unique_ptr<RowState>> states;
@@ -366,7 +344,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         auto st = std::make_unique<RowState>();
         st->states = HugePageFloats(layers * per_layer);
         for (int64_t i = 0; i < layers * o.batch * spec.n_heads; ++i) {
-          float* state = st->states.get() + i * (d * d + d);
+          float* state = st->states.data() + i * (d * d + d);
           for (int64_t j = 0; j < d * d; ++j) state[j] = 0.01f * uniform(rng);
           for (int64_t j = 0; j < d; ++j) state[d * d + j] = 1.0f;  // positive normalisers
         }
@@ -378,7 +356,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         rows.push_back({spec.to_string(), context, layers, layer_bytes,
                         [s, &decoder, layers, per_layer, batch, heads, d](int r) {
                           decoder.run(LinearStepParams{s->z.data(),
-                                                       s->states.get() + (r % layers) * per_layer,
+                                                       s->states.data() + (r % layers) * per_layer,
                                                        s->result.data(), batch, heads, d});
                         }});
         states.push_back(std::move(st));

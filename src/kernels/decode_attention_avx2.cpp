@@ -19,8 +19,8 @@ namespace {
 }  // namespace
 
 void decode_attention_avx2(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
-                           const std::vector<float>& rope_table) {
-  decode_with_simd(p, pool, work, rope_table.data(), false);
+                           const float* rope_table) {
+  decode_with_simd(p, pool, work, rope_table, false);
 }
 
 }  // namespace kvlab

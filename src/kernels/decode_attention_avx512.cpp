@@ -19,8 +19,8 @@ namespace {
 }  // namespace
 
 void decode_attention_avx512(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
-                             const std::vector<float>& rope_table, bool amx) {
-  decode_with_simd(p, pool, work, rope_table.data(), amx);
+                             const float* rope_table, bool amx) {
+  decode_with_simd(p, pool, work, rope_table, amx);
 }
 
 }  // namespace kvlab

@@ -123,15 +123,17 @@ void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta) {
   if (tokens <= rope_positions_) return;
   const int64_t positions = std::max<int64_t>(tokens, 2 * rope_positions_);
   const int64_t half = width / 2;
-  rope_table_.resize(static_cast<size_t>(positions * width));
+  HugePageFloats table(positions * width);
+  std::copy(rope_table_.data(), rope_table_.data() + rope_positions_ * width, table.data());
   for (int64_t j = rope_positions_; j < positions; ++j) {
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(j) * std::pow(theta, -2.0 * static_cast<double>(i) /
                                                                         static_cast<double>(width));
-      rope_table_[static_cast<size_t>(j * width + i)] = static_cast<float>(std::cos(angle));
-      rope_table_[static_cast<size_t>(j * width + half + i)] = static_cast<float>(std::sin(angle));
+      table.data()[j * width + i] = static_cast<float>(std::cos(angle));
+      table.data()[j * width + half + i] = static_cast<float>(std::sin(angle));
     }
   }
+  rope_table_ = std::move(table);
   rope_positions_ = positions;
   rope_width_ = width;
   rope_theta_ = theta;
@@ -151,9 +153,9 @@ void FastDecoder::run(const DecodeParams& params) {
     prepare_rope(tokens, params.key_width, params.rope_theta);
   }
   if (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) {
-    decode_attention_avx512(params, pool_, workspace_, rope_table_, isa_ == CpuIsa::kAmx);
+    decode_attention_avx512(params, pool_, workspace_, rope_table_.data(), isa_ == CpuIsa::kAmx);
   } else {
-    decode_attention_avx2(params, pool_, workspace_, rope_table_);
+    decode_attention_avx2(params, pool_, workspace_, rope_table_.data());
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/decode_attention.h"
+#include "kernels/huge_page_floats.h"
 #include "kernels/linear_attention_step.h"
 #include "kernels/matvec.h"
 #include "kernels/thread_pool.h"
@@ -75,7 +76,7 @@ class FastDecoder {
   ThreadPool pool_;
   DecodeWorkspace workspace_;
   // RoPE on read: cos/sin per cached position, extended (doubling) as contexts grow
-  std::vector<float> rope_table_;
+  HugePageFloats rope_table_;  // read every step for every cached row: on huge pages
   int64_t rope_positions_ = 0;
   int64_t rope_width_ = 0;
   double rope_theta_ = 0;
@@ -84,10 +85,9 @@ class FastDecoder {
 // The SIMD kernels: one source (decode_attention_simd.inc) built for AVX2+FMA+F16C and for
 // AVX-512. rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
 void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
-                           const std::vector<float>& rope_table);
+                           const float* rope_table);
 // amx: bf16 scores by tile multiplies where the shapes allow (the caller has the permission).
 void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
-                             DecodeWorkspace& workspace, const std::vector<float>& rope_table,
-                             bool amx);
+                             DecodeWorkspace& workspace, const float* rope_table, bool amx);
 
 }  // namespace kvlab

@@ -268,7 +268,11 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
 
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
-  if (o.batch <= 0 || o.repeats <= 0) throw SpecError("batch", "batch and repeats must be > 0");
+  if (o.batch <= 0) throw SpecError("batch", "must be > 0");
+  if (o.repeats <= 0) throw SpecError("repeats", "must be > 0");
+  if (o.rotate_mib < 1 || o.rotate_mib > (int64_t{1} << 20)) {
+    throw SpecError("rotate-mib", "must be in 1 … 1048576 (MiB)");
+  }
   const DType dtype = parse_dtype(o.dtype);
   if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
   ModelShape shape;
@@ -426,7 +430,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       states.push_back(std::move(st));
     }
   }
-  BandwidthProbe probe(int64_t{1} << 30, decoder.threads());
+  BandwidthProbe probe(int64_t{1} << 30);
   std::vector<double> bandwidth;
   for (int r = 0; r < o.repeats + 3; ++r) {  // 3 warm-up rounds
     const double gb_per_s = probe.read_gb_per_s(decoder.pool());

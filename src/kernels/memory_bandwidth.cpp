@@ -8,7 +8,6 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
-#include <thread>
 
 namespace kvlab {
 namespace {
@@ -43,11 +42,8 @@ double BandwidthResult::max() const {
   return gb_per_s.empty() ? 0.0 : *std::max_element(gb_per_s.begin(), gb_per_s.end());
 }
 
-BandwidthProbe::BandwidthProbe(int64_t bytes, int threads)
-    : buffer_(nullptr, std::free), words_(bytes / 8), threads_(threads) {
-  if (bytes < 4096 || threads <= 0) {
-    throw std::invalid_argument("bandwidth: bytes >= 4096 and threads > 0");
-  }
+BandwidthProbe::BandwidthProbe(int64_t bytes) : buffer_(nullptr, std::free), words_(bytes / 8) {
+  if (bytes < 4096) throw std::invalid_argument("bandwidth: bytes >= 4096");
   // Transparent huge pages, as the KV cache asks for: the ceiling should not include page walks
   // the kernels measured against it do not pay.
   const int64_t huge = int64_t{2} << 20;
@@ -56,28 +52,6 @@ BandwidthProbe::BandwidthProbe(int64_t bytes, int threads)
   if (!buffer_) throw std::runtime_error("bandwidth: cannot allocate the buffer");
   madvise(buffer_.get(), static_cast<size_t>(allocated), MADV_HUGEPAGE);
   for (int64_t i = 0; i < words_; ++i) buffer_.get()[i] = static_cast<uint64_t>(i);
-  sums_.resize(static_cast<size_t>(threads));
-}
-
-double BandwidthProbe::read_gb_per_s() {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  const int64_t slice = words_ / threads_;
-  for (int t = 0; t < threads_; ++t) {
-    const int64_t begin = t * slice;
-    const int64_t n = t == threads_ - 1 ? words_ - begin : slice;
-    pool.emplace_back([this, t, begin, n] {
-      sums_[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n);
-    });
-  }
-  for (std::thread& th : pool) th.join();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  uint64_t total = 0;
-  for (uint64_t s : sums_) total += s;
-  const uint64_t expected = static_cast<uint64_t>(words_) * static_cast<uint64_t>(words_ - 1) / 2;
-  if (total != expected) throw std::logic_error("bandwidth: the buffer was not read correctly");
-  return static_cast<double>(bytes()) / seconds / 1e9;
 }
 
 double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
@@ -101,13 +75,16 @@ double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
 }
 
 BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats) {
-  if (repeats <= 0) throw std::invalid_argument("bandwidth: repeats > 0");
-  BandwidthProbe probe(bytes, threads);
+  if (repeats <= 0 || threads <= 0) {
+    throw std::invalid_argument("bandwidth: repeats > 0 and threads > 0");
+  }
+  BandwidthProbe probe(bytes);
+  ThreadPool pool(threads);
   BandwidthResult result;
   result.bytes = probe.bytes();
   result.threads = threads;
-  probe.read_gb_per_s();  // warm-up
-  for (int r = 0; r < repeats; ++r) result.gb_per_s.push_back(probe.read_gb_per_s());
+  probe.read_gb_per_s(pool);  // warm-up
+  for (int r = 0; r < repeats; ++r) result.gb_per_s.push_back(probe.read_gb_per_s(pool));
   return result;
 }
 

@@ -22,24 +22,19 @@ struct BandwidthResult {
 
 BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats);
 
-// One buffer, read on demand: for benchmarks that sample the bandwidth between their own
-// steps (and so also evict the last-level cache between them).
+// One buffer (on transparent huge pages), read on demand on a pool's threads: for benchmarks
+// that sample the bandwidth between steps of kernels on that pool (and so also evict the
+// last-level cache between them).
 class BandwidthProbe {
  public:
-  BandwidthProbe(int64_t bytes, int threads);
-  // One streaming read of the whole buffer by all threads, in GB/s (10^9 B/s).
-  double read_gb_per_s();
-  // The same on a pool's threads (its size, not the probe's): a benchmark that reads the probe
-  // between steps of a kernel on that pool keeps its threads where the kernel runs. (Fresh
-  // threads each read left the pool's worker waking up on a busy core: the next step ran
-  // ~5 ms slower at 16k tokens.)
+  explicit BandwidthProbe(int64_t bytes);
+  // One streaming read of the whole buffer, split over the pool's threads, in GB/s (10^9 B/s).
   double read_gb_per_s(ThreadPool& pool);
   int64_t bytes() const { return words_ * 8; }
 
  private:
   std::unique_ptr<uint64_t, void (*)(void*)> buffer_;
   int64_t words_ = 0;
-  int threads_ = 1;
   std::vector<uint64_t> sums_;
 };
 

@@ -6,20 +6,6 @@
 
 namespace kvlab {
 
-int64_t dtype_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kBf16:
-      return 2;
-    case DType::kF16:
-      return 2;
-    case DType::kFp8:
-      return 1;
-  }
-  return 0;
-}
-
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:

@@ -533,6 +533,12 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
+  for (const std::string flag : {"repeats", "rotate-mib", "batch"}) {
+    const RunResult zero =
+        run_kvlab("bench decode --attn gqa:2 --heads 4 --head-dim 32 --" + flag + " 0");
+    EXPECT_EQ(zero.exit_code, 2) << flag;
+    EXPECT_TRUE(contains(zero.err, flag)) << zero.err;
+  }
   // linear attention: its state (4 heads × (32·32 + 32) f32) whatever the context
   const RunResult linear = run_kvlab(
       "bench decode --attn linear --heads 4 --head-dim 32 --context 100,1k --repeats 2 "

@@ -529,7 +529,19 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   for (const auto& row : doc["rows"]) {
     EXPECT_GT(row["gb_per_s"].get<double>(), 0);
     EXPECT_GT(row["bandwidth_fraction"].get<double>(), 0);
+    // the compute estimate scales with the context; the row is bound by the larger part
+    const double memory_us = row["memory_us"].get<double>();
+    const double compute_us = row["compute_us"].get<double>();
+    EXPECT_NEAR(
+        memory_us,
+        row["cache_bytes_read"].get<double>() / (doc["bandwidth_gb_per_s"].get<double>() * 1e3),
+        1e-6 * memory_us);
+    EXPECT_GE(row["compute_ns_per_token"].get<double>(), 0);
+    EXPECT_EQ(row["bound"], compute_us > memory_us ? "compute" : "memory");
   }
+  EXPECT_NEAR(doc["rows"][1]["compute_us"].get<double>(),
+              10.24 * doc["rows"][0]["compute_us"].get<double>(),
+              1e-6 * doc["rows"][1]["compute_us"].get<double>());  // 1k vs 100 tokens
   const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
@@ -548,6 +560,8 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["cache_bytes_read"], 4 * (32 * 32 + 32) * 4);
   EXPECT_EQ(rows[1]["cache_bytes_read"], rows[0]["cache_bytes_read"]);
+  EXPECT_TRUE(rows[0]["compute_us"].is_null());  // no per-token compute in a constant state
+  EXPECT_EQ(rows[0]["bound"], "-");
 }
 
 TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {

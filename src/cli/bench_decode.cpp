@@ -1,0 +1,356 @@
+// `kvlab bench decode`: one layer's decode attention at one step, against the read bandwidth
+// measured in the same run, and against the same kernel's compute with the cache in L2.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+
+#include "cache/paged_cache.h"
+#include "cli/bench_command.h"
+#include "cli/table.h"
+#include "cli/units.h"
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+#include "kernels/huge_page_floats.h"
+#include "kernels/memory_bandwidth.h"
+#include "spec/attention_spec.h"
+#include "spec/spec_error.h"
+
+namespace kvlab {
+namespace {
+
+// What a row's step reads and writes.
+struct RowState {
+  std::unique_ptr<PagedKvCache> cache;
+  PageTable table;
+  std::vector<float> q, qr, result, norm_weight, key_maps, z;
+  HugePageFloats states;  // linear attention: on huge pages, like the cache's state slots
+};
+
+// One spec at one context over `layers` caches: step(decoder, r) runs the decode of layer
+// r % layers.
+struct DecodeRow {
+  std::string attn;
+  int64_t context = 0, layers = 0, bytes = 0;  // bytes: one layer's, read by one step
+  std::function<void(FastDecoder&, int)> step;
+  std::unique_ptr<RowState> state;
+  std::vector<double> micros = {};
+  double median_us = 0, min_us = 0, max_us = 0;
+  std::optional<double> compute_ns_per_token;  // one thread, cache in L2; none for linear
+};
+
+// Builds a row whose caches hold small pseudo-random values.
+DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int64_t batch,
+                   int64_t layers, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const CacheLayout layout = spec.cache_layout();
+  DecodeRow row;
+  row.attn = spec.to_string();
+  row.context = context;
+  row.layers = layers;
+  row.state = std::make_unique<RowState>();
+  RowState* s = row.state.get();
+  if (layout.kernel == DecodeKernel::kRecurrentState) {
+    // linear attention: one f32 state per head, read and rewritten each step, the same size
+    // at every context (the context column only repeats)
+    const int64_t per_layer = batch * layout.state_scalars;
+    const int64_t d = spec.head_dim, heads = spec.n_heads;
+    row.bytes = per_layer * 4;
+    s->states = HugePageFloats(layers * per_layer);
+    for (int64_t i = 0; i < layers * batch * heads; ++i) {
+      float* state = s->states.data() + i * (d * d + d);
+      for (int64_t j = 0; j < d * d; ++j) state[j] = 0.01f * uniform(rng);
+      for (int64_t j = 0; j < d; ++j) state[d * d + j] = 1.0f;  // positive normalisers
+    }
+    s->z.resize(static_cast<size_t>(batch * heads * d));
+    s->result.resize(s->z.size());
+    for (float& x : s->z) x = uniform(rng);
+    row.step = [s, layers, per_layer, batch, heads, d](FastDecoder& decoder, int r) {
+      decoder.run(LinearStepParams{s->z.data(), s->states.data() + (r % layers) * per_layer,
+                                   s->result.data(), batch, heads, d});
+    };
+    return row;
+  }
+  row.bytes = context * batch * layout.bytes_per_token();
+  const int64_t pages_per_seq = (context + 15) / 16;
+  s->cache = std::make_unique<PagedKvCache>(layout, layers, 16, pages_per_seq * batch, batch);
+  PagedKvCache& cache = *s->cache;
+  std::vector<int32_t> seqs;
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(cache.add_sequence());
+    cache.append(seqs.back(), context);
+  }
+  // Fill every pool with small pseudo-random values (an LCG: 1 GiB in well under a second).
+  uint32_t lcg = 12345;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (size_t k = 0; k < layout.streams.size(); ++k) {
+      const int64_t n = pages_per_seq * batch * 16 * layout.streams[k].width();
+      auto* pool = const_cast<std::byte*>(cache.pool(l, static_cast<int64_t>(k)));
+      for (int64_t i = 0; i < n; ++i) {
+        lcg = lcg * 1664525u + 1013904223u;
+        const float v = static_cast<float>(static_cast<int32_t>(lcg >> 8) % 2001 - 1000) / 1000.0f;
+        store_row(&v, 1, dtype, pool + i * dtype_bytes(dtype));
+      }
+    }
+  }
+  s->table = cache.page_table(seqs);
+  const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
+  const DecodeParams shape_params = cache.decode_params(0, s->table, spec.n_heads);
+  const int64_t key_width = rebuild ? spec.nope_dim : shape_params.key_width;
+  const int64_t rope_width = shape_params.rope_width;
+  s->q.resize(static_cast<size_t>(batch * spec.n_heads * key_width));
+  s->qr.resize(static_cast<size_t>(batch * spec.n_heads * rope_width));
+  s->result.resize(static_cast<size_t>(batch * spec.n_heads * shape_params.value_width));
+  for (float& x : s->q) x = uniform(rng);
+  for (float& x : s->qr) x = uniform(rng);
+  s->norm_weight.assign(static_cast<size_t>(key_width), 1.0f);
+  s->key_maps.resize(static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
+  for (float& x : s->key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
+  const bool norm_on_read = layout.norm_on_read;
+  row.step = [s, spec, layers, key_width, rope_width, rebuild, norm_on_read](FastDecoder& decoder,
+                                                                             int r) {
+    DecodeParams p = s->cache->decode_params(r % layers, s->table, spec.n_heads);
+    p.q = s->q.data();
+    p.q_rope = rope_width > 0 ? s->qr.data() : nullptr;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
+    p.rope_theta = spec.rope_theta;
+    p.norm_weight = norm_on_read ? s->norm_weight.data() : nullptr;
+    if (rebuild) {
+      p.key_maps = s->key_maps.data();
+      p.key_width = key_width;
+      p.rope_on_read = true;
+    }
+    p.out = s->result.data();
+    decoder.run(p);
+  };
+  return row;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The kernel's compute alone: one thread stepping a cache small enough to stay in L2, at two
+// contexts; the slope between them is the time per cached token without the per-step costs
+// (queries, merge), which the long contexts share anyway. Medians of interleaved repeats.
+double compute_ns_per_token(const AttentionSpec& spec, DType dtype, int64_t batch,
+                            FastDecoder& one_thread, std::mt19937& rng) {
+  constexpr int64_t kShort = 128, kLong = 256;  // gqa:8, H 32 × d_h 128, bf16: 1 MiB at 256
+  constexpr int kRepeats = 41;
+  DecodeRow short_row = make_row(spec, dtype, kShort, batch, 1, rng);
+  DecodeRow long_row = make_row(spec, dtype, kLong, batch, 1, rng);
+  std::vector<double> short_us, long_us;
+  auto time_us = [&](DecodeRow& row) {
+    const auto start = std::chrono::steady_clock::now();
+    row.step(one_thread, 0);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (int r = 0; r < kRepeats + 3; ++r) {  // 3 warm-up rounds bring the caches into L2
+    const double a = time_us(short_row), b = time_us(long_row);
+    if (r >= 3) {
+      short_us.push_back(a);
+      long_us.push_back(b);
+    }
+  }
+  const double slope_us = (median_of(long_us) - median_of(short_us)) / (kLong - kShort);
+  return std::max(0.0, slope_us * 1e3 / static_cast<double>(batch));
+}
+
+}  // namespace
+
+int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
+  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  if (o.batch <= 0) throw SpecError("batch", "must be > 0");
+  if (o.repeats <= 0) throw SpecError("repeats", "must be > 0");
+  if (o.rotate_mib < 1 || o.rotate_mib > (int64_t{1} << 20)) {
+    throw SpecError("rotate-mib", "must be in 1 … 1048576 (MiB)");
+  }
+  const DType dtype = parse_dtype(o.dtype);
+  if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
+  ModelShape shape;
+  shape.n_layers = 1;
+  shape.n_heads = o.heads;
+  shape.head_dim = o.head_dim;
+  shape.d_model = o.heads * o.head_dim;
+  shape.mlp_width = 4 * shape.d_model;
+  shape.vocab_size = 1000;
+  shape.max_context = 0;
+  shape.pos = PosScheme::kRope;
+  shape.norm = NormKind::kRmsNorm;
+  shape.bias = BiasKind::kNone;
+  shape.tied_embeddings = false;
+  std::vector<AttentionSpec> specs;
+  for (const std::string& text : o.attn) {
+    try {
+      ModelShape s = shape;
+      if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
+      specs.push_back(AttentionSpec::parse(text, s, dtype));
+    } catch (const SpecError& e) {
+      throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
+    }
+    const DecodeKernel k = specs.back().cache_layout().kernel;
+    if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
+        k != DecodeKernel::kReconstructKeys && k != DecodeKernel::kRecurrentState) {
+      throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
+                                  " kernel, which bench decode does not cover yet");
+    }
+  }
+  std::vector<int64_t> contexts;
+  for (const std::string& c : o.context) contexts.push_back(parse_tokens(c, "context"));
+  for (int64_t t : contexts) {
+    if (t <= 0) throw SpecError("context", "must be > 0");
+  }
+  FastDecoder decoder(o.threads);
+  // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
+  // probe once and steps every row once, so a machine whose load drifts (shared hosts) shifts
+  // every row and the ceiling alike and the ratios between them hold. The rows share the
+  // rotation budget: between two reads of one layer the rounds touch --rotate-mib in all.
+  std::vector<DecodeRow> rows;
+  const int64_t n_rows = static_cast<int64_t>(specs.size() * contexts.size());
+  const int64_t row_budget = std::max<int64_t>(1, (o.rotate_mib << 20) / n_rows);
+  std::mt19937 rng(1);
+  for (const AttentionSpec& spec : specs) {
+    const CacheLayout layout = spec.cache_layout();
+    for (int64_t context : contexts) {
+      const int64_t layer_bytes = layout.kernel == DecodeKernel::kRecurrentState
+                                      ? o.batch * layout.state_scalars * 4
+                                      : context * o.batch * layout.bytes_per_token();
+      const int64_t layers = std::max<int64_t>(1, (row_budget + layer_bytes - 1) / layer_bytes);
+      rows.push_back(make_row(spec, dtype, context, o.batch, layers, rng));
+    }
+  }
+  BandwidthProbe probe(int64_t{1} << 30);
+  // A step right after the probe runs 10–25% slower than one after another step (gqa:8, 16k,
+  // 2 threads: 3.3 → 3.7–4.2 ms, measured in a harness; an untimed step over a 16-token cache
+  // does not help, one over a whole layer does), which penalized the first row of every round,
+  // the one the others are compared with. So an untimed step over a layer not timed this round
+  // comes between the probe and the rows: every timed row follows a decode step.
+  DecodeRow* settle = nullptr;
+  for (DecodeRow& row : rows) {
+    if (row.layers >= 2) {
+      settle = &row;
+      break;
+    }
+  }
+  std::vector<double> bandwidth;
+  for (int r = 0; r < o.repeats + 3; ++r) {  // 3 warm-up rounds
+    const double gb_per_s = probe.read_gb_per_s(decoder.pool());
+    if (r >= 3) bandwidth.push_back(gb_per_s);
+    if (settle != nullptr) settle->step(decoder, r + 1);  // a layer not timed this round
+    for (DecodeRow& row : rows) {
+      const auto start = std::chrono::steady_clock::now();
+      row.step(decoder, r);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (r >= 3) row.micros.push_back(us);
+    }
+  }
+  for (DecodeRow& row : rows) {
+    std::sort(row.micros.begin(), row.micros.end());
+    row.median_us = row.micros[row.micros.size() / 2];
+    row.min_us = row.micros.front();
+    row.max_us = row.micros.back();
+  }
+  // Compute alone, per spec (its rows share it): which rows the bandwidth can bound at all.
+  FastDecoder one_thread(1, decoder.isa());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
+    const double ns = compute_ns_per_token(specs[i], dtype, o.batch, one_thread, rng);
+    for (size_t c = 0; c < contexts.size(); ++c)
+      rows[i * contexts.size() + c].compute_ns_per_token = ns;
+  }
+  const double ceiling = median_of(bandwidth);
+  const double bandwidth_min = *std::min_element(bandwidth.begin(), bandwidth.end());
+  const double bandwidth_max = *std::max_element(bandwidth.begin(), bandwidth.end());
+  // each row against the first attention spec's row at the same context
+  auto first_at = [&](const DecodeRow& r) -> const DecodeRow& {
+    for (const DecodeRow& f : rows) {
+      if (f.context == r.context) return f;
+    }
+    return r;
+  };
+  auto gbps = [](const DecodeRow& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
+  // the step's reads at the measured bandwidth, and its compute spread over the threads
+  auto memory_us = [&](const DecodeRow& r) {
+    return static_cast<double>(r.bytes) / (ceiling * 1e3);
+  };
+  auto compute_us = [&](const DecodeRow& r) {
+    return *r.compute_ns_per_token * static_cast<double>(r.context * o.batch) / 1e3 /
+           decoder.threads();
+  };
+  auto bound = [&](const DecodeRow& r) -> std::string {
+    if (!r.compute_ns_per_token) return "-";
+    return compute_us(r) > memory_us(r) ? "compute" : "memory";
+  };
+  if (o.format == "json") {
+    nlohmann::json doc = {{"bandwidth_gb_per_s", ceiling},
+                          {"bandwidth_min_gb_per_s", bandwidth_min},
+                          {"bandwidth_max_gb_per_s", bandwidth_max},
+                          {"threads", decoder.threads()},
+                          {"untimed_step_after_probe", settle != nullptr},
+                          {"isa", std::string(cpu_isa_name(decoder.isa()))},
+                          {"dtype", std::string(dtype_name(dtype))},
+                          {"rows", nlohmann::json::array()}};
+    for (const DecodeRow& r : rows) {
+      nlohmann::json row = {
+          {"attn", r.attn},
+          {"context", r.context},
+          {"batch", o.batch},
+          {"us_per_step", r.median_us},
+          {"us_min", r.min_us},
+          {"us_max", r.max_us},
+          {"cache_bytes_read", r.bytes},
+          {"gb_per_s", gbps(r)},
+          {"bandwidth_fraction", gbps(r) / ceiling},
+          {"memory_us", memory_us(r)},
+          {"compute_ns_per_token", nullptr},
+          {"compute_us", nullptr},
+          {"bound", bound(r)},
+          {"time_vs_first", r.median_us / first_at(r).median_us},
+          {"bytes_vs_first", static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)},
+          {"layers_rotated", r.layers}};
+      if (r.compute_ns_per_token) {
+        row["compute_ns_per_token"] = *r.compute_ns_per_token;
+        row["compute_us"] = compute_us(r);
+      }
+      doc["rows"].push_back(row);
+    }
+    out << doc.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "bench decode: {} kernel, {} threads, {} cache, H {} × d_h {}; read bandwidth "
+      "{:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); rows and bandwidth "
+      "timed in {} interleaved rounds{}; \"vs first\": the first --attn at the same context; "
+      "memory us: the bytes at that bandwidth; compute us: the kernel's time per cached token "
+      "on one thread with the cache in L2, × context ÷ threads; bound: the larger\n\n",
+      cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
+      ceiling, bandwidth_min, bandwidth_max, o.repeats,
+      settle != nullptr ? ", an untimed step between the probe and the rows" : "");
+  Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
+               "of bandwidth", "memory us", "compute us", "bound", "time vs first",
+               "bytes vs first"});
+  for (const DecodeRow& r : rows) {
+    table.add_row({r.attn, with_commas(r.context), fmt::format("{:.0f}", r.median_us),
+                   fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
+                   fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
+                   fmt::format("{:.0f}", memory_us(r)),
+                   r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-", bound(r),
+                   fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
+                   fmt::format("{:.3f}", static_cast<double>(r.bytes) /
+                                             static_cast<double>(first_at(r).bytes))});
+  }
+  out << table.to_markdown();
+  return 0;
+}
+
+}  // namespace kvlab

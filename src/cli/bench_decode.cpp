@@ -45,6 +45,15 @@ struct DecodeRow {
   std::optional<double> compute_ns_per_token;  // one thread, cache in L2; none for linear
 };
 
+// Bytes one step reads from one layer: the cache's rows (the spec's bytes per token), or linear
+// attention's f32 states, whatever the context.
+int64_t step_bytes(const CacheLayout& layout, int64_t context, int64_t batch) {
+  if (layout.kernel == DecodeKernel::kRecurrentState) {
+    return batch * layout.state_scalars * static_cast<int64_t>(sizeof(float));
+  }
+  return context * batch * layout.bytes_per_token();
+}
+
 // Builds a row whose caches hold small pseudo-random values.
 DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int64_t batch,
                    int64_t layers, std::mt19937& rng) {
@@ -54,6 +63,7 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
   row.attn = spec.to_string();
   row.context = context;
   row.layers = layers;
+  row.bytes = step_bytes(layout, context, batch);
   row.state = std::make_unique<RowState>();
   RowState* s = row.state.get();
   if (layout.kernel == DecodeKernel::kRecurrentState) {
@@ -61,7 +71,6 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
     // at every context (the context column only repeats)
     const int64_t per_layer = batch * layout.state_scalars;
     const int64_t d = spec.head_dim, heads = spec.n_heads;
-    row.bytes = per_layer * 4;
     s->states = HugePageFloats(layers * per_layer);
     for (int64_t i = 0; i < layers * batch * heads; ++i) {
       float* state = s->states.data() + i * (d * d + d);
@@ -77,7 +86,6 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
     };
     return row;
   }
-  row.bytes = context * batch * layout.bytes_per_token();
   const int64_t pages_per_seq = (context + 15) / 16;
   s->cache = std::make_unique<PagedKvCache>(layout, layers, 16, pages_per_seq * batch, batch);
   PagedKvCache& cache = *s->cache;
@@ -220,9 +228,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   for (const AttentionSpec& spec : specs) {
     const CacheLayout layout = spec.cache_layout();
     for (int64_t context : contexts) {
-      const int64_t layer_bytes = layout.kernel == DecodeKernel::kRecurrentState
-                                      ? o.batch * layout.state_scalars * 4
-                                      : context * o.batch * layout.bytes_per_token();
+      const int64_t layer_bytes = step_bytes(layout, context, o.batch);
       const int64_t layers = std::max<int64_t>(1, (row_budget + layer_bytes - 1) / layer_bytes);
       rows.push_back(make_row(spec, dtype, context, o.batch, layers, rng));
     }

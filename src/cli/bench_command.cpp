@@ -50,8 +50,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       "decode",
       "Decode attention of one layer at one step: time, bytes, GB/s and the fraction of the "
       "read bandwidth; every row and a 1 GiB bandwidth probe are timed in interleaved rounds "
-      "(medians), so load drift on a shared machine moves them together; an untimed step "
-      "follows the probe, so every timed row follows a decode step. Each spec's compute alone "
+      "(medians), so load drift on a shared machine moves them together; each timed step "
+      "follows an untimed step over another layer of the same row, as in a decode. Each "
+      "spec's compute alone "
       "(one thread, cache in L2) says whether its rows are memory- or compute-bound");
   decode->add_option("--attn", d.attn, "Attention spec, repeatable (one- and two-stream variants)")
       ->required();
@@ -67,8 +68,8 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   decode
       ->add_option("--rotate-mib", d.rotate_mib,
-                   "Rotate over layers' caches until all rows' together hold this many MiB "
-                   "(defeats the LLC)")
+                   "Every row rotates over the same number of layers' caches (at least 3), "
+                   "enough that all rows' together hold this many MiB (defeats the LLC)")
       ->capture_default_str();
   decode->add_option("--format", d.format, "table | json")->capture_default_str();
   auto model_flags = [&b](CLI::App* cmd) {

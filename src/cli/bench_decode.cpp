@@ -1,6 +1,7 @@
 // `kvlab bench decode`: one layer's decode attention at one step, against the read bandwidth
 // measured in the same run, and against the same kernel's compute with the cache in L2.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -219,39 +220,50 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   FastDecoder decoder(o.threads);
   // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
   // probe once and steps every row once, so a machine whose load drifts (shared hosts) shifts
-  // every row and the ceiling alike and the ratios between them hold. The rows share the
-  // rotation budget: between two reads of one layer the rounds touch --rotate-mib in all.
+  // every row and the ceiling alike and the ratios between them hold. Every row rotates over
+  // the same number of layers, enough that one layer of each row, times that number, reaches
+  // --rotate-mib: each layer is read again only after the same rounds for every row (a step's
+  // time depends on how long ago its cache was read: 16k-token gqa:8 steps over 8, 32 or 64
+  // layers in turn took 3.3, 3.5 and 4.2 ms here). At least 3 layers: the untimed step before
+  // layer r's timed one reads layer r-1, which with 2 layers is the layer timed next round.
+  constexpr int64_t kMinLayers = 3;
+  int64_t round_layer_bytes = 0;  // one layer of every row
+  for (const AttentionSpec& spec : specs) {
+    for (int64_t context : contexts)
+      round_layer_bytes += step_bytes(spec.cache_layout(), context, o.batch);
+  }
+  const int64_t layers = std::max<int64_t>(
+      kMinLayers, ((o.rotate_mib << 20) + round_layer_bytes - 1) / round_layer_bytes);
+  const double rows_bytes = static_cast<double>(layers) * static_cast<double>(round_layer_bytes);
+  const double physical_bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (rows_bytes + static_cast<double>(int64_t{1} << 30) > 0.8 * physical_bytes) {
+    throw SpecError("context",
+                    fmt::format("the rows' caches ({} layers each) need {:.1f} GiB and the "
+                                "bandwidth probe 1 GiB, over 80% of this machine's {:.1f} GiB; "
+                                "lower --context, --batch or --rotate-mib",
+                                layers, rows_bytes / (1 << 30), physical_bytes / (1 << 30)));
+  }
   std::vector<DecodeRow> rows;
-  const int64_t n_rows = static_cast<int64_t>(specs.size() * contexts.size());
-  const int64_t row_budget = std::max<int64_t>(1, (o.rotate_mib << 20) / n_rows);
   std::mt19937 rng(1);
   for (const AttentionSpec& spec : specs) {
-    const CacheLayout layout = spec.cache_layout();
-    for (int64_t context : contexts) {
-      const int64_t layer_bytes = step_bytes(layout, context, o.batch);
-      const int64_t layers = std::max<int64_t>(1, (row_budget + layer_bytes - 1) / layer_bytes);
+    for (int64_t context : contexts)
       rows.push_back(make_row(spec, dtype, context, o.batch, layers, rng));
-    }
   }
   BandwidthProbe probe(int64_t{1} << 30);
-  // A step right after the probe runs 10–25% slower than one after another step (gqa:8, 16k,
-  // 2 threads: 3.3 → 3.7–4.2 ms, measured in a harness; an untimed step over a 16-token cache
-  // does not help, one over a whole layer does), which penalized the first row of every round,
-  // the one the others are compared with. So an untimed step over a layer not timed this round
-  // comes between the probe and the rows: every timed row follows a decode step.
-  DecodeRow* settle = nullptr;
-  for (DecodeRow& row : rows) {
-    if (row.layers >= 2) {
-      settle = &row;
-      break;
-    }
-  }
+  // Every timed step of layer r follows an untimed step of the same row over layer r-1, as a
+  // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
+  // or another row, and the first row ran 2–12% slower than identical rows after it (three
+  // gqa:8 rows, 16k, 2 threads). Not layer r+1: the layer timed next round then is read twice
+  // within one round, and that timed step ran ~18% faster (3.3 against 4.0–4.1 ms), a condition
+  // no decode has; until 2026-11-30 the first row alone got that step, and every "vs first"
+  // ratio divided by its flattered time.
   std::vector<double> bandwidth;
   for (int r = 0; r < o.repeats + 3; ++r) {  // 3 warm-up rounds
     const double gb_per_s = probe.read_gb_per_s(decoder.pool());
     if (r >= 3) bandwidth.push_back(gb_per_s);
-    if (settle != nullptr) settle->step(decoder, r + 1);  // a layer not timed this round
     for (DecodeRow& row : rows) {
+      row.step(decoder, r + static_cast<int>(row.layers) - 1);  // untimed
       const auto start = std::chrono::steady_clock::now();
       row.step(decoder, r);
       const double us =
@@ -302,7 +314,6 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                           {"bandwidth_min_gb_per_s", bandwidth_min},
                           {"bandwidth_max_gb_per_s", bandwidth_max},
                           {"threads", decoder.threads()},
-                          {"untimed_step_after_probe", settle != nullptr},
                           {"isa", std::string(cpu_isa_name(decoder.isa()))},
                           {"dtype", std::string(dtype_name(dtype))},
                           {"rows", nlohmann::json::array()}};
@@ -336,12 +347,13 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   out << fmt::format(
       "bench decode: {} kernel, {} threads, {} cache, H {} × d_h {}; read bandwidth "
       "{:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); rows and bandwidth "
-      "timed in {} interleaved rounds{}; \"vs first\": the first --attn at the same context; "
-      "memory us: the bytes at that bandwidth; compute us: the kernel's time per cached token "
+      "timed in {} interleaved rounds, each timed step right after an untimed one over the "
+      "row's previous layer (as in a decode); \"vs first\": the first --attn at the same "
+      "context; memory us: the bytes at that bandwidth; compute us: the kernel's time per cached "
+      "token "
       "on one thread with the cache in L2, × context ÷ threads; bound: the larger\n\n",
       cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
-      ceiling, bandwidth_min, bandwidth_max, o.repeats,
-      settle != nullptr ? ", an untimed step between the probe and the rows" : "");
+      ceiling, bandwidth_min, bandwidth_max, o.repeats);
   Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
                "of bandwidth", "memory us", "compute us", "bound", "time vs first",
                "bytes vs first"});

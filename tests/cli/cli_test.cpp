@@ -538,6 +538,8 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
         1e-6 * memory_us);
     EXPECT_GE(row["compute_ns_per_token"].get<double>(), 0);
     EXPECT_EQ(row["bound"], compute_us > memory_us ? "compute" : "memory");
+    // the untimed step before layer r's reads layer r-1, which must not be layer r+1
+    EXPECT_GE(row["layers_rotated"].get<int64_t>(), 3);
   }
   EXPECT_NEAR(doc["rows"][1]["compute_us"].get<double>(),
               10.24 * doc["rows"][0]["compute_us"].get<double>(),
@@ -545,6 +547,10 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
+  // caches that cannot fit in memory: refused before anything is allocated
+  const RunResult huge = run_kvlab("bench decode --attn mha --context 1000000k");
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_TRUE(contains(huge.err, "context") && contains(huge.err, "GiB")) << huge.err;
   for (const std::string flag : {"repeats", "rotate-mib", "batch"}) {
     const RunResult zero =
         run_kvlab("bench decode --attn gqa:2 --heads 4 --head-dim 32 --" + flag + " 0");

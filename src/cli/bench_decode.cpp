@@ -255,7 +255,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
   // or another row, and the first row ran 2–12% slower than identical rows after it (three
   // gqa:8 rows, 16k, 2 threads). Not layer r+1: the layer timed next round then is read twice
-  // within one round, and that timed step ran ~18% faster (3.3 against 4.0–4.1 ms), a condition
+  // within one round, and that timed step ran 18–28% faster (3.3 against 4.0–4.6 ms), a condition
   // no decode has; until 2026-11-30 the first row alone got that step, and every "vs first"
   // ratio divided by its flattered time.
   std::vector<double> bandwidth;
@@ -349,9 +349,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       "{:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); rows and bandwidth "
       "timed in {} interleaved rounds, each timed step right after an untimed one over the "
       "row's previous layer (as in a decode); \"vs first\": the first --attn at the same "
-      "context; memory us: the bytes at that bandwidth; compute us: the kernel's time per cached "
-      "token "
-      "on one thread with the cache in L2, × context ÷ threads; bound: the larger\n\n",
+      "context; memory us: the bytes at that bandwidth; compute us: the kernel's time per "
+      "cached token on one thread with the cache in L2, × context ÷ threads; bound: the "
+      "larger\n\n",
       cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
       ceiling, bandwidth_min, bandwidth_max, o.repeats);
   Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",

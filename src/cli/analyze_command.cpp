@@ -97,7 +97,9 @@ CLI::App* add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   cmd->add_option("--input", o.input,
                   "Text whose attention maps are drawn (byte-level text tasks; default: the "
                   "task's first held-out example)");
-  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   return cmd;
 }
 

@@ -33,6 +33,7 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   train->add_option("--seq-len", o.seq_len, "Tokens per sequence")->capture_default_str();
   train->add_option("--batch", o.batch, "Sequences per step")->capture_default_str();
   train->add_option("--threads", o.threads, "Threads (libtorch and OpenBLAS)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   train->add_option("--steps", o.steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
@@ -42,6 +43,7 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   memory->add_option("--mib", m.mib, "Buffer size in MiB (>= 1024 to defeat the caches)")
       ->capture_default_str();
   memory->add_option("--threads", m.threads, "Reader threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   memory->add_option("--repeats", m.repeats, "Timed passes after one warm-up")
       ->capture_default_str();
@@ -63,7 +65,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   decode->add_option("--batch", d.batch, "Sequences")->capture_default_str();
   decode->add_option("--dtype", d.dtype, "f32 | bf16 | f16")->capture_default_str();
-  decode->add_option("--threads", d.threads, "Threads (0: all cores)")->capture_default_str();
+  decode->add_option("--threads", d.threads, "Threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   decode->add_option("--repeats", d.repeats, "Timed rounds after 3 warm-up rounds")
       ->capture_default_str();
   decode
@@ -77,7 +81,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
     cmd->add_option("--layers", b.layers, "Layers")->capture_default_str();
     cmd->add_option("--d-model", b.d_model, "Model width")->capture_default_str();
     cmd->add_option("--heads", b.heads, "Heads")->capture_default_str();
-    cmd->add_option("--threads", b.threads, "Threads (0: all cores)")->capture_default_str();
+    cmd->add_option("--threads", b.threads, "Threads (0: all cores)")
+        ->check(CLI::Range(0, 4096))
+        ->capture_default_str();
     cmd->add_option("--format", b.format, "table | json")->capture_default_str();
   };
   CLI::App* prefill = bench->add_subcommand(

@@ -177,6 +177,8 @@ double compute_ns_per_token(const AttentionSpec& spec, DType dtype, int64_t batc
 
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  if (o.heads <= 0) throw SpecError("heads", "must be > 0");
+  if (o.head_dim <= 0) throw SpecError("head-dim", "must be > 0");
   if (o.batch <= 0) throw SpecError("batch", "must be > 0");
   if (o.repeats <= 0) throw SpecError("repeats", "must be > 0");
   if (o.rotate_mib < 1 || o.rotate_mib > (int64_t{1} << 20)) {

@@ -23,7 +23,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
-  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   return cmd;
 }
 

@@ -126,6 +126,7 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
       ->capture_default_str()
       ->group("Training");
   cmd->add_option("--threads", o.threads, "Threads for libtorch and OpenBLAS (0: all cores)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str()
       ->group("Training");
   cmd->add_option("--out", o.out, "Run folder: checkpoint/ and log.jsonl")->group("Output");
@@ -144,7 +145,6 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
   if (o.format != "table" && o.format != "json") {
     throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
   }
-  if (o.threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
   const int threads = train::set_threads(o.threads);
   // torchrun / SLURM variables make this one rank of a data-parallel job (rendezvous first,
   // so a rank that cannot join fails before anything is written)
@@ -250,7 +250,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
       "tasks) or loss and perplexity (text, kjv; at several lengths with --context).");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--format", o.format, "table | json")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--context", o.contexts,
                   "Text tasks: perplexity at each of these context lengths, comma list "
                   "(e.g. 128,256,512; default: the training context)")

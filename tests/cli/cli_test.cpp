@@ -557,6 +557,15 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
     EXPECT_EQ(zero.exit_code, 2) << flag;
     EXPECT_TRUE(contains(zero.err, flag)) << zero.err;
   }
+  for (const std::string flag : {"heads", "head-dim"}) {
+    const RunResult zero = run_kvlab("bench decode --attn mha --" + flag + " 0");
+    EXPECT_EQ(zero.exit_code, 2) << flag;
+    EXPECT_TRUE(contains(zero.err, flag + ": must be > 0")) << zero.err;
+  }
+  // a negative thread count used to mean "all cores" silently, here and in every --threads
+  const RunResult negative = run_kvlab("bench decode --attn mha --threads -1");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_TRUE(contains(negative.err, "--threads")) << negative.err;
   // linear attention: its state (4 heads × (32·32 + 32) f32) whatever the context
   const RunResult linear = run_kvlab(
       "bench decode --attn linear --heads 4 --head-dim 32 --context 100,1k --repeats 2 "

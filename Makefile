@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test format clean
+.PHONY: all deps configure build run test test-sanitize format clean
 
 all: build
 
@@ -26,6 +26,14 @@ run: build
 
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# The hostile-input suite against an AddressSanitizer + UndefinedBehaviorSanitizer build of
+# kvlab (CI runs it after `make test`): a crash, leak of bounds or undefined behaviour on bad
+# input fails it.
+test-sanitize: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLAB_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS) --target kvlab kvlab_hostile_tests
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R HostileInput
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -69,6 +69,12 @@ std::string cell(const json& v, const char* format) {
 // for a byte-level text task.
 torch::Tensor example_input(const data::Task& task, const std::string& text) {
   if (!text.empty()) {
+    // every map has T² cells for every head and layer: 256 bytes already make 65,536 a map
+    constexpr size_t kMaxInputBytes = 256;
+    if (text.size() > kMaxInputBytes) {
+      throw SpecError("input", "is " + std::to_string(text.size()) + " bytes; attention maps " +
+                                   "are drawn for at most " + std::to_string(kMaxInputBytes));
+    }
     if (task.name() != "text" && task.name() != "kjv") {
       throw SpecError("input",
                       "--input is byte-level text; this checkpoint's task is " + task.name());
@@ -95,8 +101,8 @@ CLI::App* add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--out", o.out, "Folder for analysis.json, analysis.md and the maps")->required();
   cmd->add_option("--input", o.input,
-                  "Text whose attention maps are drawn (byte-level text tasks; default: the "
-                  "task's first held-out example)");
+                  "Text whose attention maps are drawn, at most 256 bytes (byte-level text "
+                  "tasks; default: the task's first held-out example)");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();

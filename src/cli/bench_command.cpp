@@ -14,6 +14,7 @@
 #include "infer/generator.h"
 #include "kernels/memory_bandwidth.h"
 #include "nn/transformer.h"
+#include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "train/adamw.h"
 #include "train/trainer.h"
@@ -124,6 +125,7 @@ ModelConfig bench_model(const BenchModelOptions& b, const std::string& attn, int
   // linear attention keeps no RoPE inside its running state: it takes no positions
   s.pos = attn.rfind("linear", 0) == 0 ? PosScheme::kNone : PosScheme::kRope;
   s.tied_embeddings = true;
+  s.validate();  // a shape error names its own flag, not --attn
   try {
     return ModelConfig::make(s, attn, DType::kF32);
   } catch (const SpecError& e) {
@@ -165,6 +167,17 @@ int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
   Table table({"attn", "batch", "length", "tokens/s", "ms/forward", "peak memory"});
   for (const std::string& attn : b.attn) {
     const ModelConfig config = bench_model(b, attn, longest);
+    for (int64_t batch : b.batch) {
+      // one layer's activations and attention scores at a time (inference mode)
+      require_memory(
+          "length",
+          "a forward of batch " + std::to_string(batch) + " × length " + std::to_string(longest),
+          [&] {
+            return Exact(batch) * config.shape.n_heads * longest * longest * 8 +
+                   Exact(batch) * longest * (Exact(16) * b.d_model + 256) * 4 +
+                   config.param_count() * 4;
+          });
+    }
     torch::manual_seed(0);
     nn::TransformerModel model(config, torch::kFloat32);
     for (int64_t batch : b.batch) {
@@ -224,6 +237,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   for (const std::string& attn : b.attn) {
     for (int64_t prompt : prompts) {
       const ModelConfig config = bench_model(b, attn, prompt + b.generate);
+      require_memory(
+          "prompt",
+          "a cache for --prompt + --generate = " + std::to_string(prompt + b.generate) + " tokens",
+          [&] { return config.cache_bytes(prompt + b.generate, 1); });
       torch::manual_seed(0);
       nn::TransformerModel model(config, torch::kFloat32);
       infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);

@@ -184,13 +184,19 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   if (o.rotate_mib < 1 || o.rotate_mib > (int64_t{1} << 20)) {
     throw SpecError("rotate-mib", "must be in 1 … 1048576 (MiB)");
   }
+  int64_t width = 0;
+  if (__builtin_mul_overflow(o.heads, o.head_dim, &width) || width > (int64_t{1} << 24)) {
+    throw SpecError("heads",
+                    "--heads × --head-dim is above the largest width kvlab accepts "
+                    "(16777216)");
+  }
   const DType dtype = parse_dtype(o.dtype);
   if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
   ModelShape shape;
   shape.n_layers = 1;
   shape.n_heads = o.heads;
   shape.head_dim = o.head_dim;
-  shape.d_model = o.heads * o.head_dim;
+  shape.d_model = width;
   shape.mlp_width = 4 * shape.d_model;
   shape.vocab_size = 1000;
   shape.max_context = 0;

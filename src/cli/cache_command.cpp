@@ -110,8 +110,11 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
     try {
       row.config = ModelConfig::make(model.shape, text, dtype);
     } catch (const SpecError& e) {
-      throw SpecError(e.field(),
-                      fmt::format("invalid --attn \"{}\" for {}: {}", text, model.name, e.what()));
+      // name --attn only when the user gave it; otherwise the spec is the model's own
+      throw SpecError(e.field(), o.attn.empty() ? fmt::format("the attention \"{}\" of {}: {}",
+                                                              text, model.name, e.what())
+                                                : fmt::format("invalid --attn \"{}\" for {}: {}",
+                                                              text, model.name, e.what()));
     }
     row.layout = row.config.attn.cache_layout();
     row.cache_bytes = row.config.cache_bytes(context, o.batch).value();

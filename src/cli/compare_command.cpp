@@ -14,6 +14,8 @@
 #include "cli/table.h"
 #include "cli/units.h"
 #include "io/atomic_file.h"
+#include "io/json_document.h"
+#include "io/results_json.h"
 #include "spec/spec_error.h"
 #include "train/trainer.h"
 
@@ -123,9 +125,15 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
       ->capture_default_str();
   cmd->add_option("--attn", o.attn,
                   "Attention spec, repeatable (default: mha, q-kv, qk-v, qkv1, qk-v+, qkv1+)");
-  cmd->add_option("--tasks", o.tasks, "Comma list of tasks (default: all five)");
+  cmd->add_option("--tasks", o.tasks, "Comma list of tasks (default: all five)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return text.find_first_not_of(", ") == std::string::npos ? "names no task" : "";
+          },
+          "", "tasks"));
   cmd->add_option("--seeds", o.seeds,
-                  "Seeds per variant and task (default: synthetic 3, lm 2, vision 2)");
+                  "Seeds per variant and task, 1 to 1000 (default: synthetic 3, lm 2, vision 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--preset", o.preset,
                   "quick (synthetic ~7, lm ~25, vision ~10 minutes on 2 cores) | paper "
                   "(synthetic, vision: the seed's settings) | base (lm: 6 layers of 256, ~70 "
@@ -360,10 +368,8 @@ std::string render_synthetic_report(const json& results, const std::string& dir)
 }
 
 std::string render_report(const json& results, const std::string& dir) {
-  if (!results.is_object() || !results.contains("suite")) {
-    throw SpecError("results", "not a kvlab compare results.json (no \"suite\")");
-  }
-  const std::string suite = results["suite"].is_string() ? results["suite"].get<std::string>() : "";
+  validate_results_json(results, dir + "/results.json");
+  const std::string suite = results.at("suite").get<std::string>();
   try {
     if (suite == "synthetic") return render_synthetic_report(results, dir);
     if (suite == "lm") return render_lm_report(results, dir);
@@ -382,14 +388,7 @@ CLI::App* add_report_command(CLI::App& app, ReportOptions& o) {
 }
 
 int run_report(const ReportOptions& o, std::ostream& out) {
-  std::string text;
-  try {
-    text = read_file(o.dir + "/results.json");
-  } catch (const std::runtime_error& e) {
-    throw SpecError("dir", e.what());
-  }
-  const json results = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (results.is_discarded()) throw SpecError("results", o.dir + "/results.json is not JSON");
+  const json results = read_json_document(o.dir + "/results.json", "results", kMaxResultsBytes);
   out << render_report(results, o.dir);
   return 0;
 }

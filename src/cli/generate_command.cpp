@@ -4,6 +4,7 @@
 
 #include "infer/generator.h"
 #include "nn/checkpoint.h"
+#include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "train/trainer.h"
 
@@ -16,10 +17,13 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--prompt", o.prompt, "Text to continue")->required();
   cmd->add_option("--max-tokens", o.max_tokens, "Bytes to generate")->capture_default_str();
-  cmd->add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "0: greedy")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->add_option("--top-k", o.top_k, "Sample among the k most likely (0: off)")
       ->capture_default_str();
-  cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1] (1: off)")
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
@@ -29,8 +33,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   return cmd;
 }
 
-int run_generate(const GenerateOptions& o, std::ostream& out) {
+int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
   if (o.max_tokens < 0) throw SpecError("max_tokens", "must be >= 0");
+  if (o.max_tokens > (int64_t{1} << 31)) throw SpecError("max_tokens", "must be <= 2^31");
   if (o.temperature < 0) throw SpecError("temperature", "must be >= 0 (0: greedy)");
   if (o.top_k < 0) throw SpecError("top_k", "must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw SpecError("top_p", "must be in (0, 1]");
@@ -46,6 +51,12 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
                     dir + " is not a byte-level decoder (train one with --task text)");
   }
   const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.max_tokens;
+  if (!o.no_cache) {
+    require_memory("max_tokens",
+                   "a cache for prompt + max-tokens = " + std::to_string(total) + " tokens",
+                   [&] { return model->config().cache_bytes(total, 1); });
+  }
+  auto stopped = [stop] { return stop != nullptr && stop->load(); };
   if (shape.pos == PosScheme::kLearned && total > shape.max_context) {
     throw SpecError("max_tokens", "prompt + max-tokens = " + std::to_string(total) +
                                       " exceeds the model's " + std::to_string(shape.max_context) +
@@ -58,7 +69,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   std::string text;
   if (o.no_cache) {
     c10::InferenceMode guard;
-    for (int64_t i = 0; i < o.max_tokens; ++i) {
+    for (int64_t i = 0; i < o.max_tokens && !stopped(); ++i) {
       const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, -1});
       const torch::Tensor logits = model->forward(input)[0][-1];
       tokens.push_back(infer::sample(logits, sampling, rng));
@@ -69,7 +80,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
     const int32_t seq = gen.add_sequence();
     if (o.max_tokens > 0) {
       torch::Tensor logits = gen.feed(seq, tokens);
-      for (int64_t i = 0; i < o.max_tokens; ++i) {
+      for (int64_t i = 0; i < o.max_tokens && !stopped(); ++i) {
         const int64_t next = infer::sample(logits, sampling, rng);
         text += static_cast<char>(next);
         if (i + 1 < o.max_tokens) logits = gen.step({seq}, {next})[0];
@@ -77,7 +88,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
     }
   }
   out << text << "\n";
-  return 0;
+  return stopped() ? 130 : 0;
 }
 
 }  // namespace kvlab

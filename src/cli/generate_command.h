@@ -1,6 +1,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <ostream>
 #include <string>
 
@@ -22,6 +23,7 @@ struct GenerateOptions {
 // `kvlab generate`: continues a prompt with a byte-level text checkpoint, decoding through
 // the paged cache (or, with --no-cache, recomputing the full forward for every token).
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
-int run_generate(const GenerateOptions& options, std::ostream& out);
+// Exit status 0, or 130 when *stop became true (the text so far is printed).
+int run_generate(const GenerateOptions& options, const std::atomic<bool>* stop, std::ostream& out);
 
 }  // namespace kvlab

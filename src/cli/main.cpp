@@ -1,28 +1,48 @@
 // kvlab: attention variants that keep less in the KV cache. Each subcommand is a thin
 // layer over the libraries; bad input becomes a message on stderr and exit code 2.
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "cli/analyze_command.h"
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
+#include "cli/flag_checks.h"
 #include "cli/generate_command.h"
+#include "cli/interrupt.h"
 #include "cli/launch_command.h"
 #include "cli/summary_command.h"
 #include "cli/train_command.h"
+#include "io/json_document.h"
 #include "spec/version.h"
 
 namespace {
 
-// Set by SIGINT/SIGTERM, read by the training loops, which save a checkpoint and stop.
-// A signal handler can reach nothing else, hence the one global of the program.
-std::atomic<bool> g_stop_requested{false};
+// An error for the terminal: its first line (a libtorch error carries a stack trace after
+// it), cut to a length a person reads.
+std::string error_summary(const char* what) {
+  std::string_view text = what;
+  const size_t newline = text.find('\n');
+  if (newline != std::string_view::npos) text = text.substr(0, newline);
+  return kvlab::text_excerpt(text, 600);
+}
 
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+// The first word that is not a flag, when it names no subcommand: CLI11 would say only that
+// a subcommand is required.
+std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->check_name(argv[1])) return "";
+  }
+  std::string known;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  return "unknown subcommand '" + kvlab::text_excerpt(argv[1], 40) + "' (known: " + known + ")";
+}
 
 }  // namespace
 
@@ -64,16 +84,22 @@ int main(int argc, char** argv) {
   const kvlab::BenchCommands bench = kvlab::add_bench_commands(
       app, bench_train_options, bench_memory_options, bench_decode_options, bench_model_options);
 
+  kvlab::check_numeric_flags(app);
+
+  kvlab::install_interrupt_handlers();
+  const std::atomic<bool>* stop = kvlab::interrupt_flag();
+  if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
+    std::cerr << "kvlab: " << unknown << "\nRun 'kvlab --help' for usage.\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "kvlab: " << e.what() << "\nRun 'kvlab --help' for usage.\n";
+    std::cerr << "kvlab: " << error_summary(e.what()) << "\nRun 'kvlab --help' for usage.\n";
     return 2;
   }
 
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
   std::string command = "kvlab";
   try {
     if (cache->parsed()) {
@@ -84,16 +110,18 @@ int main(int argc, char** argv) {
       return kvlab::run_summary(summary_options, std::cout, std::cerr);
     } else if (train->parsed()) {
       command = "kvlab train";
-      return kvlab::run_train(train_options, *train, &g_stop_requested, std::cout);
+      return kvlab::run_train(train_options, *train, stop, std::cout);
     } else if (eval->parsed()) {
       command = "kvlab eval";
       return kvlab::run_eval(eval_options, std::cout);
     } else if (compare->parsed()) {
       command = "kvlab compare";
-      return kvlab::run_compare(compare_options, &g_stop_requested, std::cout);
+      const kvlab::DeferredInterrupt saving_on_stop;  // every run saves its checkpoint
+      return kvlab::run_compare(compare_options, stop, std::cout);
     } else if (launch->parsed()) {
       command = "kvlab launch";
-      return kvlab::run_launch(launch_options, &g_stop_requested);
+      const kvlab::DeferredInterrupt saving_on_stop;  // the ranks save, then exit
+      return kvlab::run_launch(launch_options, stop);
     } else if (analyze->parsed()) {
       command = "kvlab analyze";
       return kvlab::run_analyze(analyze_options, std::cout);
@@ -105,7 +133,7 @@ int main(int argc, char** argv) {
       return kvlab::run_bench_train(bench_train_options, std::cout);
     } else if (generate->parsed()) {
       command = "kvlab generate";
-      return kvlab::run_generate(generate_options, std::cout);
+      return kvlab::run_generate(generate_options, stop, std::cout);
     } else if (bench.decode->parsed()) {
       command = "kvlab bench decode";
       return kvlab::run_bench_decode(bench_decode_options, std::cout);
@@ -119,8 +147,11 @@ int main(int argc, char** argv) {
       command = "kvlab bench memory";
       return kvlab::run_bench_memory(bench_memory_options, std::cout);
     }
+  } catch (const std::bad_alloc&) {
+    std::cerr << command << ": out of memory (the inputs ask for more than this machine has)\n";
+    return 2;
   } catch (const std::exception& e) {
-    std::cerr << command << ": " << e.what() << "\n";
+    std::cerr << command << ": " << error_summary(e.what()) << "\n";
     return 2;
   }
   return 0;

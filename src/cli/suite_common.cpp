@@ -59,7 +59,7 @@ std::vector<Series> mean_curves(const nlohmann::json& runs, const std::vector<st
       if (run.value("label", "") != label || !run.contains("curve")) continue;
       if (!task.empty() && run.value("task", "") != task) continue;
       for (const nlohmann::json& point : run["curve"]) {
-        by_step[point[0].get<int64_t>()].push_back(point[1].get<double>());
+        by_step[point.at(0).get<int64_t>()].push_back(point.at(1).get<double>());
       }
     }
     Series s{label, {}};

@@ -104,8 +104,9 @@ int run_summary(const SummaryOptions& o, std::ostream& out, std::ostream& err) {
     config = ModelConfig::make(model.shape, attn, DType::kBf16);
   } catch (const SpecError& e) {
     throw SpecError(e.field(),
-                    fmt::format("invalid --attn \"{}\" for {} ({}): {}", attn, model.name,
-                                model_kind_name(model.shape.kind), e.what()));
+                    fmt::format("{} \"{}\" for {} ({}): {}",
+                                o.attn.empty() ? "the model's own attention" : "invalid --attn",
+                                attn, model.name, model_kind_name(model.shape.kind), e.what()));
   }
   // The meta device allocates nothing: a 671B-parameter model is counted in milliseconds.
   const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);

@@ -1,15 +1,18 @@
 #include "cli/train_command.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/interrupt.h"
 #include "cli/table.h"
 #include "cli/units.h"
 #include "nn/checkpoint.h"
+#include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "train/data_parallel.h"
 
@@ -140,12 +143,44 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
   return cmd;
 }
 
+namespace {
+
+// Memory a training step needs, estimated from above: weights, gradients and AdamW's two
+// moments (16 bytes a parameter), activations kept for the backward pass and the attention
+// scores of every layer (B·H·T² twice: probabilities and their gradient).
+void require_training_memory(const ModelConfig& config, int64_t micro_batch, int64_t seq_len) {
+  const ModelShape& s = config.shape;
+  // the attention scores grow with the square of the length: name --seq-len when they
+  // dominate (in doubles, which cannot overflow), else --batch
+  const double score_bytes = 8.0 * double(micro_batch) * double(s.n_heads) * double(seq_len) *
+                             double(seq_len) * double(s.n_layers);
+  const double activation_bytes = 4.0 * double(micro_batch) * double(seq_len) *
+                                  (double(s.n_layers) * (16.0 * double(s.d_model)));
+  require_memory(score_bytes > activation_bytes ? "seq_len" : "batch",
+                 "training this model (batch " + std::to_string(micro_batch) + " × seq-len " +
+                     std::to_string(seq_len) + " per micro-batch)",
+                 [&] {
+                   const Exact tokens = Exact(micro_batch) * seq_len;
+                   const Exact activations =
+                       tokens *
+                       (Exact(s.n_layers) * (Exact(16) * s.d_model + Exact(3) * s.mlp_width) +
+                        Exact(3) * s.output_classes()) *
+                       4;
+                   const Exact scores =
+                       Exact(micro_batch) * s.n_heads * seq_len * seq_len * s.n_layers * 8;
+                   return config.param_count() * 16 + activations + scores;
+                 });
+}
+
+}  // namespace
+
 int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::atomic<bool>* stop,
               std::ostream& out) {
   if (o.format != "table" && o.format != "json") {
     throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
   }
-  const int threads = train::set_threads(o.threads);
+  const bool threads_given = command.get_option("--threads")->count() > 0;
+  int threads = train::set_threads(o.threads);
   // torchrun / SLURM variables make this one rank of a data-parallel job (rendezvous first,
   // so a rank that cannot join fails before anything is written)
   const std::unique_ptr<train::DataParallel> data_parallel =
@@ -156,14 +191,31 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     for (const CLI::Option* opt : command.get_options()) {
       const std::string name = opt->get_name();
       if (opt->count() > 0 && name != "--resume" && name != "--threads" &&
-          name != "--no-progress" && name != "--format") {
+          name != "--no-progress" && name != "--format" && name != "--data") {
         throw SpecError("resume", "--resume continues a run with its own settings; drop " + name);
       }
     }
-    trainer = train::Trainer::resume(o.resume, writer);
+    // rank 0 settles the checkpoint folders of a run cut short; the others read after it
+    if (data_parallel && !writer) data_parallel->barrier();
+    trainer = train::Trainer::resume(o.resume, writer, o.data);
+    if (data_parallel && writer) data_parallel->barrier();
+    // the same thread count as before: reductions, hence the bits, depend on it
+    const int recorded = trainer->options().threads;
+    if (!threads_given && recorded > 0) {
+      threads = train::set_threads(recorded);
+    } else if (threads_given && recorded > 0 && threads != recorded && writer) {
+      std::cerr << fmt::format(
+          "kvlab train: note: the run computed with {} threads, this resume with {}: the "
+          "result will not be bit for bit that of an uninterrupted run\n",
+          recorded, threads);
+    }
   } else {
     if (o.task.empty()) throw SpecError("task", "give --task (or --resume DIR)");
     if (o.out.empty()) throw SpecError("out", "give --out DIR for the run's checkpoint and log");
+    struct stat info {};
+    if (::stat(o.out.c_str(), &info) == 0 && !S_ISDIR(info.st_mode)) {
+      throw SpecError("out", "'" + o.out + "' exists and is not a folder");
+    }
     data::TaskOptions task_options;
     task_options.name = o.task;
     task_options.data_path = o.data;
@@ -177,7 +229,11 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     } catch (const SpecError& e) {
       throw SpecError(e.field(), "invalid --attn \"" + o.attn + "\": " + e.what());
     }
-    trainer = std::make_unique<train::Trainer>(config, std::move(task), o.train, o.out);
+    require_training_memory(config, o.train.batch / std::max<int64_t>(1, o.train.accumulation),
+                            task_options.seq_len);
+    train::TrainOptions t = o.train;
+    t.threads = threads;
+    trainer = std::make_unique<train::Trainer>(config, std::move(task), t, o.out);
   }
   trainer->set_data_parallel(data_parallel.get());
   const std::string run_dir = o.resume.empty() ? o.out : o.resume;
@@ -193,6 +249,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
         data_parallel ? fmt::format(" × {} ranks", data_parallel->world_size()) : "", first_step,
         t.steps, run_dir);
   }
+  const DeferredInterrupt saving_on_stop;  // a stop request is answered by a checkpoint
   const train::TrainResult r = trainer->run(stop, [&](int64_t step, double loss, double tps) {
     if (!bar) return;
     const double elapsed =
@@ -257,6 +314,11 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "Text tasks: perplexity at each of these context lengths, comma list "
                   "(e.g. 128,256,512; default: the training context)")
       ->delimiter(',');
+  cmd->add_option("--data", o.data,
+                  "The task's data file or folder, when it moved since training (its content "
+                  "must be the recorded one)");
+  cmd->add_flag("--allow-different-data", o.allow_different_data,
+                "Evaluate on --data even when its content differs from the training data");
   return cmd;
 }
 
@@ -282,9 +344,13 @@ int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_re
     nlohmann::json record = task_record;
     record["seq_len"] = context;
     record["eval_sequences"] = std::max<int64_t>(1, held_out_bytes / context);
-    const auto task = data::task_from_json(record);
-    const train::EvalResult e =
-        train::evaluate(model, *task, 0, std::max<int64_t>(1, 32768 / context));
+    const auto task = data::task_from_json(record, o.data, o.allow_different_data);
+    const int64_t batch = std::max<int64_t>(1, 32768 / context);
+    require_memory("context", "evaluating at a context of " + std::to_string(context), [&] {
+      return Exact(batch) * shape.n_heads * context * context * 8 +
+             Exact(batch) * context * shape.output_classes() * 8;
+    });
+    const train::EvalResult e = train::evaluate(model, *task, 0, batch);
     rows.push_back({{"context", context},
                     {"loss", e.loss},
                     {"perplexity", e.perplexity},
@@ -317,7 +383,7 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   const std::string dir = train::checkpoint_dir(o.checkpoint);
   const nlohmann::json config = nn::read_checkpoint_config(dir);
   if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
-  const auto task = data::task_from_json(config["task"]);
+  const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
   if (!o.contexts.empty()) {
     if (task->metric() != data::Metric::kPerplexity) {

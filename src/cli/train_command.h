@@ -49,6 +49,8 @@ struct EvalCommandOptions {
   std::string format = "table";
   int threads = 0;
   std::vector<int64_t> contexts;  // text tasks: evaluate at each context length (seed 003 T16)
+  std::string data;               // replaces the recorded data file (same content)
+  bool allow_different_data = false;
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

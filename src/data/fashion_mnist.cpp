@@ -1,5 +1,6 @@
 #include "data/fashion_mnist.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -12,6 +13,10 @@ namespace {
 
 // The whole decompressed content of a .gz file (or of a plain file: zlib passes it through).
 std::string read_gzip(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    throw SpecError("data", path + " is not a regular file (a gzipped IDX file is expected)");
+  }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), gzclose);
   if (!file) {
     throw SpecError("data", "cannot open " + path +

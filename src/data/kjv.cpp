@@ -4,6 +4,7 @@
 #include <memory>
 #include <sstream>
 
+#include "data/task.h"
 #include "io/atomic_file.h"
 #include "spec/spec_error.h"
 
@@ -33,7 +34,7 @@ bool is_validation_book(size_t book_index) { return book_index % 10 == 9; }
 std::string read_kjv_text(const std::string& path) {
   if (!path.empty()) {
     try {
-      return read_file(path);
+      return read_file(path, kMaxTextBytes);
     } catch (const std::runtime_error& e) {
       throw SpecError("data", e.what());
     }

@@ -1,6 +1,10 @@
 #include "data/task.h"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <random>
 
 #include "data/fashion_mnist.h"
@@ -101,24 +105,55 @@ torch::Tensor bytes_tensor(const std::string& bytes) {
 // Byte-level causal language modelling: training windows from one text, non-overlapping
 // held-out windows from another. "text": a file, its last 5% held out; "kjv": the King James
 // Bible split by book (data/kjv.h).
+// "crc32:HEX:BYTES" of a text: enough to tell a changed or different corpus from the one a
+// checkpoint was trained on.
+std::string content_id(const std::string& text) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t done = 0; done < text.size();) {
+    const size_t n = std::min<size_t>(text.size() - done, size_t{1} << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(text.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return "crc32:" + std::string(hex) + ":" + std::to_string(text.size());
+}
+
 class TextTask : public Task {
  public:
-  TextTask(std::string name, std::string path, int64_t context, int64_t eval_windows)
+  TextTask(std::string name, std::string path, int64_t context, int64_t eval_windows,
+           const std::string& expected_content)
       : name_(std::move(name)),
-        path_(std::move(path)),
+        path_(path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string()),
         context_(context),
         eval_windows_(eval_windows) {
-    std::string train, held_out;
+    std::string text;
     if (name_ == "kjv") {
-      KjvSplit split = split_kjv(read_kjv_text(path_));
-      train = std::move(split.train);
-      held_out = std::move(split.validation);
+      text = read_kjv_text(path_);
     } else {
       try {
-        train = read_file(path_);
+        text = read_file(path_, kMaxTextBytes);
       } catch (const std::runtime_error& e) {
         throw SpecError("data", e.what());
       }
+    }
+    content_ = content_id(text);
+    if (!expected_content.empty() && content_ != expected_content) {
+      throw SpecError("data", "'" + (path_.empty() ? std::string("bible's output") : path_) +
+                                  "' (" + content_ +
+                                  ") is not the text this checkpoint was "
+                                  "trained on (" +
+                                  expected_content +
+                                  "); give --data with that file, or --allow-different-data "
+                                  "to evaluate on this one");
+    }
+    std::string train, held_out;
+    if (name_ == "kjv") {
+      KjvSplit split = split_kjv(text);
+      train = std::move(split.train);
+      held_out = std::move(split.validation);
+    } else {
+      train = std::move(text);
       const size_t split = train.size() - train.size() / 20;
       held_out = train.substr(split);
       train.resize(split);
@@ -129,7 +164,7 @@ class TextTask : public Task {
                                   std::to_string(train.size() + held_out.size()) +
                                   " bytes: its held-out part must fit one window of " +
                                   std::to_string(context_ + 1) +
-                                  " bytes (use a longer file or a shorter --seq-len)");
+                                  " bytes (use a longer file or a shorter context)");
     }
     train_ = bytes_tensor(train);
     held_out_ = bytes_tensor(held_out);
@@ -174,13 +209,17 @@ class TextTask : public Task {
   }
 
   nlohmann::json to_json() const override {
-    return {
-        {"name", name_}, {"seq_len", context_}, {"eval_sequences", eval_windows_}, {"data", path_}};
+    return {{"name", name_},
+            {"seq_len", context_},
+            {"eval_sequences", eval_windows_},
+            {"data", path_},
+            {"data_content", content_}};
   }
 
  private:
   std::string name_;
-  std::string path_;
+  std::string path_;     // absolute; empty for kjv read from the bible program
+  std::string content_;  // content_id of the whole text
   int64_t context_;
   int64_t eval_windows_;
   torch::Tensor train_;     // [bytes] int64
@@ -216,15 +255,17 @@ const std::vector<std::string>& task_names() {
   return names;
 }
 
-std::unique_ptr<Task> make_task(const TaskOptions& o) {
+std::unique_ptr<Task> make_task(const TaskOptions& o, const std::string& expected_content) {
   if (o.seq_len <= 0) throw SpecError("seq_len", "must be > 0, got " + std::to_string(o.seq_len));
   if (o.eval_sequences <= 0) throw SpecError("eval_sequences", "must be > 0");
   if (o.name == "text") {
     if (o.data_path.empty()) throw SpecError("data", "the text task needs --data FILE");
-    return std::make_unique<TextTask>("text", o.data_path, o.seq_len, o.eval_sequences);
+    return std::make_unique<TextTask>("text", o.data_path, o.seq_len, o.eval_sequences,
+                                      expected_content);
   }
   if (o.name == "kjv") {
-    return std::make_unique<TextTask>("kjv", o.data_path, o.seq_len, o.eval_sequences);
+    return std::make_unique<TextTask>("kjv", o.data_path, o.seq_len, o.eval_sequences,
+                                      expected_content);
   }
   if (o.name == "fashion-mnist") {
     return make_fashion_mnist_task(o.data_path.empty() ? kFashionMnistDir : o.data_path,
@@ -249,17 +290,29 @@ std::unique_ptr<Task> make_task(const TaskOptions& o) {
   throw SpecError("task", "unknown task '" + o.name + "' (known: " + known + ")");
 }
 
-std::unique_ptr<Task> task_from_json(const nlohmann::json& doc) {
+std::unique_ptr<Task> task_from_json(const nlohmann::json& doc, const std::string& data_path,
+                                     bool allow_different_data) {
+  TaskOptions o;
+  std::string expected_content;
   try {
-    TaskOptions o;
     o.name = doc.at("name").get<std::string>();
     o.seq_len = doc.at("seq_len").get<int64_t>();
     o.eval_sequences = doc.at("eval_sequences").get<int64_t>();
     if (doc.contains("data")) o.data_path = doc.at("data").get<std::string>();
-    return make_task(o);
+    if (doc.contains("data_content") && !allow_different_data) {
+      expected_content = doc.at("data_content").get<std::string>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw SpecError("task", std::string("malformed task record: ") + e.what());
   }
+  if (!data_path.empty()) {
+    if (o.name != "text" && o.name != "kjv" && o.name != "fashion-mnist" &&
+        o.name != "set-anomaly") {
+      throw SpecError("data", "this checkpoint's task " + o.name + " reads no data");
+    }
+    o.data_path = data_path;
+  }
+  return make_task(o, expected_content);
 }
 
 }  // namespace kvlab::data

@@ -68,8 +68,18 @@ std::unique_ptr<Task> make_set_anomaly_task(const std::string& dir, int64_t eval
 std::mt19937_64 stream_rng(uint64_t seed, uint64_t stream, uint64_t index);
 
 // Throws SpecError naming the field (task, seq_len, data) for bad options or an unreadable
-// or too short data file.
-std::unique_ptr<Task> make_task(const TaskOptions& options);
-std::unique_ptr<Task> task_from_json(const nlohmann::json& doc);
+// or too short data file. `expected_content` (text, kjv): the content a checkpoint was
+// trained on ("crc32:HEX:BYTES", as to_json records it); a text whose content differs is
+// refused. Empty: any content.
+std::unique_ptr<Task> make_task(const TaskOptions& options,
+                                const std::string& expected_content = "");
+// A task as a checkpoint recorded it. `data_path`, when not empty, replaces the recorded data
+// file (a moved corpus); a text task whose content differs from the recorded one is refused
+// unless `allow_different_data`.
+std::unique_ptr<Task> task_from_json(const nlohmann::json& doc, const std::string& data_path = "",
+                                     bool allow_different_data = false);
+
+// Text files a text task reads: at most this many bytes (each byte becomes an int64 token).
+inline constexpr uint64_t kMaxTextBytes = uint64_t{512} << 20;
 
 }  // namespace kvlab::data

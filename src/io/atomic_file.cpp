@@ -6,8 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 namespace kvlab {
@@ -47,16 +45,37 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   }
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) throw system_error("cannot open", path);
   if (S_ISDIR(info.st_mode)) throw std::runtime_error("'" + path + "' is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw system_error("cannot open", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw system_error("cannot read", path);
-  return text.str();
+  auto too_large = [&] {
+    return std::runtime_error("'" + path + "' holds more than " + std::to_string(max_bytes) +
+                              " bytes, the most kvlab reads from such a file");
+  };
+  if (S_ISREG(info.st_mode) && static_cast<uint64_t>(info.st_size) > max_bytes) throw too_large();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw system_error("cannot open", path);
+  std::string text;
+  if (S_ISREG(info.st_mode)) text.reserve(static_cast<size_t>(info.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const auto error = system_error("cannot read", path);
+      ::close(fd);
+      throw error;
+    }
+    if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      throw too_large();
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace kvlab

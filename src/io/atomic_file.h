@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,7 +11,9 @@ namespace kvlab {
 // half-written one. Throws std::runtime_error naming the path and the system error.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
-// Reads a whole file; throws std::runtime_error naming the path when it cannot.
-std::string read_file(const std::string& path);
+// Reads a whole file of at most `max_bytes`; throws std::runtime_error naming the path when it
+// cannot, when it is a directory, or when it holds more (a regular file's size is checked before
+// anything is read; a pipe or device is read until the limit, so /dev/zero ends too).
+std::string read_file(const std::string& path, uint64_t max_bytes);
 
 }  // namespace kvlab

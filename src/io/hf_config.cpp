@@ -1,9 +1,9 @@
 #include "io/hf_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "io/atomic_file.h"
+#include "io/json_document.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {
@@ -19,7 +19,7 @@ int64_t positive_int(const json& config, const char* key) {
   if (!present(config, key)) throw SpecError(key, "missing from the config (required)");
   const json& value = config.at(key);
   if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
-    throw SpecError(key, "expected a positive integer, got " + value.dump());
+    throw SpecError(key, "expected a positive integer, got " + json_excerpt(value));
   }
   return value.get<int64_t>();
 }
@@ -28,7 +28,7 @@ int64_t non_negative_int_or(const json& config, const char* key, int64_t fallbac
   if (!present(config, key)) return fallback;
   const json& value = config.at(key);
   if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-    throw SpecError(key, "expected a non-negative integer, got " + value.dump());
+    throw SpecError(key, "expected a non-negative integer, got " + json_excerpt(value));
   }
   return value.get<int64_t>();
 }
@@ -40,14 +40,14 @@ int64_t positive_int_or(const json& config, const char* key, int64_t fallback) {
 bool bool_or(const json& config, const char* key, bool fallback) {
   if (!present(config, key)) return fallback;
   if (!config.at(key).is_boolean()) {
-    throw SpecError(key, "expected true or false, got " + config.at(key).dump());
+    throw SpecError(key, "expected true or false, got " + json_excerpt(config.at(key)));
   }
   return config.at(key).get<bool>();
 }
 
 double positive_number(const json& value, const std::string& key) {
   if (!value.is_number() || value.get<double>() <= 0) {
-    throw SpecError(key, "expected a positive number, got " + value.dump());
+    throw SpecError(key, "expected a positive number, got " + json_excerpt(value));
   }
   return value.get<double>();
 }
@@ -77,7 +77,8 @@ double read_rope_theta(const json& config) {
 std::string model_type(const json& config) {
   if (!present(config, "model_type")) return "unknown";
   if (!config.at("model_type").is_string()) {
-    throw SpecError("model_type", "expected a string, got " + config.at("model_type").dump());
+    throw SpecError("model_type",
+                    "expected a string, got " + json_excerpt(config.at("model_type")));
   }
   return config.at("model_type").get<std::string>();
 }
@@ -85,12 +86,7 @@ std::string model_type(const json& config) {
 }  // namespace
 
 Preset parse_hf_config(std::string_view json_text, const std::string& source) {
-  json config;
-  try {
-    config = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw SpecError("hf-config", source + " is not valid JSON: " + e.what());
-  }
+  const json config = parse_json_document(json_text, source, "hf-config");
   if (!config.is_object()) throw SpecError("hf-config", source + " holds no JSON object");
 
   const std::string type = model_type(config);
@@ -182,12 +178,13 @@ Preset parse_hf_config(std::string_view json_text, const std::string& source) {
 }
 
 Preset read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpecError("hf-config", "cannot open '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw SpecError("hf-config", "cannot read '" + path + "'");
-  return parse_hf_config(text.str(), path);
+  std::string text;
+  try {
+    text = read_file(path, kMaxConfigBytes);
+  } catch (const std::runtime_error& e) {
+    throw SpecError("hf-config", e.what());
+  }
+  return parse_hf_config(text, path);
 }
 
 }  // namespace kvlab

@@ -1,5 +1,6 @@
 #include "io/model_config_json.h"
 
+#include "io/json_document.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {
@@ -14,19 +15,21 @@ const json& field(const json& obj, const char* key, const std::string& path) {
 
 int64_t int_field(const json& obj, const char* key, const std::string& path) {
   const json& v = field(obj, key, path);
-  if (!v.is_number_integer()) throw SpecError(path + key, "expected an integer, got " + v.dump());
+  if (!v.is_number_integer())
+    throw SpecError(path + key, "expected an integer, got " + json_excerpt(v));
   return v.get<int64_t>();
 }
 
 std::string string_field(const json& obj, const char* key, const std::string& path) {
   const json& v = field(obj, key, path);
-  if (!v.is_string()) throw SpecError(path + key, "expected a string, got " + v.dump());
+  if (!v.is_string()) throw SpecError(path + key, "expected a string, got " + json_excerpt(v));
   return v.get<std::string>();
 }
 
 bool bool_field(const json& obj, const char* key, const std::string& path) {
   const json& v = field(obj, key, path);
-  if (!v.is_boolean()) throw SpecError(path + key, "expected true or false, got " + v.dump());
+  if (!v.is_boolean())
+    throw SpecError(path + key, "expected true or false, got " + json_excerpt(v));
   return v.get<bool>();
 }
 

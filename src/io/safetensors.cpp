@@ -1,11 +1,14 @@
 #include "io/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "io/atomic_file.h"
+#include "spec/memory_budget.h"
 
 namespace kvlab {
 namespace {
@@ -60,7 +63,13 @@ int64_t TensorInfo::numel() const {
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
   std::string bytes;
   try {
-    bytes = read_file(path);
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) {
+      throw std::runtime_error("'" + path + "' is not a regular file");
+    }
+    // the whole file is held in memory: no larger than the machine's memory
+    const uint64_t memory = physical_memory_bytes();
+    bytes = read_file(path, memory > 0 ? memory : UINT64_MAX);
   } catch (const std::runtime_error& e) {
     throw SafetensorsError(e.what());
   }

@@ -7,8 +7,10 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "io/json_document.h"
 #include "io/model_config_json.h"
 #include "io/safetensors.h"
+#include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "spec/version.h"
 
@@ -145,21 +147,20 @@ nlohmann::json read_checkpoint_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, kMaxConfigBytes);
   } catch (const std::runtime_error& e) {
     throw SpecError("checkpoint",
                     std::string(e.what()) + " (is '" + dir + "' a checkpoint folder?)");
   }
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw SpecError("checkpoint", path + " is not valid JSON: " + e.what());
-  }
+  return parse_json_document(text, path, "checkpoint");
 }
 
 TransformerModel load_model(const std::string& dir, const torch::TensorOptions& options) {
   const ModelConfig config =
       model_config_from_json(read_checkpoint_config(dir), dir + "/config.json");
+  // the weights, and the file's copy of them while they are read
+  require_memory("checkpoint", "the model in " + dir + "/config.json",
+                 [&] { return config.param_count() * 8; });
   TransformerModel model(config, options);
   std::map<std::string, torch::Tensor> targets;
   for (const auto& item : model->named_parameters()) targets.emplace(item.key(), item.value());

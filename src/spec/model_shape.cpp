@@ -1,5 +1,6 @@
 #include "spec/model_shape.h"
 
+#include <cmath>
 #include <string>
 
 #include "spec/spec_error.h"
@@ -9,6 +10,20 @@ namespace {
 
 void require_positive(const char* field, int64_t value) {
   if (value <= 0) throw SpecError(field, "must be > 0, got " + std::to_string(value));
+}
+
+// Bounds far above any published model, so that every count derived from a shape fits in
+// 63 bits and a typo cannot ask for exabytes: a field past its bound is an error naming it.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = int64_t{1} << 24;    // d_model, head_dim, mlp, vocab, classes
+constexpr int64_t kMaxCount = int64_t{1} << 16;    // heads, experts, image side, channels
+constexpr int64_t kMaxContext = int64_t{1} << 31;  // learned positions, a model's context
+
+void require_at_most(const char* field, int64_t value, int64_t limit) {
+  if (value > limit) {
+    throw SpecError(field, std::to_string(value) + " is above the largest value kvlab accepts (" +
+                               std::to_string(limit) + ")");
+  }
 }
 
 }  // namespace
@@ -25,6 +40,21 @@ int64_t ModelShape::n_positions() const {
 }
 
 void ModelShape::validate() const {
+  require_at_most("layers", n_layers, kMaxLayers);
+  require_at_most("d_model", d_model, kMaxWidth);
+  require_at_most("heads", n_heads, kMaxCount);
+  require_at_most("head_dim", head_dim, kMaxWidth);
+  require_at_most("mlp", mlp_width, kMaxWidth);
+  require_at_most("vocab", vocab_size, kMaxWidth);
+  require_at_most("classes", n_classes, kMaxWidth);
+  require_at_most("context", max_context, kMaxContext);
+  require_at_most("image_size", image_size, kMaxCount);
+  require_at_most("patch_size", patch_size, kMaxCount);
+  require_at_most("image_channels", image_channels, kMaxCount);
+  require_at_most("set_input_dim", set_input_dim, kMaxWidth);
+  require_at_most("moe.n_routed_experts", moe.n_routed_experts, kMaxCount);
+  require_at_most("moe.n_shared_experts", moe.n_shared_experts, kMaxCount);
+  require_at_most("moe.expert_mlp_width", moe.expert_mlp_width, kMaxWidth);
   require_positive("layers", n_layers);
   require_positive("d_model", d_model);
   require_positive("heads", n_heads);
@@ -35,8 +65,8 @@ void ModelShape::validate() const {
     throw SpecError("pos", "a model's own positions are learned, sinusoidal, rope or none, not " +
                                std::string(pos_scheme_name(pos)));
   }
-  if (pos == PosScheme::kRope && rope_theta <= 0) {
-    throw SpecError("rope_theta", "must be > 0, got " + std::to_string(rope_theta));
+  if (pos == PosScheme::kRope && !(rope_theta > 0 && std::isfinite(rope_theta))) {
+    throw SpecError("rope_theta", "must be a finite number > 0, got " + std::to_string(rope_theta));
   }
   if (pos == PosScheme::kLearned && kind != ModelKind::kVit)
     require_positive("context", max_context);

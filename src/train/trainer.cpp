@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "io/atomic_file.h"
+#include "io/json_document.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
 #include "spec/spec_error.h"
@@ -37,6 +39,56 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+// A checkpoint folder is complete once it holds trainer_state.json: a save writes that file
+// last, and remove_checkpoint deletes it first, so a folder cut short either way is not taken.
+constexpr const char* kStateFile = "/trainer_state.json";
+constexpr uint64_t kMaxLogBytes = uint64_t{1} << 30;
+
+// The step a complete checkpoint folder holds, or -1 when it is not complete or unreadable.
+int64_t complete_checkpoint_step(const std::string& dir) {
+  if (!exists(dir + kStateFile)) return -1;
+  try {
+    const json state = parse_json_document(read_file(dir + kStateFile, kMaxConfigBytes),
+                                           dir + kStateFile, "resume");
+    const json& step = state.at("step");
+    return step.is_number_integer() && step.get<int64_t>() >= 0 ? step.get<int64_t>() : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void remove_checkpoint(const std::string& dir) {
+  ::unlink((dir + kStateFile).c_str());
+  fs::remove_all(dir);
+}
+
+// Makes renames in `dir` durable (a crash of the machine, not only of the process).
+void sync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// The folders a run's checkpoint can be in, in the order preferred among equal steps.
+std::vector<std::string> checkpoint_folders(const std::string& run_dir) {
+  return {run_dir + "/checkpoint", run_dir + "/checkpoint.tmp", run_dir + "/checkpoint.old"};
+}
+
+// The newest complete checkpoint folder of a run, or "" when there is none.
+std::string newest_checkpoint(const std::string& run_dir) {
+  std::string best;
+  int64_t best_step = -1;
+  for (const std::string& dir : checkpoint_folders(run_dir)) {
+    const int64_t step = complete_checkpoint_step(dir);
+    if (step > best_step) {
+      best = dir;
+      best_step = step;
+    }
+  }
+  return best;
+}
+
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               targets.reshape({-1}));
@@ -56,13 +108,19 @@ void TrainOptions::validate() const {
     throw SpecError("accumulation", "batch " + std::to_string(batch) + " does not split into " +
                                         std::to_string(accumulation) + " equal micro-batches");
   }
-  if (!(lr > 0) || !std::isfinite(lr)) throw SpecError("lr", "must be a positive number");
-  if (lr_floor < 0 || lr_floor > 1) throw SpecError("lr_floor", "must be in [0, 1]");
+  // written so that NaN fails every test
+  if (!(lr > 0) || !std::isfinite(lr)) throw SpecError("lr", "must be a finite number > 0");
+  if (!(lr_floor >= 0 && lr_floor <= 1)) throw SpecError("lr_floor", "must be in [0, 1]");
   if (warmup < 0) throw SpecError("warmup", "must be >= 0");
-  if (weight_decay < 0) throw SpecError("weight_decay", "must be >= 0");
-  if (beta1 < 0 || beta1 >= 1) throw SpecError("beta1", "must be in [0, 1)");
-  if (beta2 < 0 || beta2 >= 1) throw SpecError("beta2", "must be in [0, 1)");
-  if (clip < 0) throw SpecError("clip", "must be >= 0 (0 disables clipping)");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) {
+    throw SpecError("weight_decay", "must be a finite number >= 0");
+  }
+  if (!(beta1 >= 0 && beta1 < 1)) throw SpecError("beta1", "must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) throw SpecError("beta2", "must be in [0, 1)");
+  if (!(clip >= 0) || !std::isfinite(clip)) {
+    throw SpecError("clip", "must be a finite number >= 0 (0 disables clipping)");
+  }
+  if (threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
   if (eval_every < 0) throw SpecError("eval_every", "must be >= 0");
   if (checkpoint_every < 0) throw SpecError("checkpoint_every", "must be >= 0");
 }
@@ -81,7 +139,8 @@ json TrainOptions::to_json() const {
           {"eval_every", eval_every},
           {"checkpoint_every", checkpoint_every},
           {"eval_batch", eval_batch},
-          {"seed", seed}};
+          {"seed", seed},
+          {"threads", threads}};
 }
 
 TrainOptions TrainOptions::from_json(const json& doc) {
@@ -101,6 +160,7 @@ TrainOptions TrainOptions::from_json(const json& doc) {
     o.checkpoint_every = doc.at("checkpoint_every").get<int64_t>();
     o.eval_batch = doc.at("eval_batch").get<int64_t>();
     o.seed = doc.at("seed").get<uint64_t>();
+    o.threads = doc.value("threads", 0);  // runs written before the field: all cores
   } catch (const json::exception& e) {
     throw SpecError("train", std::string("malformed training options: ") + e.what());
   }
@@ -185,28 +245,42 @@ void Trainer::set_data_parallel(DataParallel* data_parallel) {
   data_parallel_ = data_parallel;
 }
 
-std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, bool writer) {
-  std::string dir = run_dir + "/checkpoint";
-  if (!exists(dir + "/trainer_state.json") &&
-      exists(run_dir + "/checkpoint.old/trainer_state.json")) {
-    dir = run_dir + "/checkpoint.old";  // a save was cut short between its two renames
+void settle_checkpoints(const std::string& run_dir) {
+  const std::string best = newest_checkpoint(run_dir);
+  if (best.empty()) return;
+  const std::string final_dir = run_dir + "/checkpoint";
+  // every step keeps `best` whole under one of its names: a crash here loses nothing either
+  if (best != final_dir) {
+    if (exists(final_dir)) remove_checkpoint(final_dir);
+    fs::rename(best, final_dir);
+    sync_folder(run_dir);
   }
-  if (!exists(dir + "/trainer_state.json")) {
-    throw SpecError("resume", "'" + run_dir + "' holds no resumable checkpoint (missing " + dir +
-                                  "/trainer_state.json)");
+  for (const std::string& dir : checkpoint_folders(run_dir)) {
+    if (dir != final_dir && exists(dir)) remove_checkpoint(dir);
+  }
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, bool writer,
+                                         const std::string& data_path) {
+  struct stat info {};
+  if (::stat(run_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw SpecError("resume",
+                    "'" + run_dir + "' holds no resumable checkpoint (it is not a folder)");
+  }
+  if (writer) settle_checkpoints(run_dir);
+  const std::string dir = newest_checkpoint(run_dir);
+  if (dir.empty()) {
+    throw SpecError("resume", "'" + run_dir + "' holds no resumable checkpoint (no complete " +
+                                  run_dir + "/checkpoint with trainer_state.json)");
   }
   const json config = nn::read_checkpoint_config(dir);
-  json state;
-  try {
-    state = json::parse(read_file(dir + "/trainer_state.json"));
-  } catch (const std::exception& e) {
-    throw SpecError("resume", dir + "/trainer_state.json: " + e.what());
-  }
+  const json state =
+      parse_json_document(read_file(dir + kStateFile, kMaxConfigBytes), dir + kStateFile, "resume");
   if (!config.contains("task") || !config.contains("train")) {
     throw SpecError("resume", dir + "/config.json has no task or training options");
   }
   auto trainer = std::unique_ptr<Trainer>(
-      new Trainer(nn::load_model(dir), data::task_from_json(config["task"]),
+      new Trainer(nn::load_model(dir), data::task_from_json(config["task"], data_path),
                   TrainOptions::from_json(config["train"]), run_dir));
   trainer->optimizer_->load_state(nn::load_tensors(dir + "/optimizer.safetensors"),
                                   dir + "/optimizer.safetensors");
@@ -220,7 +294,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, bool writer
   // the log keeps what led to this checkpoint, nothing after it
   const std::string log_path = run_dir + "/log.jsonl";
   if (writer && exists(log_path)) {
-    std::istringstream lines(read_file(log_path));
+    std::istringstream lines(read_file(log_path, kMaxLogBytes));
     std::string line, kept;
     while (std::getline(lines, line)) {
       try {
@@ -246,17 +320,21 @@ void Trainer::save_checkpoint() {
   const std::string final_dir = run_dir_ + "/checkpoint";
   const std::string temp_dir = run_dir_ + "/checkpoint.tmp";
   const std::string old_dir = run_dir_ + "/checkpoint.old";
-  fs::remove_all(temp_dir);
+  // The run's newest complete checkpoint is final_dir (a previous save, or resume's
+  // settle_checkpoints); temp_dir and old_dir hold nothing else that is needed. At every
+  // instant below, a complete checkpoint exists under one of the three names.
+  remove_checkpoint(temp_dir);
   const json extra = {{"task", task_->to_json()}, {"train", options_.to_json()}};
   nn::save_model(*model_, temp_dir, extra);
   nn::save_tensors(temp_dir + "/optimizer.safetensors", optimizer_->state());
-  write_file_atomic(temp_dir + "/trainer_state.json",
+  write_file_atomic(temp_dir + kStateFile,
                     json{{"step", step_}, {"kvlab_version", kVersion}}.dump(2) + "\n");
-  // swap in: a crash between the renames leaves checkpoint.old, which resume falls back to
-  fs::remove_all(old_dir);
+  sync_folder(temp_dir);
+  remove_checkpoint(old_dir);
   if (exists(final_dir)) fs::rename(final_dir, old_dir);
   fs::rename(temp_dir, final_dir);
-  fs::remove_all(old_dir);
+  sync_folder(run_dir_);
+  remove_checkpoint(old_dir);
 }
 
 TrainResult Trainer::run(const std::atomic<bool>* stop,

@@ -28,6 +28,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: checkpoint at the end (and on SIGINT/SIGTERM) only
   int64_t eval_batch = 256;
   uint64_t seed = 0;
+  int threads = 0;  // threads the run computes with (0: all cores); a resume uses the same
 
   // Throws SpecError naming the field.
   void validate() const;
@@ -66,9 +67,12 @@ class Trainer {
  public:
   Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, TrainOptions options,
           std::string run_dir);
-  // Continues the run saved in `run_dir` from its last checkpoint. Only the writing rank
-  // (writer) trims the log back to the checkpoint.
-  static std::unique_ptr<Trainer> resume(const std::string& run_dir, bool writer = true);
+  // Continues the run saved in `run_dir` from its newest complete checkpoint. Only the
+  // writing rank (writer) settles the checkpoint folders and trims the log back to the
+  // checkpoint; other ranks must call this after the writer's call returned. `data_path`, when
+  // not empty, replaces a text task's recorded file (it must hold the same content).
+  static std::unique_ptr<Trainer> resume(const std::string& run_dir, bool writer = true,
+                                         const std::string& data_path = "");
 
   // Data-parallel training (not owned; must outlive run()): each rank computes its shard of
   // every global batch (rows [rank·B/W, (rank+1)·B/W)), gradients are averaged over ranks
@@ -104,6 +108,11 @@ class Trainer {
   int64_t step_ = 0;
   DataParallel* data_parallel_ = nullptr;
 };
+
+// After a crash a run's newest complete checkpoint may sit in DIR/checkpoint.tmp or
+// DIR/checkpoint.old: moves it to DIR/checkpoint and removes the other folders, keeping it
+// whole at every instant. Resume calls it; so can any writer before reading a run.
+void settle_checkpoints(const std::string& run_dir);
 
 // Where a checkpoint folder is: DIR itself if it holds config.json, else DIR/checkpoint.
 std::string checkpoint_dir(const std::string& dir);

@@ -311,7 +311,7 @@ TEST(CliTrainTest, BadInputIsAClearErrorAndWritesNothing) {
       {"train --task copy --batch 6 --accum 4 --out " + dir, "equal micro-batches"},
       {"train --task copy --attn gqa:3 --out " + dir, "invalid --attn \"gqa:3\""},
       {"train --task copy", "give --out"},
-      {"train --task copy --out " + dir + " --lr -1", "lr: must be a positive number"},
+      {"train --task copy --out " + dir + " --lr -1", "lr: must be a finite number > 0"},
       {"train --resume " + dir, "holds no resumable checkpoint"},
       {"train --resume " + trained + " --lr 0.1", "drop --lr"},
       {"eval --checkpoint " + dir, "holds no checkpoint"},

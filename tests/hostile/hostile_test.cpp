@@ -1,0 +1,769 @@
+// Hostile input, table-driven: every case runs the built `kvlab` on one malformed input and
+// checks what a user sees — the exit code, a first stderr line that names the field or file,
+// nothing on stdout, and no crash (no signal, no sanitizer report: CI runs this suite against
+// an ASan/UBSan build too). Placeholders in a case's arguments: {d} its own scratch folder,
+// {ckpt} a tiny trained text checkpoint, {syn} a tiny trained synthetic run (both read-only).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct RunResult {
+  int exit_code = -1;  // -signal when killed
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+// The program under test: this build's, or KVLAB_HOSTILE_BIN (to run the table against
+// another build, e.g. an older one for a before/after comparison).
+std::string kvlab_bin() {
+  const char* other = std::getenv("KVLAB_HOSTILE_BIN");
+  return other != nullptr && *other != '\0' ? other : KVLAB_BIN;
+}
+
+RunResult run_shell(const std::string& args, const std::string& scratch) {
+  const std::string out_path = scratch + "/.stdout", err_path = scratch + "/.stderr";
+  const std::string command = std::string("ASAN_OPTIONS=detect_leaks=0 ") + kvlab_bin() + " " +
+                              args + " </dev/null >" + out_path + " 2>" + err_path;
+  const int status = std::system(command.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  fs::remove(out_path);
+  fs::remove(err_path);
+  return r;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// A shared, tiny, trained checkpoint of each kind the cases read.
+class Fixtures {
+ public:
+  static Fixtures& get() {
+    static Fixtures f;
+    return f;
+  }
+  std::string root, text_run, synthetic_run, corpus;
+
+ private:
+  Fixtures() {
+    root = fs::temp_directory_path() / ("kvlab_hostile_" + std::to_string(::getpid()));
+    fs::create_directories(root);
+    corpus = root + "/corpus.txt";
+    std::string text;
+    for (int i = 0; i < 400; ++i)
+      text += "In the beginning was the word, line " + std::to_string(i) + ".\n";
+    write(corpus, text);
+    text_run = root + "/text";
+    synthetic_run = root + "/syn";
+    const RunResult a = run_shell(
+        "train --task text --data " + corpus +
+            " --seq-len 16 --layers 1 --d-model 16 --heads 2 "
+            "--pos rope --steps 2 --batch 4 --eval-sequences 4 --threads 1 --no-progress --out " +
+            text_run,
+        root);
+    const RunResult b = run_shell(
+        "train --task reverse --seq-len 8 --layers 1 --d-model 16 --heads 2 --steps 2 --batch 4 "
+        "--eval-sequences 4 --threads 1 --no-progress --out " +
+            synthetic_run,
+        root);
+    if (a.exit_code != 0 || b.exit_code != 0) {
+      throw std::runtime_error("fixture training failed: " + a.err + b.err);
+    }
+  }
+  ~Fixtures() {
+    std::error_code ignored;
+    fs::remove_all(root, ignored);
+  }
+};
+
+// Files a case lays into its scratch folder first.
+using Setup = std::function<void(const std::string& dir)>;
+
+std::string deep_json(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// A copy of the text checkpoint whose config.json has `edit` applied (a JSON patch on the
+// parsed document), or is replaced by `raw` when given.
+Setup checkpoint_with(std::function<void(json&)> edit, std::string raw = "") {
+  return [edit, raw](const std::string& dir) {
+    fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt", fs::copy_options::recursive);
+    if (!raw.empty()) {
+      write(dir + "/ckpt/config.json", raw);
+      return;
+    }
+    json config = json::parse(slurp(dir + "/ckpt/config.json"));
+    edit(config);
+    write(dir + "/ckpt/config.json", config.dump());
+  };
+}
+
+Setup checkpoint_raw_config(const std::string& raw) {
+  return checkpoint_with([](json&) {}, raw);
+}
+
+Setup checkpoint_field(const std::string& pointer, json value) {
+  return checkpoint_with([pointer, value](json& c) { c[json::json_pointer(pointer)] = value; });
+}
+
+Setup file(const std::string& name, std::string content) {
+  return [name, content](const std::string& dir) { write(dir + "/" + name, content); };
+}
+
+Setup link_to(const std::string& name, const std::string& target) {
+  return [name, target](const std::string& dir) { fs::create_symlink(target, dir + "/" + name); };
+}
+
+Setup folder(const std::string& name) {
+  return [name](const std::string& dir) { fs::create_directories(dir + "/" + name); };
+}
+
+// A valid Hugging Face config with one field replaced (null removes it).
+Setup hf_config_with(const std::string& key, json value) {
+  return [key, value](const std::string& dir) {
+    json config = {{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"hidden_size", 256},
+                   {"intermediate_size", 688},
+                   {"num_attention_heads", 8},
+                   {"num_key_value_heads", 2},
+                   {"num_hidden_layers", 2},
+                   {"vocab_size", 1000},
+                   {"rope_theta", 10000.0}};
+    if (value.is_null()) {
+      config.erase(key);
+    } else {
+      config[key] = value;
+    }
+    write(dir + "/config.json", config.dump());
+  };
+}
+
+Setup deepseek_config_with(const std::string& key, json value) {
+  return [key, value](const std::string& dir) {
+    json config = {{"model_type", "deepseek_v2"},  {"hidden_size", 256},
+                   {"intermediate_size", 688},     {"num_attention_heads", 8},
+                   {"num_hidden_layers", 2},       {"vocab_size", 1000},
+                   {"kv_lora_rank", 64},           {"qk_rope_head_dim", 16},
+                   {"qk_nope_head_dim", 32},       {"v_head_dim", 32},
+                   {"n_routed_experts", 8},        {"num_experts_per_tok", 2},
+                   {"moe_intermediate_size", 128}, {"n_shared_experts", 1},
+                   {"first_k_dense_replace", 1}};
+    config[key] = value;
+    write(dir + "/config.json", config.dump());
+  };
+}
+
+// A results.json of the synthetic suite with `edit` applied.
+Setup results_with(std::function<void(json&)> edit) {
+  return [edit](const std::string& dir) {
+    json r = {{"suite", "synthetic"},
+              {"preset", "quick"},
+              {"seeds", 1},
+              {"tasks", {"reverse"}},
+              {"configs",
+               {{{"d_model", 64},
+                 {"layers", 2},
+                 {"heads", 4},
+                 {"seq_len", 16},
+                 {"steps", 10},
+                 {"batch", 8},
+                 {"lr", 0.001}}}},
+              {"variants",
+               {{{"attn", "mha"},
+                 {"average", 0.5},
+                 {"average_std", 0.0},
+                 {"paper_average", 0.758},
+                 {"params", 1000},
+                 {"cached_scalars_per_token", 128}}}},
+              {"aggregates", {{{"attn", "mha"}, {"task", "reverse"}, {"mean", 0.5}, {"std", 0.0}}}},
+              {"runs",
+               {{{"attn", "mha"},
+                 {"task", "reverse"},
+                 {"seed", 0},
+                 {"label", "mha"},
+                 {"curve", {{1, 2.0}, {2, 1.5}}}}}}};
+    edit(r);
+    write(dir + "/results.json", r.dump());
+  };
+}
+
+struct HostileCase {
+  std::string name;
+  std::string args;
+  std::string names;  // the first stderr line must contain this (a field or a file)
+  Setup setup = nullptr;
+  int exit_code = 2;
+};
+
+std::vector<HostileCase> cases() {
+  std::vector<HostileCase> c;
+  auto add = [&](std::string name, std::string args, std::string names, Setup setup = nullptr,
+                 int exit_code = 2) {
+    c.push_back({std::move(name), std::move(args), std::move(names), std::move(setup), exit_code});
+  };
+  const std::string big(1 << 20, 'x');  // a 1 MB string: must not be echoed whole
+  const std::string train = "train --task reverse --out {d}/run ";
+
+  // --- the command line itself
+  add("NoSubcommand", "", "subcommand");
+  add("UnknownSubcommand", "frobnicate", "unknown subcommand 'frobnicate'");
+  add("UnknownSubcommandHuge", big.substr(0, 5000), "unknown subcommand");
+  add("UnknownFlag", "cache --bogus", "--bogus");
+  add("BenchWithoutKind", "bench", "subcommand");
+
+  // --- train: every float flag refuses NaN, infinities and out-of-range values
+  for (const char* flag :
+       {"--lr", "--lr-floor", "--weight-decay", "--beta1", "--beta2", "--clip", "--rope-theta"}) {
+    const std::string f = std::string(flag).substr(2);
+    for (const char* value : {"nan", "inf", "-inf", "1e999"}) {
+      add("Train_" + f + "_" + value, train + flag + " " + value, flag);
+    }
+  }
+  add("Train_lr_negative", train + "--lr -1", "lr");
+  add("Train_lr_floor_above_one", train + "--lr-floor 2", "lr_floor");
+  add("Train_weight_decay_negative", train + "--weight-decay -0.5", "weight_decay");
+  add("Train_beta1_one", train + "--beta1 1", "beta1");
+  add("Train_beta2_above_one", train + "--beta2 1.5", "beta2");
+  add("Train_clip_negative", train + "--clip -1", "clip");
+  add("Train_rope_theta_zero", train + "--pos rope --rope-theta 0", "rope_theta");
+  // integer flags: what does not fit, what is not a number, what is out of range
+  for (const char* flag :
+       {"--steps", "--batch", "--accum", "--warmup", "--eval-every", "--checkpoint-every",
+        "--seq-len", "--eval-sequences", "--layers", "--d-model", "--heads", "--mlp"}) {
+    const std::string f = std::string(flag).substr(2);
+    add("Train_" + f + "_overflow", train + flag + " 99999999999999999999", flag);
+    add("Train_" + f + "_text", train + flag + " twelve", flag);
+  }
+  add("Train_seed_overflow", train + "--seed 99999999999999999999", "--seed");
+  add("Train_seed_negative", train + "--seed -1", "--seed");
+  add("Train_steps_zero", train + "--steps 0", "steps");
+  add("Train_batch_zero", train + "--batch 0", "batch");
+  add("Train_accum_uneven", train + "--batch 10 --accum 3", "accumulation");
+  add("Train_warmup_negative", train + "--warmup -1", "warmup");
+  add("Train_eval_sequences_zero", train + "--eval-sequences 0", "eval_sequences");
+  add("Train_seq_len_zero", train + "--seq-len 0", "seq_len");
+  add("Train_seq_len_huge", "train --task reverse --seq-len 100000000 --out {d}/run", "seq_len");
+  add("Train_batch_huge", "train --task reverse --batch 4000000000000 --out {d}/run", "batch");
+  add("Train_layers_huge", train + "--layers 100000000", "layers");
+  add("Train_mlp_max", train + "--mlp 9223372036854775807", "mlp");
+  add("Train_heads_not_dividing", train + "--heads 3", "head_dim");
+  add("Train_threads_negative", train + "--threads -1", "--threads");
+  add("Train_threads_huge", train + "--threads 100000", "--threads");
+  add("Train_unknown_task", "train --task frobnicate --out {d}/run", "task");
+  add("Train_no_task", "train --out {d}/run", "task");
+  add("Train_no_out", "train --task reverse", "out");
+  add("Train_bad_attn", train + "--attn gva:3", "groups");
+  add("Train_unknown_attn", train + "--attn frobnicate", "attn");
+  add("Train_huge_attn", train + "--attn " + big.substr(0, 100000), "attn");
+  add("Train_bad_norm", train + "--norm frobnicate", "norm");
+  add("Train_bad_pos", train + "--pos frobnicate", "pos");
+  add("Train_bad_bias", train + "--bias frobnicate", "bias");
+  add("Train_bad_mlp_kind", train + "--mlp-kind frobnicate", "mlp_kind");
+  add("Train_bad_format", train + "--format xml", "format");
+  add("Train_out_is_a_file", "train --task reverse --out {d}/file", "out", file("file", "x"));
+  add("Train_text_without_data", "train --task text --out {d}/run", "data");
+  add("Train_data_missing", "train --task text --data {d}/none.txt --out {d}/run", "data");
+  add("Train_data_is_a_folder", "train --task text --data {d}/sub --out {d}/run", "data",
+      folder("sub"));
+  add("Train_data_dev_zero", "train --task text --data {d}/zero --out {d}/run", "data",
+      link_to("zero", "/dev/zero"));
+  add("Train_data_too_short", "train --task text --data {d}/t.txt --out {d}/run", "data",
+      file("t.txt", "tiny"));
+  add("Train_data_for_synthetic", "train --task reverse --data {d}/t.txt --out {d}/run", "data",
+      file("t.txt", "tiny"));
+  add("Train_swap_odd", "train --task swap --seq-len 7 --out {d}/run", "seq_len");
+  add("Train_out_holds_a_run", "train --task reverse --out {syn}", "out");
+  add("Train_resume_missing", "train --resume {d}/none", "resume");
+  add("Train_resume_a_file", "train --resume {d}/file", "resume", file("file", "x"));
+  add("Train_resume_empty_folder", "train --resume {d}/empty", "resume", folder("empty"));
+  add("Train_resume_with_steps", "train --resume {syn} --steps 5", "resume");
+  add("Train_resume_broken_state", "train --resume {d}/run", "resume", [](const std::string& dir) {
+    fs::copy(Fixtures::get().synthetic_run, dir + "/run", fs::copy_options::recursive);
+    write(dir + "/run/checkpoint/trainer_state.json", "{\"step\": ");
+  });
+
+  // --- eval
+  add("Eval_missing", "eval --checkpoint {d}/none", "checkpoint");
+  add("Eval_file", "eval --checkpoint {d}/file", "checkpoint", file("file", "x"));
+  add("Eval_context_zero", "eval --checkpoint {ckpt} --context 0", "context");
+  add("Eval_context_negative", "eval --checkpoint {ckpt} --context -5", "context");
+  add("Eval_context_huge", "eval --checkpoint {ckpt} --context 100000000", "data");
+  add("Eval_context_overflow", "eval --checkpoint {ckpt} --context 99999999999999999999",
+      "--context");
+  add("Eval_context_on_synthetic", "eval --checkpoint {syn} --context 8", "context");
+  add("Eval_bad_format", "eval --checkpoint {ckpt} --format xml", "format");
+  add("Eval_data_missing", "eval --checkpoint {ckpt} --data {d}/none.txt", "data");
+  add("Eval_data_differs", "eval --checkpoint {ckpt} --data {d}/other.txt", "data",
+      file("other.txt", std::string(4000, 'z')));
+  add("Eval_data_on_synthetic", "eval --checkpoint {syn} --data {d}/other.txt", "data",
+      file("other.txt", "x"));
+  // a checkpoint's config.json, broken every way
+  add("Ckpt_config_deep_layers", "eval --checkpoint {d}/ckpt", "checkpoint",
+      checkpoint_raw_config("{\"model\": {\"layers\": " + deep_json(100000) + "}}"));
+  add("Ckpt_config_not_json", "eval --checkpoint {d}/ckpt", "checkpoint",
+      checkpoint_raw_config("{\"model\": "));
+  add("Ckpt_config_empty", "eval --checkpoint {d}/ckpt", "checkpoint", checkpoint_raw_config(" "));
+  add("Ckpt_config_array", "eval --checkpoint {d}/ckpt", "config.json",
+      checkpoint_raw_config("[1, 2]"));
+  add("Ckpt_config_number_overflow", "eval --checkpoint {d}/ckpt", "checkpoint",
+      checkpoint_raw_config("{\"model\": {\"layers\": 1e999}}"));
+  add("Ckpt_config_is_a_folder", "eval --checkpoint {d}/ckpt", "config.json",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        fs::remove(dir + "/ckpt/config.json");
+        fs::create_directories(dir + "/ckpt/config.json");
+      });
+  add("Ckpt_config_dev_zero", "eval --checkpoint {d}/ckpt", "config.json",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        fs::remove(dir + "/ckpt/config.json");
+        fs::create_symlink("/dev/zero", dir + "/ckpt/config.json");
+      });
+  add("Ckpt_layers_huge", "eval --checkpoint {d}/ckpt", "layers",
+      checkpoint_field("/model/layers", 100000000));
+  add("Ckpt_layers_zero", "eval --checkpoint {d}/ckpt", "layers",
+      checkpoint_field("/model/layers", 0));
+  add("Ckpt_layers_string", "eval --checkpoint {d}/ckpt", "model.layers",
+      checkpoint_field("/model/layers", "two"));
+  add("Ckpt_layers_float", "eval --checkpoint {d}/ckpt", "model.layers",
+      checkpoint_field("/model/layers", 1.5));
+  add("Ckpt_mlp_huge", "eval --checkpoint {d}/ckpt", "mlp",
+      checkpoint_field("/model/mlp", int64_t{9223372036854775807}));
+  add("Ckpt_d_model_big", "eval --checkpoint {d}/ckpt", "checkpoint",
+      checkpoint_field("/model/d_model", 16000000));
+  add("Ckpt_heads_negative", "eval --checkpoint {d}/ckpt", "heads",
+      checkpoint_field("/model/heads", -2));
+  add("Ckpt_vocab_big_string", "eval --checkpoint {d}/ckpt", "model.vocab",
+      checkpoint_field("/model/vocab", big));
+  add("Ckpt_kind_unknown", "eval --checkpoint {d}/ckpt", "model_kind",
+      checkpoint_field("/model/kind", "frobnicate"));
+  add("Ckpt_attn_unknown", "eval --checkpoint {d}/ckpt", "attn", checkpoint_field("/attn", "frob"));
+  add("Ckpt_attn_huge", "eval --checkpoint {d}/ckpt", "attn", checkpoint_field("/attn", big));
+  add("Ckpt_cache_dtype_unknown", "eval --checkpoint {d}/ckpt", "dtype",
+      checkpoint_field("/cache_dtype", "q3"));
+  add("Ckpt_rope_theta_string", "eval --checkpoint {d}/ckpt", "model.rope_theta",
+      checkpoint_field("/model/rope_theta", "x"));
+  add("Ckpt_model_missing", "eval --checkpoint {d}/ckpt", "model",
+      checkpoint_with([](json& config) { config.erase("model"); }));
+  add("Ckpt_task_missing", "eval --checkpoint {d}/ckpt", "checkpoint",
+      checkpoint_with([](json& config) { config.erase("task"); }));
+  add("Ckpt_task_malformed", "eval --checkpoint {d}/ckpt", "task",
+      checkpoint_field("/task/seq_len", "long"));
+  add("Ckpt_task_unknown", "eval --checkpoint {d}/ckpt", "task",
+      checkpoint_field("/task/name", "frobnicate"));
+  add("Ckpt_weights_missing", "eval --checkpoint {d}/ckpt", "model.safetensors",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        fs::remove(dir + "/ckpt/model.safetensors");
+      });
+  add("Ckpt_weights_truncated", "eval --checkpoint {d}/ckpt", "model.safetensors",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        const std::string bytes = slurp(dir + "/ckpt/model.safetensors");
+        write(dir + "/ckpt/model.safetensors", bytes.substr(0, bytes.size() / 2));
+      });
+  add("Ckpt_weights_garbage", "eval --checkpoint {d}/ckpt", "model.safetensors",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        write(dir + "/ckpt/model.safetensors", std::string(64, '\xff'));
+      });
+  add("Ckpt_weights_wrong_shape", "eval --checkpoint {d}/ckpt", "model.safetensors",
+      checkpoint_field("/model/mlp", 32));
+  add("Ckpt_weights_dev_zero", "eval --checkpoint {d}/ckpt", "model.safetensors",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().text_run + "/checkpoint", dir + "/ckpt",
+                 fs::copy_options::recursive);
+        fs::remove(dir + "/ckpt/model.safetensors");
+        fs::create_symlink("/dev/zero", dir + "/ckpt/model.safetensors");
+      });
+
+  // --- generate
+  const std::string gen = "generate --checkpoint {ckpt} --prompt In ";
+  for (const char* value : {"nan", "inf", "-1", "1e999"}) {
+    add(std::string("Generate_temperature_") + value, gen + "--temperature " + value,
+        "--temperature");
+  }
+  for (const char* value : {"nan", "0", "1.5", "-0.1"}) {
+    add(std::string("Generate_top_p_") + value, gen + "--top-p " + value, "top");
+  }
+  add("Generate_top_k_negative", gen + "--top-k -1", "top_k");
+  add("Generate_max_tokens_negative", gen + "--max-tokens -1", "max_tokens");
+  add("Generate_max_tokens_overflow", gen + "--max-tokens 99999999999999999999", "--max-tokens");
+  add("Generate_max_tokens_huge", gen + "--max-tokens 4000000000", "max_tokens");
+  add("Generate_seed_overflow", gen + "--seed 99999999999999999999", "--seed");
+  add("Generate_seed_negative", gen + "--seed -3", "--seed");
+  add("Generate_cache_dtype_unknown", gen + "--cache-dtype q3", "dtype");
+  add("Generate_cache_dtype_fp8", gen + "--cache-dtype fp8", "cache_dtype");
+  add("Generate_empty_prompt", "generate --checkpoint {ckpt} --prompt ''", "prompt");
+  add("Generate_no_prompt", "generate --checkpoint {ckpt}", "--prompt");
+  add("Generate_synthetic_checkpoint", "generate --checkpoint {syn} --prompt x", "checkpoint");
+  add("Generate_missing_checkpoint", "generate --checkpoint {d}/none --prompt x", "checkpoint");
+  add("Generate_threads_negative", gen + "--threads -2", "--threads");
+
+  // --- cache and summary with a Hugging Face config
+  add("HfConfig_deep", "cache --hf-config {d}/config.json", "hf-config",
+      file("config.json", "{\"hidden_size\": " + deep_json(100000) + "}"));
+  add("HfConfig_deep_in_string_is_fine_but_invalid", "cache --hf-config {d}/config.json",
+      "hidden_size", file("config.json", "{\"hidden_size\": \"" + deep_json(100000) + "\"}"));
+  add("HfConfig_dev_zero", "cache --hf-config {d}/zero", "hf-config", link_to("zero", "/dev/zero"));
+  add("HfConfig_folder", "cache --hf-config {d}/sub", "hf-config", folder("sub"));
+  add("HfConfig_missing", "cache --hf-config {d}/none.json", "hf-config");
+  add("HfConfig_not_json", "cache --hf-config {d}/config.json", "hf-config",
+      file("config.json", "{hidden_size: 1}"));
+  add("HfConfig_empty", "cache --hf-config {d}/config.json", "hf-config", file("config.json", ""));
+  add("HfConfig_array", "cache --hf-config {d}/config.json", "hf-config",
+      file("config.json", "[]"));
+  add("HfConfig_number_overflow", "cache --hf-config {d}/config.json", "hf-config",
+      file("config.json", "{\"hidden_size\": 1e999}"));
+  add("HfConfig_binary", "cache --hf-config {d}/config.json", "hf-config",
+      file("config.json", std::string("\x00\x01\xff\xfe", 4)));
+  add("HfConfig_hidden_size_string", "cache --hf-config {d}/config.json", "hidden_size",
+      hf_config_with("hidden_size", "256"));
+  add("HfConfig_hidden_size_big_string", "cache --hf-config {d}/config.json", "hidden_size",
+      hf_config_with("hidden_size", big));
+  add("HfConfig_hidden_size_negative", "cache --hf-config {d}/config.json", "hidden_size",
+      hf_config_with("hidden_size", -256));
+  add("HfConfig_hidden_size_float", "cache --hf-config {d}/config.json", "hidden_size",
+      hf_config_with("hidden_size", 256.5));
+  add("HfConfig_hidden_size_huge", "cache --hf-config {d}/config.json", "d_model",
+      hf_config_with("hidden_size", int64_t{1} << 40));
+  add("HfConfig_layers_missing", "cache --hf-config {d}/config.json", "num_hidden_layers",
+      hf_config_with("num_hidden_layers", nullptr));
+  add("HfConfig_layers_huge", "cache --hf-config {d}/config.json", "layers",
+      hf_config_with("num_hidden_layers", 100000000));
+  add("HfConfig_kv_heads_not_dividing", "cache --hf-config {d}/config.json", "num_key_value_heads",
+      hf_config_with("num_key_value_heads", 3));
+  add("HfConfig_kv_heads_zero", "cache --hf-config {d}/config.json", "num_key_value_heads",
+      hf_config_with("num_key_value_heads", 0));
+  add("HfConfig_head_dim_string", "cache --hf-config {d}/config.json", "head_dim",
+      hf_config_with("head_dim", "x"));
+  add("HfConfig_rope_theta_negative", "cache --hf-config {d}/config.json", "rope_theta",
+      hf_config_with("rope_theta", -1));
+  add("HfConfig_rope_theta_string", "cache --hf-config {d}/config.json", "rope_theta",
+      hf_config_with("rope_theta", "big"));
+  add("HfConfig_rope_theta_contradiction", "cache --hf-config {d}/config.json", "rope_theta",
+      hf_config_with("rope_parameters", {{"rope_theta", 500000.0}}));
+  add("HfConfig_tie_string", "cache --hf-config {d}/config.json", "tie_word_embeddings",
+      hf_config_with("tie_word_embeddings", "yes"));
+  add("HfConfig_model_type_number", "cache --hf-config {d}/config.json", "model_type",
+      hf_config_with("model_type", 5));
+  add("HfConfig_attention_bias_string", "cache --hf-config {d}/config.json", "attention_bias",
+      hf_config_with("attention_bias", "no"));
+  add("HfConfig_vocab_zero", "cache --hf-config {d}/config.json", "vocab_size",
+      hf_config_with("vocab_size", 0));
+  add("Deepseek_rope_odd", "cache --hf-config {d}/config.json", "the attention",
+      deepseek_config_with("qk_rope_head_dim", 7));
+  add("Deepseek_latent_string", "cache --hf-config {d}/config.json", "kv_lora_rank",
+      deepseek_config_with("kv_lora_rank", "64"));
+  add("Deepseek_experts_per_token_too_many", "cache --hf-config {d}/config.json",
+      "experts_per_token", deepseek_config_with("num_experts_per_tok", 99));
+  add("Deepseek_moe_layer_freq", "cache --hf-config {d}/config.json", "moe_layer_freq",
+      deepseek_config_with("moe_layer_freq", 2));
+  add("Deepseek_dense_layers_too_many", "cache --hf-config {d}/config.json", "n_dense_layers",
+      deepseek_config_with("first_k_dense_replace", 9));
+  add("Summary_hf_config_deep", "summary --hf-config {d}/config.json", "hf-config",
+      file("config.json", deep_json(100000)));
+  // cache flags
+  add("Cache_context_negative", "cache --context -1", "context");
+  add("Cache_context_text", "cache --context lots", "context");
+  add("Cache_context_overflow", "cache --context 99999999999999999999k", "context");
+  add("Cache_batch_zero", "cache --batch 0", "batch");
+  add("Cache_batch_overflow", "cache --batch 99999999999999999999", "--batch");
+  add("Cache_dtype_unknown", "cache --dtype q3", "dtype");
+  add("Cache_units_unknown", "cache --units furlongs", "units");
+  add("Cache_format_unknown", "cache --format xml", "format");
+  add("Cache_attn_groups_zero", "cache --attn gqa:0", "groups");
+  add("Cache_attn_option_unknown", "cache --attn mla:frob=1", "attn");
+  add("Cache_attn_latent_negative", "cache --attn mla:dc=-1", "dc");
+  add("Cache_attn_huge", "cache --attn " + big.substr(0, 100000), "attn");
+  add("Cache_model_unknown", "cache --model frobnicate", "model");
+  add("Cache_model_and_hf_config", "cache --model llama-3-8b --hf-config x", "--model");
+  add("Cache_custom_partial", "cache --layers 2", "model");
+  add("Cache_macs_zero_context", "cache --macs --context 0", "context");
+  // summary flags
+  add("Summary_layers_huge", "summary --layers 100000000 --d-model 64 --heads 4", "layers");
+  add("Summary_mlp_max", "summary --mlp 9223372036854775807", "mlp");
+  add("Summary_mlp_overflow", "summary --mlp 99999999999999999999", "--mlp");
+  add("Summary_rope_theta_nan", "summary --rope-theta nan", "--rope-theta");
+  add("Summary_heads_zero", "summary --layers 2 --d-model 64 --heads 0", "heads");
+  add("Summary_d_model_not_dividing", "summary --layers 2 --d-model 65 --heads 4", "head_dim");
+  add("Summary_kind_unknown", "summary --model-kind frobnicate", "model_kind");
+  add("Summary_vit_patch",
+      "summary --layers 2 --d-model 64 --heads 4 --model-kind vit "
+      "--image-size 28 --patch-size 5 --channels 1 --classes 10",
+      "patch_size");
+  add("Summary_format_unknown", "summary --format xml", "format");
+  add("Summary_attn_unknown", "summary --attn frobnicate", "attn");
+
+  // --- report on damaged results.json
+  add("Report_missing_folder", "report {d}/none", "results");
+  add("Report_results_is_folder", "report {d}", "results", folder("results.json"));
+  add("Report_results_dev_zero", "report {d}", "results", link_to("results.json", "/dev/zero"));
+  add("Report_not_json", "report {d}", "results", file("results.json", "{\"suite\": "));
+  add("Report_deep", "report {d}", "results", file("results.json", deep_json(100000)));
+  add("Report_not_object", "report {d}", "results", file("results.json", "[1]"));
+  add("Report_suite_missing", "report {d}", "suite",
+      results_with([](json& r) { r.erase("suite"); }));
+  add("Report_suite_unknown", "report {d}", "suite",
+      results_with([](json& r) { r["suite"] = "x"; }));
+  add("Report_suite_number", "report {d}", "suite", results_with([](json& r) { r["suite"] = 3; }));
+  add("Report_curve_empty_point", "report {d}", "runs[0].curve[0]",
+      results_with([](json& r) { r["runs"][0]["curve"] = json::array({json::array()}); }));
+  add("Report_curve_short_point", "report {d}", "runs[0].curve[0]",
+      results_with([](json& r) { r["runs"][0]["curve"] = {{1}}; }));
+  add("Report_curve_string", "report {d}", "runs[0].curve",
+      results_with([](json& r) { r["runs"][0]["curve"] = "down"; }));
+  add("Report_curve_float_step", "report {d}", "runs[0].curve[1]",
+      results_with([](json& r) { r["runs"][0]["curve"][1][0] = 1e300; }));
+  add("Report_runs_not_array", "report {d}", "runs", results_with([](json& r) { r["runs"] = 5; }));
+  add("Report_configs_empty", "report {d}", "configs",
+      results_with([](json& r) { r["configs"] = json::array(); }));
+  add("Report_params_float", "report {d}", "variants[0].params",
+      results_with([](json& r) { r["variants"][0]["params"] = 1e300; }));
+  add("Report_seeds_string", "report {d}", "seeds",
+      results_with([](json& r) { r["seeds"] = "three"; }));
+  add("Report_tasks_number", "report {d}", "tasks[0]",
+      results_with([](json& r) { r["tasks"] = {1}; }));
+  add("Report_lm_config_missing", "report {d}", "config",
+      results_with([](json& r) { r["suite"] = "lm"; }));
+  add("Report_vision_config_missing", "report {d}", "config",
+      results_with([](json& r) { r["suite"] = "vision"; }));
+  add("Report_number_overflow", "report {d}", "results",
+      file("results.json", "{\"suite\": \"synthetic\", \"seeds\": 1e999}"));
+
+  // --- compare
+  add("Compare_seeds_zero", "compare --seeds 0 --out {d}/c", "--seeds");
+  add("Compare_seeds_negative", "compare --seeds -1 --out {d}/c", "--seeds");
+  add("Compare_seeds_overflow", "compare --seeds 99999999999999999999 --out {d}/c", "--seeds");
+  add("Compare_tasks_empty", "compare --tasks '' --out {d}/c", "--tasks");
+  add("Compare_tasks_commas", "compare --tasks ,, --out {d}/c", "--tasks");
+  add("Compare_tasks_unknown", "compare --tasks frobnicate --out {d}/c", "task");
+  add("Compare_suite_unknown", "compare --suite frobnicate --out {d}/c", "suite");
+  add("Compare_preset_unknown", "compare --preset frobnicate --out {d}/c", "preset");
+  add("Compare_steps_zero", "compare --steps 0 --out {d}/c", "steps");
+  add("Compare_jobs_negative", "compare --jobs -1 --out {d}/c", "jobs");
+  add("Compare_attn_unknown", "compare --attn frobnicate --out {d}/c", "attn");
+  add("Compare_data_for_synthetic", "compare --data x --out {d}/c", "data");
+  add("Compare_tasks_for_lm", "compare --suite lm --tasks reverse --out {d}/c", "tasks");
+  add("Compare_no_out", "compare", "--out");
+
+  // --- analyze
+  add("Analyze_missing", "analyze --checkpoint {d}/none --out {d}/a", "checkpoint");
+  add("Analyze_input_too_long",
+      "analyze --checkpoint {ckpt} --out {d}/a --input " + std::string(1000, 'a'), "input");
+  add("Analyze_input_on_synthetic", "analyze --checkpoint {syn} --out {d}/a --input abc", "input");
+
+  // --- launch
+  add("Launch_nproc_zero", "launch --nproc 0 -- true", "nproc");
+  add("Launch_nproc_overflow", "launch --nproc 99999999999999999999 -- true", "--nproc");
+  add("Launch_port_zero", "launch --master-port 0 -- true", "master_port");
+  add("Launch_no_command", "launch --nproc 1", "command");
+
+  // --- bench
+  add("BenchDecode_heads_zero", "bench decode --attn gqa:8 --heads 0", "heads");
+  add("BenchDecode_head_dim_zero", "bench decode --attn gqa:8 --head-dim 0", "head-dim");
+  add("BenchDecode_width_overflow",
+      "bench decode --attn mha --heads 4294967296 --head-dim 4294967296", "heads");
+  add("BenchDecode_context_text", "bench decode --attn gqa:8 --context lots", "context");
+  add("BenchDecode_context_huge", "bench decode --attn gqa:8 --context 1000000k", "context");
+  add("BenchDecode_batch_zero", "bench decode --attn gqa:8 --batch 0", "batch");
+  add("BenchDecode_dtype_fp8", "bench decode --attn gqa:8 --dtype fp8", "dtype");
+  add("BenchDecode_repeats_zero", "bench decode --attn gqa:8 --repeats 0", "repeats");
+  add("BenchDecode_rotate_zero", "bench decode --attn gqa:8 --rotate-mib 0", "rotate-mib");
+  add("BenchDecode_attn_unknown", "bench decode --attn frobnicate", "attn");
+  add("BenchDecode_no_attn", "bench decode", "--attn");
+  add("BenchMemory_mib_zero", "bench memory --mib 0", "mib");
+  add("BenchMemory_repeats_zero", "bench memory --repeats 0", "repeats");
+  add("BenchTrain_batch_zero", "bench train --batch 0", "batch");
+  add("BenchTrain_steps_zero", "bench train --steps 0", "steps");
+  add("BenchPrefill_huge", "bench prefill --attn mha --length 100000000 --batch 1000", "length");
+  add("BenchPrefill_batch_zero", "bench prefill --attn mha --batch 0", "batch");
+  add("BenchPrefill_layers_zero", "bench prefill --attn mha --layers 0", "layers");
+  add("BenchPrefill_heads_not_dividing", "bench prefill --attn mha --heads 3", "heads");
+  add("BenchGenerate_generate_negative", "bench generate --attn mha --generate -1", "generate");
+  add("BenchGenerate_prompt_zero", "bench generate --attn mha --prompt 0", "prompt");
+  add("BenchGenerate_cache_dtype", "bench generate --attn mha --cache-dtype q3", "dtype");
+  add("BenchGenerate_huge", "bench generate --attn mha --prompt 100000000 --generate 100000000",
+      "prompt");
+  return c;
+}
+
+// gtest prints a case by its name, not its bytes
+void PrintTo(const HostileCase& hc, std::ostream* os) {
+  *os << hc.name << ": kvlab " << hc.args.substr(0, 200);
+}
+
+class Hostile : public testing::TestWithParam<HostileCase> {};
+
+TEST_P(Hostile, FailsCleanly) {
+  const HostileCase& hc = GetParam();
+  Fixtures& fixtures = Fixtures::get();
+  const std::string dir = fixtures.root + "/case_" + hc.name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  if (hc.setup) hc.setup(dir);
+  std::string args = replace_all(hc.args, "{d}", dir);
+  args = replace_all(args, "{ckpt}", fixtures.text_run);
+  args = replace_all(args, "{syn}", fixtures.synthetic_run);
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r = run_shell(args, dir);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string line = first_line(r.err);
+  EXPECT_EQ(r.exit_code, hc.exit_code) << "stderr: " << r.err.substr(0, 2000);
+  EXPECT_NE(line.find(hc.names), std::string::npos)
+      << "first stderr line should name '" << hc.names << "': " << line.substr(0, 500);
+  EXPECT_TRUE(r.out.empty()) << "stdout on error: " << r.out.substr(0, 500);
+  EXPECT_LE(line.size(), 1000u) << "an error line a person cannot read";
+  for (const char* crash : {"Sanitizer", "runtime error:", "Segmentation", "terminate called",
+                            "Exception raised from"}) {
+    EXPECT_EQ(r.err.find(crash), std::string::npos) << crash << " in: " << r.err.substr(0, 3000);
+  }
+  EXPECT_LT(seconds, 120.0);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Hostile, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<HostileCase>& param) {
+                           std::string name = param.param.name;
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(HostileCases, AtLeast150) { EXPECT_GE(cases().size(), 150u); }
+
+// Starts kvlab with `args` (split on spaces), sends `signal` after `delay_s`, and returns the
+// exit status and the seconds from the signal to the exit (-1 if it did not exit in 10 s).
+struct Interrupted {
+  int exit_code = -1;
+  double seconds_to_exit = -1;
+};
+
+Interrupted interrupt_after(const std::string& args, int signal, double delay_s) {
+  std::vector<std::string> words;
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  std::string bin = kvlab_bin();
+  argv.push_back(bin.data());
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null_fd = ::open("/dev/null", O_RDWR);
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(null_fd, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  Interrupted r;
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) == pid) {  // ended before the signal: not a test
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return r;
+  }
+  ::kill(pid, signal);
+  const auto sent = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - sent < std::chrono::seconds(10)) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      r.seconds_to_exit =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return r;
+}
+
+TEST(HostileSignals, CtrlCEndsALongGenerationWithin1Second) {
+  const Interrupted r =
+      interrupt_after("generate --no-cache --max-tokens 1000000 --prompt In --checkpoint " +
+                          Fixtures::get().text_run,
+                      SIGINT, 3.0);
+  EXPECT_EQ(r.exit_code, 130);
+  EXPECT_GE(r.seconds_to_exit, 0);
+  EXPECT_LT(r.seconds_to_exit, 1.5);
+}
+
+TEST(HostileSignals, SigtermEndsABlockedReadOfAFifo) {
+  const std::string dir = Fixtures::get().root + "/fifo";
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir + "/config.json").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir + "/corpus.txt").c_str(), 0600), 0);
+  for (const std::string& args :
+       {"cache --hf-config " + dir + "/config.json",
+        "train --task text --data " + dir + "/corpus.txt --out " + dir + "/run"}) {
+    SCOPED_TRACE(args);
+    for (int signal : {SIGINT, SIGTERM}) {
+      const Interrupted r = interrupt_after(args, signal, 1.0);
+      EXPECT_EQ(r.exit_code, 130);
+      EXPECT_GE(r.seconds_to_exit, 0);
+      EXPECT_LT(r.seconds_to_exit, 1.5);
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(HostileSignals, CtrlCDuringTrainingSavesThenExits130) {
+  const std::string dir = Fixtures::get().root + "/interrupted";
+  const Interrupted r = interrupt_after(
+      "train --task reverse --seq-len 8 --layers 1 --d-model 16 --heads 2 --steps 100000 "
+      "--batch 4 --threads 1 --no-progress --out " +
+          dir,
+      SIGINT, 3.0);
+  EXPECT_EQ(r.exit_code, 130);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint/trainer_state.json"));
+  const RunResult resumed = run_shell("eval --checkpoint " + dir, Fixtures::get().root);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// Crash safety of training checkpoints: SIGKILL at every step of a save (each write, fsync,
+// rename and unlink, counted by strace), then SIGKILL again at the same step of the resumed
+// process's own saves, then resume to the end: the final weights and optimizer state must be
+// byte for byte those of an uninterrupted run. Needs strace (scripts/install-deps installs it).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kStrace = "/usr/bin/strace";
+// A 3-step run with two saves: after step 2 (a kill there leaves nothing to resume, which
+// resume must say) and the final one after step 3, which replaces the first.
+const std::string kTrain =
+    "train --task reverse --seq-len 8 --layers 1 --d-model 16 --heads 2 --steps 3 --batch 4 "
+    "--eval-sequences 4 --threads 1 --no-progress --checkpoint-every 2 --seed 3";
+const std::vector<std::string> kSaveSyscalls = {"write",  "fsync",    "rename",
+                                                "unlink", "unlinkat", "rmdir"};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int run(const std::string& command) {
+  const int status = std::system((command + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// kvlab under strace, killed at the `when`-th call of `syscall` (counted in this process).
+int run_killed_at(const std::string& args, const std::string& syscall, int when) {
+  return run(std::string(kStrace) + " -f -qq -e trace=" + syscall + " -e inject=" + syscall +
+             ":signal=KILL:when=" + std::to_string(when) + " " + KVLAB_BIN + " " + args);
+}
+
+// For each syscall, the 1-based indices of its calls in an uninterrupted run that touch a
+// checkpoint folder (strace -y prints the path behind every descriptor).
+std::map<std::string, std::vector<int>> save_calls(const std::string& args,
+                                                   const std::string& log) {
+  std::string list;
+  for (const std::string& s : kSaveSyscalls) list += (list.empty() ? "" : ",") + s;
+  run(std::string(kStrace) + " -f -qq -y -e trace=" + list + " -o " + log + " " + KVLAB_BIN + " " +
+      args);
+  std::map<std::string, int> seen;
+  std::map<std::string, std::vector<int>> calls;
+  std::istringstream lines(slurp(log));
+  std::string line;
+  while (std::getline(lines, line)) {
+    for (const std::string& s : kSaveSyscalls) {
+      if (line.find(" " + s + "(") == std::string::npos) continue;
+      const int index = ++seen[s];
+      if (line.find("/checkpoint") != std::string::npos) calls[s].push_back(index);
+    }
+  }
+  return calls;
+}
+
+bool any_complete_checkpoint(const std::string& run_dir) {
+  for (const char* name : {"/checkpoint", "/checkpoint.tmp", "/checkpoint.old"}) {
+    if (fs::exists(run_dir + name + "/trainer_state.json")) return true;
+  }
+  return false;
+}
+
+std::string final_state(const std::string& run_dir) {
+  return slurp(run_dir + "/checkpoint/model.safetensors") +
+         slurp(run_dir + "/checkpoint/optimizer.safetensors") +
+         slurp(run_dir + "/checkpoint/trainer_state.json");
+}
+
+TEST(CheckpointCrashSafety, KilledTwiceAtEveryStepOfASaveResumesToTheSameRun) {
+  if (::access(kStrace, X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  const std::string root = fs::temp_directory_path() / ("kvlab_kill_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string reference = root + "/reference";
+  ASSERT_EQ(run(std::string(KVLAB_BIN) + " " + kTrain + " --out " + reference), 0);
+  const std::string expected = final_state(reference);
+  ASSERT_FALSE(expected.empty());
+  const std::map<std::string, std::vector<int>> calls =
+      save_calls(kTrain + " --out " + root + "/counted", root + "/strace.log");
+  ASSERT_GE(calls.at("rename").size(), 9u);  // two saves of four or five renames each
+
+  // (syscall, its call that the first kill hits, the resumed process's call that the second
+  // kill hits): every save call twice at the same index, and every rename of a save followed
+  // by every one of the first eight renames of the resumed process (settling and its save)
+  struct Kill {
+    std::string syscall;
+    int first, second;
+  };
+  std::vector<Kill> plan;
+  for (const auto& [syscall, indices] : calls) {
+    for (const int when : indices) plan.push_back({syscall, when, when});
+  }
+  for (const int when : calls.at("rename")) {
+    for (int again = 1; again <= 8; ++again) {
+      if (again != when) plan.push_back({"rename", when, again});
+    }
+  }
+  int kills = 0;
+  for (const Kill& k : plan) {
+    SCOPED_TRACE(k.syscall + " #" + std::to_string(k.first) + ", then #" +
+                 std::to_string(k.second));
+    const std::string dir = root + "/run";
+    fs::remove_all(dir);
+    const int first = run_killed_at(kTrain + " --out " + dir, k.syscall, k.first);
+    ASSERT_EQ(first, 128 + SIGKILL) << "the first kill did not happen";
+    ++kills;
+    if (!any_complete_checkpoint(dir)) {
+      // killed before the first save completed: nothing to resume, and resume says so
+      EXPECT_EQ(run(std::string(KVLAB_BIN) + " train --resume " + dir), 2);
+      continue;
+    }
+    // the resumed process killed again: a second crash in a row
+    run_killed_at("train --resume " + dir + " --no-progress", k.syscall, k.second);
+    ASSERT_EQ(run(std::string(KVLAB_BIN) + " train --resume " + dir + " --no-progress"), 0)
+        << "resume failed after two kills";
+    EXPECT_EQ(final_state(dir), expected) << "the resumed run differs from the uninterrupted one";
+  }
+  EXPECT_GT(kills, 60);  // every write, fsync, rename and removal of both saves, and more
+  std::cout << kills << " kills\n";
+  fs::remove_all(root);
+}
+
+}  // namespace

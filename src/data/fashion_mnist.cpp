@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "io/idx.h"
 #include "spec/spec_error.h"
 
 namespace kvlab::data {
@@ -34,38 +35,6 @@ std::string read_gzip(const std::string& path) {
   return out;
 }
 
-uint32_t big_endian(const std::string& bytes, size_t offset) {
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data() + offset);
-  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-}
-
-// An IDX file of unsigned bytes with `dims` dimensions -> its dimensions; the payload starts at
-// 4 + 4·dims.
-std::vector<int64_t> idx_header(const std::string& bytes, int dims, const std::string& path) {
-  const size_t header = 4 + 4 * static_cast<size_t>(dims);
-  if (bytes.size() < header) throw SpecError("data", path + ": shorter than an IDX header");
-  const uint32_t magic = big_endian(bytes, 0);
-  const uint32_t expected = 0x00000800u | static_cast<uint32_t>(dims);
-  if (magic != expected) {
-    char text[96];
-    std::snprintf(text, sizeof text, ": IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d-d)",
-                  magic, expected, dims);
-    throw SpecError("data", path + text);
-  }
-  std::vector<int64_t> shape;
-  int64_t count = 1;
-  for (int d = 0; d < dims; ++d) {
-    shape.push_back(big_endian(bytes, 4 + 4 * static_cast<size_t>(d)));
-    count *= shape.back();
-  }
-  if (static_cast<int64_t>(bytes.size() - header) != count) {
-    throw SpecError("data", path + ": header promises " + std::to_string(count) +
-                                " bytes of data, the file holds " +
-                                std::to_string(bytes.size() - header));
-  }
-  return shape;
-}
-
 }  // namespace
 
 ImageSet load_fashion_mnist(const std::string& dir, const std::string& split) {
@@ -76,8 +45,8 @@ ImageSet load_fashion_mnist(const std::string& dir, const std::string& split) {
   const std::string label_path = dir + "/" + split + "-labels-idx1-ubyte.gz";
   const std::string images = read_gzip(image_path);
   const std::string labels = read_gzip(label_path);
-  const std::vector<int64_t> image_shape = idx_header(images, 3, image_path);
-  const std::vector<int64_t> label_shape = idx_header(labels, 1, label_path);
+  const std::vector<int64_t> image_shape = parse_idx_header(images, 3, image_path);
+  const std::vector<int64_t> label_shape = parse_idx_header(labels, 1, label_path);
   if (image_shape[1] != 28 || image_shape[2] != 28) {
     throw SpecError("data", image_path + ": images are " + std::to_string(image_shape[1]) + "×" +
                                 std::to_string(image_shape[2]) + ", expected 28×28");

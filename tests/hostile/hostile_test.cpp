@@ -682,6 +682,12 @@ struct Interrupted {
   double seconds_to_exit = -1;
 };
 
+// True once `pid` waits for the other end of a FIFO (its kernel wait channel).
+bool blocked_in_open(pid_t pid) {
+  return slurp("/proc/" + std::to_string(pid) + "/wchan") == "wait_for_partner";
+}
+
+// delay_s < 0: signal once the process blocks in open() (at most 60 s), not after a delay.
 Interrupted interrupt_after(const std::string& args, int signal, double delay_s) {
   std::vector<std::string> words;
   std::istringstream in(args);
@@ -700,7 +706,15 @@ Interrupted interrupt_after(const std::string& args, int signal, double delay_s)
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  if (delay_s >= 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    while (!blocked_in_open(pid) &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   Interrupted r;
   int status = 0;
   if (::waitpid(pid, &status, WNOHANG) == pid) {  // ended before the signal: not a test
@@ -743,7 +757,7 @@ TEST(HostileSignals, SigtermEndsABlockedReadOfAFifo) {
         "train --task text --data " + dir + "/corpus.txt --out " + dir + "/run"}) {
     SCOPED_TRACE(args);
     for (int signal : {SIGINT, SIGTERM}) {
-      const Interrupted r = interrupt_after(args, signal, 1.0);
+      const Interrupted r = interrupt_after(args, signal, /*delay_s=*/-1);
       EXPECT_EQ(r.exit_code, 130);
       EXPECT_GE(r.seconds_to_exit, 0);
       EXPECT_LT(r.seconds_to_exit, 1.5);
@@ -763,6 +777,62 @@ TEST(HostileSignals, CtrlCDuringTrainingSavesThenExits130) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint/trainer_state.json"));
   const RunResult resumed = run_shell("eval --checkpoint " + dir, Fixtures::get().root);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+// A text run moved away from its corpus: eval and resume read the recorded absolute path,
+// take --data for a moved copy, and refuse a file of other content unless told.
+TEST(HostileRuns, MovedCorpusIsFoundOrRefusedByContent) {
+  Fixtures& f = Fixtures::get();
+  const std::string dir = f.root + "/moved";
+  fs::create_directories(dir);
+  write(dir + "/corpus.txt", slurp(f.corpus));
+  const RunResult trained = run_shell(
+      "train --task text --data " + dir +
+          "/corpus.txt --seq-len 16 --layers 1 --d-model 16 "
+          "--heads 2 --pos rope --steps 2 --batch 4 --eval-sequences 4 --threads 1 --no-progress "
+          "--out " +
+          dir + "/run",
+      dir);
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const json config = json::parse(slurp(dir + "/run/checkpoint/config.json"));
+  EXPECT_TRUE(fs::path(config["task"]["data"].get<std::string>()).is_absolute());
+  EXPECT_EQ(config["train"]["threads"], 1);
+  // from another folder, with the corpus where it was
+  EXPECT_EQ(run_shell("eval --checkpoint " + dir + "/run", "/tmp").exit_code, 0);
+  fs::rename(dir + "/corpus.txt", dir + "/elsewhere.txt");
+  const RunResult missing = run_shell("eval --checkpoint " + dir + "/run", dir);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(first_line(missing.err).find("data"), std::string::npos) << missing.err;
+  const RunResult moved =
+      run_shell("eval --checkpoint " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
+  EXPECT_EQ(moved.exit_code, 0) << moved.err;
+  write(dir + "/other.txt", std::string(5000, 'q'));
+  const RunResult other =
+      run_shell("eval --checkpoint " + dir + "/run --data " + dir + "/other.txt", dir);
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(first_line(other.err).find("is not the text this checkpoint was trained on"),
+            std::string::npos)
+      << other.err;
+  EXPECT_EQ(run_shell("eval --checkpoint " + dir + "/run --data " + dir +
+                          "/other.txt --allow-different-data",
+                      dir)
+                .exit_code,
+            0);
+  // resume: the recorded thread count, silently; another one, with a note
+  const RunResult resumed =
+      run_shell("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find(", 1 threads,"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.err.find("not be bit for bit"), std::string::npos) << resumed.err;
+  const RunResult other_threads =
+      run_shell("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt --threads 2", dir);
+  EXPECT_EQ(other_threads.exit_code, 0) << other_threads.err;
+  EXPECT_NE(other_threads.err.find("not be bit for bit"), std::string::npos) << other_threads.err;
   fs::remove_all(dir);
 }
 

@@ -150,26 +150,24 @@ namespace {
 // scores of every layer (B·H·T² twice: probabilities and their gradient).
 void require_training_memory(const ModelConfig& config, int64_t micro_batch, int64_t seq_len) {
   const ModelShape& s = config.shape;
-  // the attention scores grow with the square of the length: name --seq-len when they
-  // dominate (in doubles, which cannot overflow), else --batch
-  const double score_bytes = 8.0 * double(micro_batch) * double(s.n_heads) * double(seq_len) *
-                             double(seq_len) * double(s.n_layers);
-  const double activation_bytes = 4.0 * double(micro_batch) * double(seq_len) *
-                                  (double(s.n_layers) * (16.0 * double(s.d_model)));
-  require_memory(score_bytes > activation_bytes ? "seq_len" : "batch",
+  auto activations = [&] {
+    return Exact(micro_batch) * seq_len *
+           (Exact(s.n_layers) * (Exact(16) * s.d_model + Exact(3) * s.mlp_width) +
+            Exact(3) * s.output_classes()) *
+           4;
+  };
+  auto scores = [&] { return Exact(micro_batch) * s.n_heads * seq_len * seq_len * s.n_layers * 8; };
+  // the scores grow with the square of the length: --seq-len is to blame when they dominate
+  // (or overflow), --batch otherwise
+  std::string field = "seq_len";
+  try {
+    if (scores().value() <= activations().value()) field = "batch";
+  } catch (const std::overflow_error&) {
+  }
+  require_memory(field,
                  "training this model (batch " + std::to_string(micro_batch) + " × seq-len " +
                      std::to_string(seq_len) + " per micro-batch)",
-                 [&] {
-                   const Exact tokens = Exact(micro_batch) * seq_len;
-                   const Exact activations =
-                       tokens *
-                       (Exact(s.n_layers) * (Exact(16) * s.d_model + Exact(3) * s.mlp_width) +
-                        Exact(3) * s.output_classes()) *
-                       4;
-                   const Exact scores =
-                       Exact(micro_batch) * s.n_heads * seq_len * seq_len * s.n_layers * 8;
-                   return config.param_count() * 16 + activations + scores;
-                 });
+                 [&] { return config.param_count() * 16 + activations() + scores(); });
 }
 
 }  // namespace

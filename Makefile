@@ -33,7 +33,7 @@ test: build
 test-sanitize: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVLAB_SANITIZE_TORCH_FREE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS) --target kvlab kvlab_hostile_tests
-	@cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -R HostileInput
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) -R HostileInput
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -12,6 +12,7 @@
 #include "cli/table.h"
 #include "cli/units.h"
 #include "infer/generator.h"
+#include "kernels/compute_peak.h"
 #include "kernels/memory_bandwidth.h"
 #include "nn/transformer.h"
 #include "spec/memory_budget.h"
@@ -22,7 +23,8 @@
 namespace kvlab {
 
 BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemoryOptions& m,
-                                 BenchDecodeOptions& d, BenchModelOptions& b) {
+                                 BenchComputeOptions& c, BenchDecodeOptions& d,
+                                 BenchModelOptions& b) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (speed, reported with medians)");
   bench->require_subcommand(1);
   CLI::App* train = bench->add_subcommand(
@@ -49,6 +51,17 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   memory->add_option("--repeats", m.repeats, "Timed passes after one warm-up")
       ->capture_default_str();
   memory->add_option("--format", m.format, "table | json")->capture_default_str();
+  CLI::App* compute = bench->add_subcommand(
+      "compute",
+      "Peak multiply-add rate per precision (f32 FMA, bf16 and int8 dot products; all threads, "
+      "register loops, median of repeats): the compute side of bench decode's roofline");
+  compute->add_option("--threads", c.threads, "Threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  compute->add_option("--repeats", c.repeats, "Timed passes after one warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  compute->add_option("--format", c.format, "table | json")->capture_default_str();
   CLI::App* decode = bench->add_subcommand(
       "decode",
       "Decode attention of one layer at one step: time, bytes, GB/s and the fraction of the "
@@ -66,6 +79,15 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   decode->add_option("--batch", d.batch, "Sequences")->capture_default_str();
   decode->add_option("--dtype", d.dtype, "f32 | bf16 | f16")->capture_default_str();
+  decode
+      ->add_option("--attn-precision", d.precision,
+                   "Arithmetic of the score and value passes, comma list: f32 (exact to f32 "
+                   "sums), bf16 (bf16 queries and weights, vdpbf16ps; needs AVX-512 BF16), auto "
+                   "(bf16 where the CPU has it, else f32). Rows whose keys are not read as "
+                   "cached (RoPE on read, rebuilt keys) or whose cache is not bf16 compute in f32; "
+                   "the precision column says which ran")
+      ->delimiter(',')
+      ->capture_default_str();
   decode->add_option("--threads", d.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
@@ -102,7 +124,7 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")
       ->capture_default_str();
   generate->add_option("--cache-dtype", b.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
-  return {train, memory, decode, prefill, generate};
+  return {train, memory, compute, decode, prefill, generate};
 }
 
 namespace {
@@ -310,6 +332,47 @@ int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
         "{} MiB, {} threads; GB = 10^9 B)\n",
         r.median(), r.min(), r.max(), r.gb_per_s.size(), m.mib, r.threads);
   }
+  return 0;
+}
+
+int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
+  if (c.format != "table" && c.format != "json") throw SpecError("format", "table | json");
+  ThreadPool pool(c.threads);
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"precision", "instruction", "G multiply-adds/s", "min–max", "per thread", "vs f32"});
+  double f32 = 0;
+  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8}) {
+    const std::optional<ComputePeak> peak = measure_compute_peak(kind, pool, c.repeats);
+    const std::string name(mac_kind_name(kind));
+    if (!peak) {
+      rows.push_back({{"precision", name}, {"instruction", nullptr}, {"gmacs_median", nullptr}});
+      table.add_row({name, "none on this CPU", "-", "-", "-", "-"});
+      continue;
+    }
+    if (kind == MacKind::kF32) f32 = peak->median();
+    rows.push_back({{"precision", name},
+                    {"instruction", std::string(peak->isa)},
+                    {"gmacs_median", peak->median()},
+                    {"gmacs_min", peak->min()},
+                    {"gmacs_max", peak->max()},
+                    {"gmacs", peak->gmacs}});
+    table.add_row({name, std::string(peak->isa), fmt::format("{:.1f}", peak->median()),
+                   fmt::format("{:.1f}–{:.1f}", peak->min(), peak->max()),
+                   fmt::format("{:.1f}", peak->median() / pool.size()),
+                   f32 > 0 ? fmt::format("{:.2f}", peak->median() / f32) : "-"});
+  }
+  if (c.format == "json") {
+    out << nlohmann::json{{"cpu", cpu_model_name()}, {"threads", pool.size()}, {"peaks", rows}}
+               .dump(2)
+        << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "bench compute: {}, {} threads; register loops of independent multiply-add chains (no "
+      "memory traffic), {} timed passes each after one warm-up, medians; G = 10^9 multiply-adds "
+      "per second (one FMA lane, or one product of a dot-product instruction)\n\n",
+      cpu_model_name(), pool.size(), c.repeats);
+  out << table.to_markdown();
   return 0;
 }
 

@@ -25,6 +25,14 @@ struct BenchMemoryOptions {
   std::string format = "table";
 };
 
+// `kvlab bench compute`: this CPU's peak multiply-add rate per precision, the compute side of
+// the roofline (bench memory is the other).
+struct BenchComputeOptions {
+  int threads = 0;  // 0: all cores
+  int repeats = 7;
+  std::string format = "table";
+};
+
 // `kvlab bench decode`: one layer's decode attention at one step, over caches rotated across
 // enough layers to exceed the last-level cache, against the bandwidth measured in the same run.
 struct BenchDecodeOptions {
@@ -34,6 +42,8 @@ struct BenchDecodeOptions {
   std::vector<std::string> context = {"16k"};
   int64_t batch = 1;
   std::string dtype = "bf16";
+  // "auto": bf16 where the CPU has AVX-512 BF16, else f32
+  std::vector<std::string> precision = {"auto"};
   int threads = 0;
   int repeats = 20;
   int64_t rotate_mib = 1024;  // caches rotated over at least this many bytes
@@ -58,18 +68,21 @@ struct BenchModelOptions {
 struct BenchCommands {
   CLI::App* train = nullptr;
   CLI::App* memory = nullptr;
+  CLI::App* compute = nullptr;
   CLI::App* decode = nullptr;
   CLI::App* prefill = nullptr;
   CLI::App* generate = nullptr;
 };
 BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& train_options,
                                  BenchMemoryOptions& memory_options,
+                                 BenchComputeOptions& compute_options,
                                  BenchDecodeOptions& decode_options,
                                  BenchModelOptions& model_options);
 int run_bench_prefill(const BenchModelOptions& options, std::ostream& out);
 int run_bench_generate(const BenchModelOptions& options, std::ostream& out);
 int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out);
 int run_bench_memory(const BenchMemoryOptions& options, std::ostream& out);
+int run_bench_compute(const BenchComputeOptions& options, std::ostream& out);
 int run_bench_train(const BenchTrainOptions& options, std::ostream& out);
 
 }  // namespace kvlab

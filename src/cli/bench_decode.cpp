@@ -16,6 +16,7 @@
 #include "cli/bench_command.h"
 #include "cli/table.h"
 #include "cli/units.h"
+#include "kernels/compute_peak.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/huge_page_floats.h"
@@ -38,7 +39,11 @@ struct RowState {
 // r % layers.
 struct DecodeRow {
   std::string attn;
-  int64_t context = 0, layers = 0, bytes = 0;  // bytes: one layer's, read by one step
+  AttnPrecision precision = AttnPrecision::kF32;  // what the step computes in
+  int64_t context = 0, layers = 0, bytes = 0;     // bytes: one layer's, read by one step
+  // multiply-adds of one step: of the score and value passes (at `precision`), and of the f32
+  // work around them (RoPE and norm on read, rebuilt keys, linear attention's state)
+  double pass_macs = 0, f32_macs = 0;
   std::function<void(FastDecoder&, int)> step;
   std::unique_ptr<RowState> state;
   std::vector<double> micros = {};
@@ -56,8 +61,8 @@ int64_t step_bytes(const CacheLayout& layout, int64_t context, int64_t batch) {
 }
 
 // Builds a row whose caches hold small pseudo-random values.
-DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int64_t batch,
-                   int64_t layers, std::mt19937& rng) {
+DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precision, int64_t context,
+                   int64_t batch, int64_t layers, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   const CacheLayout layout = spec.cache_layout();
   DecodeRow row;
@@ -81,6 +86,8 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
     s->z.resize(static_cast<size_t>(batch * heads * d));
     s->result.resize(s->z.size());
     for (float& x : s->z) x = uniform(rng);
+    // per head: the state times the query, and the state updated by a rank-1 term
+    row.f32_macs = 2.0 * static_cast<double>(batch * heads * d * d);
     row.step = [s, layers, per_layer, batch, heads, d](FastDecoder& decoder, int r) {
       decoder.run(LinearStepParams{s->z.data(), s->states.data() + (r % layers) * per_layer,
                                    s->result.data(), batch, heads, d});
@@ -122,8 +129,25 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
   s->key_maps.resize(static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
   for (float& x : s->key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
   const bool norm_on_read = layout.norm_on_read;
-  row.step = [s, spec, layers, key_width, rope_width, rebuild, norm_on_read](FastDecoder& decoder,
-                                                                             int r) {
+  DecodeParams probe = shape_params;
+  probe.precision = precision;
+  probe.key_width = key_width;
+  probe.rope_on_read = probe.rope_on_read || rebuild;
+  probe.key_maps = rebuild ? s->key_maps.data() : nullptr;
+  row.precision = effective_precision(probe);
+  const double tokens = static_cast<double>(context * batch);
+  const int64_t value_width = shape_params.value_width;
+  row.pass_macs =
+      tokens * static_cast<double>(spec.n_heads * (key_width + rope_width + value_width));
+  if (rebuild) {  // each head's key from the value row (d_h · d_n), then rotated (2 · d_n)
+    row.f32_macs +=
+        tokens * static_cast<double>(spec.n_heads * (value_width * key_width + 2 * key_width));
+  } else if (probe.rope_on_read) {  // each group's key: rotated (2 per element), RMS norm (2)
+    row.f32_macs +=
+        tokens * static_cast<double>(shape_params.n_groups * key_width * (norm_on_read ? 4 : 2));
+  }
+  row.step = [s, spec, layers, key_width, rope_width, rebuild, norm_on_read, precision](
+                 FastDecoder& decoder, int r) {
     DecodeParams p = s->cache->decode_params(r % layers, s->table, spec.n_heads);
     p.q = s->q.data();
     p.q_rope = rope_width > 0 ? s->qr.data() : nullptr;
@@ -136,6 +160,7 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, int64_t context, int6
       p.rope_on_read = true;
     }
     p.out = s->result.data();
+    p.precision = precision;
     decoder.run(p);
   };
   return row;
@@ -149,12 +174,12 @@ double median_of(std::vector<double> v) {
 // The kernel's compute alone: one thread stepping a cache small enough to stay in L2, at two
 // contexts; the slope between them is the time per cached token without the per-step costs
 // (queries, merge), which the long contexts share anyway. Medians of interleaved repeats.
-double compute_ns_per_token(const AttentionSpec& spec, DType dtype, int64_t batch,
-                            FastDecoder& one_thread, std::mt19937& rng) {
+double compute_ns_per_token(const AttentionSpec& spec, DType dtype, AttnPrecision precision,
+                            int64_t batch, FastDecoder& one_thread, std::mt19937& rng) {
   constexpr int64_t kShort = 128, kLong = 256;  // gqa:8, H 32 × d_h 128, bf16: 1 MiB at 256
   constexpr int kRepeats = 41;
-  DecodeRow short_row = make_row(spec, dtype, kShort, batch, 1, rng);
-  DecodeRow long_row = make_row(spec, dtype, kLong, batch, 1, rng);
+  DecodeRow short_row = make_row(spec, dtype, precision, kShort, batch, 1, rng);
+  DecodeRow long_row = make_row(spec, dtype, precision, kLong, batch, 1, rng);
   std::vector<double> short_us, long_us;
   auto time_us = [&](DecodeRow& row) {
     const auto start = std::chrono::steady_clock::now();
@@ -226,6 +251,28 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     if (t <= 0) throw SpecError("context", "must be > 0");
   }
   FastDecoder decoder(o.threads);
+  // the precisions asked for, "auto" resolved for this CPU, in order and without repeats
+  std::vector<AttnPrecision> precisions;
+  for (const std::string& text : o.precision) {
+    AttnPrecision precision = AttnPrecision::kF32;
+    if (text == "auto") {
+      precision = decoder.supports_bf16_precision() ? AttnPrecision::kBf16 : AttnPrecision::kF32;
+    } else {
+      try {
+        precision = parse_attn_precision(text, "attn-precision");
+      } catch (const std::invalid_argument&) {
+        throw SpecError("attn-precision", "\"" + text.substr(0, 40) + "\": f32 | bf16 | auto");
+      }
+      if (precision == AttnPrecision::kBf16 && !decoder.supports_bf16_precision()) {
+        throw SpecError("attn-precision", "bf16 needs AVX-512 BF16 (vdpbf16ps), which this CPU (" +
+                                              std::string(cpu_isa_name(decoder.isa())) +
+                                              ") does not offer; use f32 or auto");
+      }
+    }
+    if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
+      precisions.push_back(precision);
+  }
+  if (precisions.empty()) throw SpecError("attn-precision", "give at least one of f32, bf16, auto");
   // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
   // probe once and steps every row once, so a machine whose load drifts (shared hosts) shifts
   // every row and the ceiling alike and the ratios between them hold. Every row rotates over
@@ -237,8 +284,10 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   constexpr int64_t kMinLayers = 3;
   int64_t round_layer_bytes = 0;  // one layer of every row
   for (const AttentionSpec& spec : specs) {
-    for (int64_t context : contexts)
-      round_layer_bytes += step_bytes(spec.cache_layout(), context, o.batch);
+    for (int64_t context : contexts) {
+      round_layer_bytes += static_cast<int64_t>(precisions.size()) *
+                           step_bytes(spec.cache_layout(), context, o.batch);
+    }
   }
   const int64_t layers = std::max<int64_t>(
       kMinLayers, ((o.rotate_mib << 20) + round_layer_bytes - 1) / round_layer_bytes);
@@ -252,12 +301,29 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                                 "lower --context, --batch or --rotate-mib",
                                 layers, rows_bytes / (1 << 30), physical_bytes / (1 << 30)));
   }
+  // rows: spec × precision × context; a spec that computes in f32 whatever is asked (RoPE on
+  // read, rebuilt keys, an f32 cache) gets one row per context
   std::vector<DecodeRow> rows;
+  std::vector<size_t> row_spec;  // index into specs
   std::mt19937 rng(1);
-  for (const AttentionSpec& spec : specs) {
-    for (int64_t context : contexts)
-      rows.push_back(make_row(spec, dtype, context, o.batch, layers, rng));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    for (AttnPrecision precision : precisions) {
+      for (int64_t context : contexts) {
+        DecodeRow row = make_row(specs[i], dtype, precision, context, o.batch, layers, rng);
+        const bool repeat = std::any_of(rows.begin(), rows.end(), [&](const DecodeRow& r) {
+          return r.attn == row.attn && r.context == context && r.precision == row.precision;
+        });
+        if (repeat) continue;
+        rows.push_back(std::move(row));
+        row_spec.push_back(i);
+      }
+    }
   }
+  // the compute roof of each precision, on the decoder's threads, before the rounds
+  const std::optional<ComputePeak> peak_f32 =
+      measure_compute_peak(MacKind::kF32, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
+  const std::optional<ComputePeak> peak_bf16 =
+      measure_compute_peak(MacKind::kBf16, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
   BandwidthProbe probe(int64_t{1} << 30);
   // Every timed step of layer r follows an untimed step of the same row over layer r-1, as a
   // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
@@ -286,19 +352,27 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     row.min_us = row.micros.front();
     row.max_us = row.micros.back();
   }
-  // Compute alone, per spec (its rows share it): which rows the bandwidth can bound at all.
+  // The kernel's compute alone, per spec and precision (its rows share it).
   FastDecoder one_thread(1, decoder.isa());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
-    const double ns = compute_ns_per_token(specs[i], dtype, o.batch, one_thread, rng);
-    for (size_t c = 0; c < contexts.size(); ++c)
-      rows[i * contexts.size() + c].compute_ns_per_token = ns;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const AttentionSpec& spec = specs[row_spec[k]];
+    if (spec.cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
+    if (rows[k].compute_ns_per_token) continue;
+    const double ns =
+        compute_ns_per_token(spec, dtype, rows[k].precision, o.batch, one_thread, rng);
+    for (size_t j = k; j < rows.size(); ++j) {
+      if (row_spec[j] == row_spec[k] && rows[j].precision == rows[k].precision)
+        rows[j].compute_ns_per_token = ns;
+    }
   }
   const double ceiling = median_of(bandwidth);
   const double bandwidth_min = *std::min_element(bandwidth.begin(), bandwidth.end());
   const double bandwidth_max = *std::max_element(bandwidth.begin(), bandwidth.end());
-  // each row against the first attention spec's row at the same context
+  // each row against the first row at the same context and precision (else context)
   auto first_at = [&](const DecodeRow& r) -> const DecodeRow& {
+    for (const DecodeRow& f : rows) {
+      if (f.context == r.context && f.precision == r.precision) return f;
+    }
     for (const DecodeRow& f : rows) {
       if (f.context == r.context) return f;
     }
@@ -313,21 +387,43 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     return *r.compute_ns_per_token * static_cast<double>(r.context * o.batch) / 1e3 /
            decoder.threads();
   };
-  auto bound = [&](const DecodeRow& r) -> std::string {
-    if (!r.compute_ns_per_token) return "-";
-    return compute_us(r) > memory_us(r) ? "compute" : "memory";
+  // The roofline: the bytes at the measured bandwidth, or the multiply-adds at the measured
+  // peak of the precision they run in, whichever is longer.
+  auto peak_gmacs = [&](AttnPrecision precision) {
+    const std::optional<ComputePeak>& peak =
+        precision == AttnPrecision::kBf16 ? peak_bf16 : peak_f32;
+    return peak ? peak->median() : 0.0;
   };
+  auto roof_compute_us = [&](const DecodeRow& r) -> std::optional<double> {
+    const double pass_peak = peak_gmacs(r.precision), f32_peak = peak_gmacs(AttnPrecision::kF32);
+    if (pass_peak <= 0 || f32_peak <= 0) return std::nullopt;
+    return r.pass_macs / (pass_peak * 1e3) + r.f32_macs / (f32_peak * 1e3);
+  };
+  auto roofline_us = [&](const DecodeRow& r) {
+    return std::max(memory_us(r), roof_compute_us(r).value_or(0.0));
+  };
+  auto bound = [&](const DecodeRow& r) -> std::string {
+    if (!roof_compute_us(r)) return "-";
+    return *roof_compute_us(r) > memory_us(r) ? "compute" : "memory";
+  };
+  auto macs = [](const DecodeRow& r) { return r.pass_macs + r.f32_macs; };
   if (o.format == "json") {
-    nlohmann::json doc = {{"bandwidth_gb_per_s", ceiling},
-                          {"bandwidth_min_gb_per_s", bandwidth_min},
-                          {"bandwidth_max_gb_per_s", bandwidth_max},
-                          {"threads", decoder.threads()},
-                          {"isa", std::string(cpu_isa_name(decoder.isa()))},
-                          {"dtype", std::string(dtype_name(dtype))},
-                          {"rows", nlohmann::json::array()}};
+    nlohmann::json doc = {
+        {"bandwidth_gb_per_s", ceiling},
+        {"bandwidth_min_gb_per_s", bandwidth_min},
+        {"bandwidth_max_gb_per_s", bandwidth_max},
+        {"threads", decoder.threads()},
+        {"isa", std::string(cpu_isa_name(decoder.isa()))},
+        {"cpu", cpu_model_name()},
+        {"peak_f32_gmacs", peak_f32 ? nlohmann::json(peak_f32->median()) : nlohmann::json(nullptr)},
+        {"peak_bf16_gmacs",
+         peak_bf16 ? nlohmann::json(peak_bf16->median()) : nlohmann::json(nullptr)},
+        {"dtype", std::string(dtype_name(dtype))},
+        {"rows", nlohmann::json::array()}};
     for (const DecodeRow& r : rows) {
       nlohmann::json row = {
           {"attn", r.attn},
+          {"precision", attn_precision_name(r.precision)},
           {"context", r.context},
           {"batch", o.batch},
           {"us_per_step", r.median_us},
@@ -339,6 +435,11 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           {"memory_us", memory_us(r)},
           {"compute_ns_per_token", nullptr},
           {"compute_us", nullptr},
+          {"macs", macs(r)},
+          {"roofline_us", roofline_us(r)},
+          {"roofline_compute_us",
+           roof_compute_us(r) ? nlohmann::json(*roof_compute_us(r)) : nlohmann::json(nullptr)},
+          {"roofline_fraction", roofline_us(r) / r.median_us},
           {"bound", bound(r)},
           {"time_vs_first", r.median_us / first_at(r).median_us},
           {"bytes_vs_first", static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)},
@@ -352,25 +453,39 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     out << doc.dump(2) << "\n";
     return 0;
   }
+  std::string asked;
+  for (AttnPrecision precision : precisions) {
+    asked += (asked.empty() ? "" : ", ") + std::string(attn_precision_name(precision));
+  }
+  auto peak_text = [](const std::optional<ComputePeak>& peak) {
+    return peak ? fmt::format("{:.1f}", peak->median()) : std::string("none");
+  };
   out << fmt::format(
-      "bench decode: {} kernel, {} threads, {} cache, H {} × d_h {}; read bandwidth "
-      "{:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); rows and bandwidth "
-      "timed in {} interleaved rounds, each timed step right after an untimed one over the "
-      "row's previous layer (as in a decode); \"vs first\": the first --attn at the same "
-      "context; memory us: the bytes at that bandwidth; compute us: the kernel's time per "
-      "cached token on one thread with the cache in L2, × context ÷ threads; bound: the "
-      "larger\n\n",
-      cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads, o.head_dim,
-      ceiling, bandwidth_min, bandwidth_max, o.repeats);
-  Table table({"attn", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
-               "of bandwidth", "memory us", "compute us", "bound", "time vs first",
-               "bytes vs first"});
+      "bench decode: {}; {} kernel, {} threads, {} cache, H {} × d_h {}, attn precision {}; "
+      "read bandwidth {:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); peak "
+      "G multiply-adds/s f32 {}, bf16 {} (bench compute's loops on these threads); rows and "
+      "bandwidth timed in {} interleaved rounds, each timed step right after an untimed one "
+      "over the row's previous layer (as in a decode); \"vs first\": the first row at the same "
+      "context and precision; memory us: the bytes at that bandwidth; roofline us: the larger of "
+      "memory us "
+      "and the step's multiply-adds at the peak of their precision (bound: which); kernel "
+      "compute us: the kernel's time per cached token on one thread with the cache in L2, × "
+      "context ÷ threads\n\n",
+      cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads,
+      o.head_dim, asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32),
+      peak_text(peak_bf16), o.repeats);
+  Table table({"attn", "precision", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
+               "of bandwidth", "macs", "roofline us", "of roofline", "bound", "memory us",
+               "kernel compute us", "time vs first", "bytes vs first"});
   for (const DecodeRow& r : rows) {
-    table.add_row({r.attn, with_commas(r.context), fmt::format("{:.0f}", r.median_us),
+    table.add_row({r.attn, attn_precision_name(r.precision), with_commas(r.context),
+                   fmt::format("{:.0f}", r.median_us),
                    fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
                    fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
+                   fmt::format("{:.3g}", macs(r)), fmt::format("{:.0f}", roofline_us(r)),
+                   format_percent(roofline_us(r) / r.median_us), bound(r),
                    fmt::format("{:.0f}", memory_us(r)),
-                   r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-", bound(r),
+                   r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",
                    fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
                    fmt::format("{:.3f}", static_cast<double>(r.bytes) /
                                              static_cast<double>(first_at(r).bytes))});

@@ -80,9 +80,11 @@ int main(int argc, char** argv) {
   kvlab::BenchTrainOptions bench_train_options;
   kvlab::BenchMemoryOptions bench_memory_options;
   kvlab::BenchDecodeOptions bench_decode_options;
+  kvlab::BenchComputeOptions bench_compute_options;
   kvlab::BenchModelOptions bench_model_options;
-  const kvlab::BenchCommands bench = kvlab::add_bench_commands(
-      app, bench_train_options, bench_memory_options, bench_decode_options, bench_model_options);
+  const kvlab::BenchCommands bench =
+      kvlab::add_bench_commands(app, bench_train_options, bench_memory_options,
+                                bench_compute_options, bench_decode_options, bench_model_options);
 
   kvlab::check_numeric_flags(app);
 
@@ -143,6 +145,9 @@ int main(int argc, char** argv) {
     } else if (bench.generate->parsed()) {
       command = "kvlab bench generate";
       return kvlab::run_bench_generate(bench_model_options, std::cout);
+    } else if (bench.compute->parsed()) {
+      command = "kvlab bench compute";
+      return kvlab::run_bench_compute(bench_compute_options, std::cout);
     } else if (bench.memory->parsed()) {
       command = "kvlab bench memory";
       return kvlab::run_bench_memory(bench_memory_options, std::cout);

@@ -2,10 +2,28 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "spec/dtype.h"
 
 namespace kvlab {
+
+// The arithmetic of the score and value passes.
+//  kF32: exact to f32 accumulation (queries, cached elements and weights as f32; the reference
+//        for every test).
+//  kBf16: as FlashAttention and llama.cpp do it: queries rounded to bf16, scores by bf16 dot
+//        products with f32 sums, softmax in f32, each weight exp(s_j - m) rounded to bf16
+//        (m: the running maximum of the work item at the end of the token's block), values
+//        summed by bf16 products in f32. It applies where keys are read as cached (a bf16
+//        cache, no RoPE on read, no rebuilt keys); elsewhere a call computes in f32 (see
+//        effective_precision).
+enum class AttnPrecision { kF32, kBf16 };
+
+// Tokens a work item covers (items start at multiples of it) and tokens per softmax block: with
+// kBf16 the weights are rounded relative to the running maximum, so the blocks are part of the
+// result, and the reference follows them.
+constexpr int64_t kDecodeChunkTokens = 512;
+constexpr int64_t kDecodeBlockTokens = 16;
 
 // A CSR page table over n_seqs sequences, as plain pointers (FlashInfer's layout).
 struct PageTableView {
@@ -50,7 +68,14 @@ struct DecodeParams {
   // d_h · d_n multiply-adds per head and position, the cost the seed warns about.
   const float* key_maps = nullptr;  // [n_heads][value_width][key_width], or nullptr
   float* out = nullptr;             // [n_seqs, n_heads, value_width]
+  AttnPrecision precision = AttnPrecision::kF32;
 };
+
+// The precision a call computes in: params.precision where it applies, else kF32.
+AttnPrecision effective_precision(const DecodeParams& params);
+const char* attn_precision_name(AttnPrecision precision);
+// "f32" or "bf16"; throws std::invalid_argument naming `field` otherwise.
+AttnPrecision parse_attn_precision(const std::string& text, const char* field);
 
 // The plain scalar reference: every fast kernel is tested against it. Throws
 // std::invalid_argument naming the field for inconsistent parameters.

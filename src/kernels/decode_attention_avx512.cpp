@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"

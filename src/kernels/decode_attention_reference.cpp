@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,7 +15,73 @@ void require(bool ok, const char* field, const char* rule) {
   if (!ok) throw std::invalid_argument(std::string("decode params: ") + field + ": " + rule);
 }
 
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// Output row of one head with kBf16 weights: the work items' online softmax, block by block,
+// each weight rounded to bf16 relative to the item's running maximum, then the items merged.
+void bf16_weighted_values(const std::vector<double>& scores, float scale, int64_t value_width,
+                          const std::function<float(int64_t, int64_t)>& value, float* out) {
+  const int64_t tokens = static_cast<int64_t>(scores.size());
+  std::vector<double> item_max, item_sum, item_acc;  // per item; acc: [item][value_width]
+  for (int64_t t0 = 0; t0 < tokens; t0 += kDecodeChunkTokens) {
+    const int64_t t1 = std::min(tokens, t0 + kDecodeChunkTokens);
+    float m = -INFINITY;
+    double l = 0;
+    std::vector<double> acc(static_cast<size_t>(value_width), 0.0);
+    for (int64_t b0 = t0; b0 < t1; b0 += kDecodeBlockTokens) {
+      const int64_t b1 = std::min(t1, b0 + kDecodeBlockTokens);
+      float m_new = m;
+      for (int64_t j = b0; j < b1; ++j) {
+        m_new = std::max(m_new, static_cast<float>(scores[static_cast<size_t>(j)]) * scale);
+      }
+      const double alpha = std::exp(static_cast<double>(m) - m_new);  // 0 on the first block
+      l *= alpha;
+      for (double& a : acc) a *= alpha;
+      for (int64_t j = b0; j < b1; ++j) {
+        const float s = static_cast<float>(scores[static_cast<size_t>(j)]) * scale;
+        const double w = round_bf16(std::exp(s - m_new));
+        l += w;
+        for (int64_t i = 0; i < value_width; ++i) acc[static_cast<size_t>(i)] += w * value(j, i);
+      }
+      m = m_new;
+    }
+    item_max.push_back(m);
+    item_sum.push_back(l);
+    item_acc.insert(item_acc.end(), acc.begin(), acc.end());
+  }
+  double m = -INFINITY, l = 0;
+  for (double x : item_max) m = std::max(m, x);
+  for (int64_t i = 0; i < value_width; ++i) out[i] = 0.0f;
+  std::vector<double> acc(static_cast<size_t>(value_width), 0.0);
+  for (size_t c = 0; c < item_max.size(); ++c) {
+    const double w = std::exp(item_max[c] - m);
+    l += w * item_sum[c];
+    for (int64_t i = 0; i < value_width; ++i) {
+      acc[static_cast<size_t>(i)] += w * item_acc[c * static_cast<size_t>(value_width) + i];
+    }
+  }
+  for (int64_t i = 0; i < value_width && tokens > 0; ++i) {
+    out[i] = static_cast<float>(acc[static_cast<size_t>(i)] / l);
+  }
+}
+
 }  // namespace
+
+AttnPrecision effective_precision(const DecodeParams& p) {
+  const bool keys_as_cached = p.dtype == DType::kBf16 && !p.rope_on_read && p.key_maps == nullptr;
+  return keys_as_cached ? p.precision : AttnPrecision::kF32;
+}
+
+const char* attn_precision_name(AttnPrecision precision) {
+  return precision == AttnPrecision::kBf16 ? "bf16" : "f32";
+}
+
+AttnPrecision parse_attn_precision(const std::string& text, const char* field) {
+  if (text == "f32") return AttnPrecision::kF32;
+  if (text == "bf16") return AttnPrecision::kBf16;
+  throw std::invalid_argument(std::string(field) + ": \"" + text.substr(0, 40) +
+                              "\" is not a precision: expected f32 or bf16");
+}
 
 void validate_decode_params(const DecodeParams& p) {
   require(p.q != nullptr && p.out != nullptr, "q/out", "must be set");
@@ -38,14 +106,24 @@ void decode_attention_reference(const DecodeParams& p) {
   const int64_t elem = dtype_bytes(p.dtype);
   const int64_t per_group = p.n_heads / p.n_groups;
   const int64_t page = p.pages.page_size;
+  const bool bf16 = effective_precision(p) == AttnPrecision::kBf16;
   std::vector<float> key(static_cast<size_t>(p.key_width));
   for (int64_t b = 0; b < p.n_seqs; ++b) {
     const int32_t first = p.pages.indptr[b], last = p.pages.indptr[b + 1];
     const int64_t tokens = last == first ? 0 : (last - first - 1) * page + p.pages.last_page_len[b];
     for (int64_t h = 0; h < p.n_heads; ++h) {
       const int64_t g = h / per_group;
-      const float* q = p.q + (b * p.n_heads + h) * p.key_width;
-      const float* qr = p.q_rope ? p.q_rope + (b * p.n_heads + h) * p.rope_width : nullptr;
+      std::vector<float> q(p.q + (b * p.n_heads + h) * p.key_width,
+                           p.q + (b * p.n_heads + h + 1) * p.key_width);
+      std::vector<float> qr;
+      if (p.q_rope != nullptr) {
+        qr.assign(p.q_rope + (b * p.n_heads + h) * p.rope_width,
+                  p.q_rope + (b * p.n_heads + h + 1) * p.rope_width);
+      }
+      if (bf16) {
+        for (float& x : q) x = round_bf16(x);
+        for (float& x : qr) x = round_bf16(x);
+      }
       std::vector<double> scores(static_cast<size_t>(tokens));
       for (int64_t j = 0; j < tokens; ++j) {
         const int64_t slot = p.pages.page_ids[first + j / page] * page + j % page;
@@ -88,25 +166,30 @@ void decode_attention_reference(const DecodeParams& p) {
         double dot = 0;
         for (int64_t i = 0; i < p.key_width; ++i)
           dot += static_cast<double>(q[i]) * key[static_cast<size_t>(i)];
-        if (qr != nullptr) {
+        if (!qr.empty()) {
           const std::byte* r_row = p.rope_pool + slot * p.rope_width * elem;
           for (int64_t i = 0; i < p.rope_width; ++i)
             dot += static_cast<double>(qr[i]) * load_element(r_row, p.dtype, i);
         }
-        scores[static_cast<size_t>(j)] = dot * p.scale;
+        scores[static_cast<size_t>(j)] = bf16 ? dot : dot * p.scale;
+      }
+      float* out = p.out + (b * p.n_heads + h) * p.value_width;
+      auto value = [&](int64_t j, int64_t i) {
+        const int64_t slot = p.pages.page_ids[first + j / page] * page + j % page;
+        return load_element(p.value_pool + ((slot * p.n_groups + g) * p.value_width) * elem,
+                            p.dtype, i);
+      };
+      if (bf16) {
+        bf16_weighted_values(scores, p.scale, p.value_width, value, out);
+        continue;
       }
       double max = -INFINITY;
       for (double s : scores) max = std::max(max, s);
       double sum = 0;
       for (double& s : scores) sum += (s = std::exp(s - max));
-      float* out = p.out + (b * p.n_heads + h) * p.value_width;
       for (int64_t i = 0; i < p.value_width; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j < tokens; ++j) {
-          const int64_t slot = p.pages.page_ids[first + j / page] * page + j % page;
-          const std::byte* v_row = p.value_pool + ((slot * p.n_groups + g) * p.value_width) * elem;
-          acc += scores[static_cast<size_t>(j)] * load_element(v_row, p.dtype, i);
-        }
+        for (int64_t j = 0; j < tokens; ++j) acc += scores[static_cast<size_t>(j)] * value(j, i);
         out[i] = tokens == 0 ? 0.0f : static_cast<float>(acc / sum);
       }
     }

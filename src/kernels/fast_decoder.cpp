@@ -94,6 +94,15 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
   return plan;
 }
 
+bool cpu_has_avx512_bf16() {
+  return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+}
+
+bool FastDecoder::supports_bf16_precision() const {
+  return isa_ == CpuIsa::kScalar ||
+         ((isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) && cpu_has_avx512_bf16());
+}
+
 FastDecoder::FastDecoder(int threads, CpuIsa isa) : isa_(isa), pool_(threads) {
   // a level the CPU (or, for AMX, the kernel) refuses would end in SIGILL at the first step
   if (!cpu_supports(isa)) {
@@ -151,6 +160,16 @@ void FastDecoder::run(const DecodeParams& params) {
       tokens = std::max<int64_t>(tokens, pages * params.pages.page_size);
     }
     prepare_rope(tokens, params.key_width, params.rope_theta);
+  }
+  if (effective_precision(params) == AttnPrecision::kBf16) {
+    if (!supports_bf16_precision()) {
+      throw std::invalid_argument(
+          "attn-precision: bf16 needs AVX-512 BF16 (vdpbf16ps); this decoder runs " +
+          std::string(cpu_isa_name(isa_)) + (cpu_has_avx512_bf16() ? "" : " on a CPU without it") +
+          "; use f32");
+    }
+    decode_attention_avx512_bf16(params, pool_, workspace_, rope_table_.data());
+    return;
   }
   if (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) {
     decode_attention_avx512(params, pool_, workspace_, rope_table_.data(), isa_ == CpuIsa::kAmx);

@@ -24,6 +24,8 @@ CpuIsa detect_cpu_isa();
 // What this CPU can run, ignoring KVLAB_CPU_ISA.
 bool cpu_supports(CpuIsa isa);
 std::string_view cpu_isa_name(CpuIsa isa);
+// AVX-512 BF16 (vdpbf16ps): what AttnPrecision::kBf16 needs on top of AVX-512.
+bool cpu_has_avx512_bf16();
 
 // What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
 // nothing.
@@ -67,6 +69,9 @@ class FastDecoder {
   // that calls this once with its longest context never grows it between steps.
   void prepare_rope(int64_t tokens, int64_t width, double theta);
   CpuIsa isa() const { return isa_; }
+  // Whether run() computes AttnPrecision::kBf16 (AVX-512 BF16, or the scalar reference);
+  // elsewhere such a call throws std::invalid_argument.
+  bool supports_bf16_precision() const;
   int threads() const { return pool_.size(); }
   // The decoder's threads, for work that should run where the kernels run (bench probes).
   ThreadPool& pool() { return pool_; }
@@ -89,5 +94,8 @@ void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeW
 // amx: bf16 scores by tile multiplies where the shapes allow (the caller has the permission).
 void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
                              DecodeWorkspace& workspace, const float* rope_table, bool amx);
+// AttnPrecision::kBf16 with vdpbf16ps score and value passes (needs AVX-512 BF16).
+void decode_attention_avx512_bf16(const DecodeParams& params, ThreadPool& pool,
+                                  DecodeWorkspace& workspace, const float* rope_table);
 
 }  // namespace kvlab

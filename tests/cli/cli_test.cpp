@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -537,16 +539,63 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
         row["cache_bytes_read"].get<double>() / (doc["bandwidth_gb_per_s"].get<double>() * 1e3),
         1e-6 * memory_us);
     EXPECT_GE(row["compute_ns_per_token"].get<double>(), 0);
-    EXPECT_EQ(row["bound"], compute_us > memory_us ? "compute" : "memory");
+    EXPECT_GT(compute_us, 0);
+    // the roofline: the larger of the reads and the multiply-adds at the precision's peak
+    const double roof_compute_us = row["roofline_compute_us"].get<double>();
+    EXPECT_EQ(row["bound"], roof_compute_us > memory_us ? "compute" : "memory");
+    EXPECT_DOUBLE_EQ(row["roofline_us"].get<double>(), std::max(memory_us, roof_compute_us));
+    EXPECT_NEAR(row["roofline_fraction"].get<double>(),
+                row["roofline_us"].get<double>() / row["us_per_step"].get<double>(), 1e-9);
     // the untimed step before layer r's reads layer r-1, which must not be layer r+1
     EXPECT_GE(row["layers_rotated"].get<int64_t>(), 3);
   }
+  // multiply-adds per step, H · tokens · (key + rope + value widths); keys rotated and
+  // normalised on read add G · tokens · 4 · d_h; gva dr=0's rebuilt and rotated keys add
+  // H · tokens · (d_h · d_n + 2 · d_n), with d_n = d_h here — counted here independently
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["macs"].get<double>(), 100.0 * 4 * (32 + 32));
+  EXPECT_DOUBLE_EQ(doc["rows"][2]["macs"].get<double>(), 100.0 * 4 * (32 + 16 + 32));
+  EXPECT_DOUBLE_EQ(doc["rows"][4]["macs"].get<double>(), 100.0 * (4 * 64 + 2 * 4 * 32));
+  EXPECT_DOUBLE_EQ(doc["rows"][6]["macs"].get<double>(), 100.0 * 4 * (32 + 32 + 32 * 32 + 2 * 32));
+  // keys rotated on read and rebuilt keys compute in f32 whatever is asked
+  EXPECT_EQ(doc["rows"][4]["precision"], "f32");
+  EXPECT_EQ(doc["rows"][6]["precision"], "f32");
   EXPECT_NEAR(doc["rows"][1]["compute_us"].get<double>(),
               10.24 * doc["rows"][0]["compute_us"].get<double>(),
               1e-6 * doc["rows"][1]["compute_us"].get<double>());  // 1k vs 100 tokens
   const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
+  // both precisions: one row per precision where bf16 applies (here gqa:2), one where not
+  const RunResult both = run_kvlab(
+      "bench decode --attn gqa:2 --attn q-gqa:2 --heads 4 --head-dim 32 --context 100 "
+      "--repeats 1 --rotate-mib 1 --format json --attn-precision f32,bf16");
+  const RunResult peaks = run_kvlab("bench compute --repeats 1 --format json");
+  ASSERT_EQ(peaks.exit_code, 0) << peaks.err;
+  const nlohmann::json peak_doc = nlohmann::json::parse(peaks.out);
+  ASSERT_EQ(peak_doc["peaks"].size(), 3u);
+  EXPECT_GT(peak_doc["peaks"][0]["gmacs_median"].get<double>(), 0);  // f32: AVX2 at least
+  if (peak_doc["peaks"][1]["gmacs_median"].is_null()) {  // no AVX-512 BF16 here: refused
+    EXPECT_EQ(both.exit_code, 2);
+    EXPECT_TRUE(contains(both.err, "attn-precision")) << both.err;
+  } else {
+    ASSERT_EQ(both.exit_code, 0) << both.err;
+    const nlohmann::json rows = nlohmann::json::parse(both.out)["rows"];
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0]["precision"], "f32");
+    EXPECT_EQ(rows[1]["precision"], "bf16");
+    EXPECT_EQ(rows[2]["precision"], "f32");
+    EXPECT_EQ(rows[2]["attn"], "q-gqa:2");
+    ::setenv("KVLAB_CPU_ISA", "avx2", 1);  // the AVX2 kernels have no bf16 precision
+    const RunResult capped = run_kvlab(
+        "bench decode --attn gqa:2 --heads 4 --head-dim 32 "
+        "--attn-precision bf16");
+    ::unsetenv("KVLAB_CPU_ISA");
+    EXPECT_EQ(capped.exit_code, 2);
+    EXPECT_TRUE(contains(capped.err, "attn-precision: bf16 needs AVX-512 BF16")) << capped.err;
+  }
+  const RunResult typo = run_kvlab("bench decode --attn gqa:2 --attn-precision fp16");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_TRUE(contains(typo.err, "attn-precision")) << typo.err;
   // caches that cannot fit in memory: refused before anything is allocated
   const RunResult huge = run_kvlab("bench decode --attn mha --context 1000000k");
   EXPECT_EQ(huge.exit_code, 2);
@@ -576,7 +625,7 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   EXPECT_EQ(rows[0]["cache_bytes_read"], 4 * (32 * 32 + 32) * 4);
   EXPECT_EQ(rows[1]["cache_bytes_read"], rows[0]["cache_bytes_read"]);
   EXPECT_TRUE(rows[0]["compute_us"].is_null());  // no per-token compute in a constant state
-  EXPECT_EQ(rows[0]["bound"], "-");
+  EXPECT_DOUBLE_EQ(rows[0]["macs"].get<double>(), 2.0 * 4 * 32 * 32);  // S·q and S += k vᵀ
 }
 
 TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {

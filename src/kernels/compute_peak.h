@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/thread_pool.h"
+
+namespace kvlab {
+
+// The multiply-add precisions whose peak rate `kvlab bench compute` measures: f32 FMA, bf16
+// dot products (vdpbf16ps: two products per f32 lane) and int8 dot products (vpdpbusd: four
+// u8 × s8 products per i32 lane).
+enum class MacKind { kF32, kBf16, kInt8 };
+std::string_view mac_kind_name(MacKind kind);
+
+// Peak multiply-add rate of one kind on all of a pool's threads: each thread runs a register
+// loop of independent dot-product chains (no memory traffic), repeated; rates in 10^9
+// multiply-adds per second. `isa` names the instructions used (e.g. "avx512 vdpbf16ps").
+struct ComputePeak {
+  MacKind kind = MacKind::kF32;
+  std::string_view isa;
+  int threads = 0;
+  std::vector<double> gmacs;  // one per repeat, in run order
+  double median() const;
+  double min() const;
+  double max() const;
+};
+
+// nullopt where this CPU has no instruction for the kind (bf16 needs AVX-512 BF16; int8
+// AVX-512 VNNI; f32 AVX2+FMA). `cap_avx2` measures with the AVX2 loop even where AVX-512 is
+// there (as KVLAB_CPU_ISA=avx2 caps the kernels).
+std::optional<ComputePeak> measure_compute_peak(MacKind kind, ThreadPool& pool, int repeats,
+                                                bool cap_avx2 = false);
+
+// "model name" of /proc/cpuinfo (e.g. "AMD EPYC 9R14 96-Core Processor"), or "unknown CPU".
+std::string cpu_model_name();
+
+// The register loops (compute_peak_avx2.cpp, compute_peak_avx512.cpp): `iterations` rounds of
+// their chains; return the multiply-adds done and fold the accumulators into *sink.
+int64_t mac_loop_f32_avx2(int64_t iterations, float* sink);
+int64_t mac_loop_f32_avx512(int64_t iterations, float* sink);
+int64_t mac_loop_bf16_avx512(int64_t iterations, float* sink);
+int64_t mac_loop_int8_avx512(int64_t iterations, float* sink);
+
+}  // namespace kvlab

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/attn_precision_flag.h"
 #include "cli/table.h"
 #include "cli/units.h"
 #include "infer/generator.h"
@@ -124,6 +125,14 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")
       ->capture_default_str();
   generate->add_option("--cache-dtype", b.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  generate->add_option("--repeats", b.repeats, "Timed generations per row after one warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  generate
+      ->add_option("--attn-precision", b.precision,
+                   "Attention arithmetic of the decode step: f32, bf16 (needs AVX-512 BF16) or "
+                   "auto (bf16 where the CPU has it)")
+      ->capture_default_str();
   return {train, memory, compute, decode, prefill, generate};
 }
 
@@ -249,13 +258,20 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   if (b.prompt <= 0 || b.generate <= 0 || b.long_prompt < 0) {
     throw SpecError("prompt", "--prompt and --generate must be > 0, --long-prompt >= 0");
   }
+  if (b.repeats < 1) throw SpecError("repeats", "must be >= 1");
   const DType dtype = parse_dtype(b.cache_dtype);
   const int threads = train::set_threads(b.threads);
+  // the ceiling of a step that reads every weight and the cache once: measured here, with the
+  // decoder's thread count
+  const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, threads, 5);
+  const double gb_per_s = bandwidth.median();
   nlohmann::json rows = nlohmann::json::array();
-  Table table(
-      {"attn", "prompt", "generated", "prefill tok/s", "decode tok/s", "ms/token", "cache bytes"});
+  Table table({"attn", "precision", "prompt", "generated", "prefill tok/s", "decode tok/s",
+               "ms/token", "min–max ms", "roofline ms", "of roofline", "dense ms", "attention ms",
+               "other ms", "cache bytes"});
   std::vector<int64_t> prompts = {b.prompt};
   if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
+  std::string precision_used;
   for (const std::string& attn : b.attn) {
     for (int64_t prompt : prompts) {
       const ModelConfig config = bench_model(b, attn, prompt + b.generate);
@@ -266,44 +282,120 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       torch::manual_seed(0);
       nn::TransformerModel model(config, torch::kFloat32);
       infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
-      const int32_t seq = gen.add_sequence();
+      infer::DecodeModel& decode = gen.decode_model();
+      decode.set_attn_precision(
+          resolve_attn_precision(b.precision, decode.supports_bf16_precision()));
+      precision_used = attn_precision_name(decode.attn_precision());
       std::vector<int64_t> tokens(static_cast<size_t>(prompt));
       for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7 % 256);
-      const auto t0 = std::chrono::steady_clock::now();
-      const torch::Tensor prompt_logits = gen.feed(seq, tokens);
-      const auto t1 = std::chrono::steady_clock::now();
       std::vector<float> logits(static_cast<size_t>(gen.vocab_size()));
-      int64_t next = infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
-      for (int64_t i = 0; i < b.generate; ++i) {  // the raw decode step, allocation-free
-        gen.step(&seq, &next, 1, logits.data());
-        next = infer::greedy_token(logits.data(), gen.vocab_size());
+      // one generation: prefill then `generate` greedy steps through the raw decode step
+      // (allocation-free); returns {prefill s, decode s}
+      auto generation = [&]() {
+        const int32_t seq = gen.add_sequence();
+        const auto t0 = std::chrono::steady_clock::now();
+        const torch::Tensor prompt_logits = gen.feed(seq, tokens);
+        const auto t1 = std::chrono::steady_clock::now();
+        int64_t next = infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
+        for (int64_t i = 0; i < b.generate; ++i) {
+          gen.step(&seq, &next, 1, logits.data());
+          next = infer::greedy_token(logits.data(), gen.vocab_size());
+        }
+        const auto t2 = std::chrono::steady_clock::now();
+        gen.free_sequence(seq);
+        return std::pair<double, double>{std::chrono::duration<double>(t1 - t0).count(),
+                                         std::chrono::duration<double>(t2 - t1).count()};
+      };
+      generation();  // warm-up: caches, pages, the pool's threads
+      std::vector<double> prefill_s, decode_s;
+      for (int r = 0; r < b.repeats; ++r) {
+        const auto [p, d] = generation();
+        prefill_s.push_back(p);
+        decode_s.push_back(d);
       }
-      const auto t2 = std::chrono::steady_clock::now();
-      const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-      const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-      const int64_t bytes = gen.cache().bytes_in_use();
+      // where a step's time goes: one more generation with the kernels timed (not in the
+      // medians: the clock reads cost a little)
+      infer::StepProfile profile;
+      decode.set_profile(&profile);
+      generation();
+      decode.set_profile(nullptr);
+      std::sort(prefill_s.begin(), prefill_s.end());
+      std::sort(decode_s.begin(), decode_s.end());
+      const double prefill_median = prefill_s[prefill_s.size() / 2];
+      const double decode_median = decode_s[decode_s.size() / 2];
+      const double steps = static_cast<double>(b.generate);
+      const double ms_per_token = 1e3 * decode_median / steps;
+      // the roofline: every parameter (f32) and the cache at the run's mean context, read once
+      // per token at the measured bandwidth
+      const double weight_bytes = static_cast<double>(config.param_count().value()) * 4.0;
+      const int64_t cache_bytes = [&] {  // one sequence's cache at the end of a run
+        const int32_t seq = gen.add_sequence();
+        gen.feed(seq, tokens);
+        for (int64_t i = 0; i < b.generate; ++i) {
+          int64_t next = 0;
+          gen.step(&seq, &next, 1, logits.data());
+        }
+        const int64_t bytes = gen.cache().bytes_in_use();
+        gen.free_sequence(seq);
+        return bytes;
+      }();
+      const double mean_cache_bytes = static_cast<double>(cache_bytes) *
+                                      (static_cast<double>(prompt) + steps / 2) /
+                                      static_cast<double>(prompt + b.generate);
+      const double roofline_ms = (weight_bytes + mean_cache_bytes) / (gb_per_s * 1e6);
+      const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
+      const double dense_ms = profile.dense_us / per_step / 1e3;
+      const double attention_ms = profile.attention_us / per_step / 1e3;
+      const double other_ms =
+          (profile.step_us - profile.dense_us - profile.attention_us) / per_step / 1e3;
       rows.push_back({{"attn", config.attn.to_string()},
+                      {"attn_precision", precision_used},
                       {"prompt", prompt},
                       {"generated", b.generate},
-                      {"prefill_tokens_per_s", static_cast<double>(prompt) / prefill_s},
-                      {"decode_tokens_per_s", static_cast<double>(b.generate) / decode_s},
-                      {"cache_bytes", bytes},
-                      {"threads", threads}});
-      table.add_row({config.attn.to_string(), std::to_string(prompt), std::to_string(b.generate),
-                     fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_s),
-                     fmt::format("{:.0f}", static_cast<double>(b.generate) / decode_s),
-                     fmt::format("{:.2f}", 1e3 * decode_s / static_cast<double>(b.generate)),
-                     with_commas(bytes)});
+                      {"repeats", b.repeats},
+                      {"prefill_tokens_per_s", static_cast<double>(prompt) / prefill_median},
+                      {"decode_tokens_per_s", steps / decode_median},
+                      {"ms_per_token", ms_per_token},
+                      {"ms_per_token_min", 1e3 * decode_s.front() / steps},
+                      {"ms_per_token_max", 1e3 * decode_s.back() / steps},
+                      {"weight_bytes", weight_bytes},
+                      {"mean_cache_bytes", mean_cache_bytes},
+                      {"roofline_ms", roofline_ms},
+                      {"roofline_fraction", roofline_ms / ms_per_token},
+                      {"profile_dense_ms", dense_ms},
+                      {"profile_attention_ms", attention_ms},
+                      {"profile_other_ms", other_ms},
+                      {"cache_bytes", cache_bytes}});
+      table.add_row({config.attn.to_string(), precision_used, std::to_string(prompt),
+                     std::to_string(b.generate),
+                     fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_median),
+                     fmt::format("{:.0f}", steps / decode_median),
+                     fmt::format("{:.3f}", ms_per_token),
+                     fmt::format("{:.3f}–{:.3f}", 1e3 * decode_s.front() / steps,
+                                 1e3 * decode_s.back() / steps),
+                     fmt::format("{:.3f}", roofline_ms), format_percent(roofline_ms / ms_per_token),
+                     fmt::format("{:.3f}", dense_ms), fmt::format("{:.3f}", attention_ms),
+                     fmt::format("{:.3f}", other_ms), with_commas(cache_bytes)});
     }
   }
   if (b.format == "json") {
-    out << nlohmann::json{{"rows", rows}}.dump(2) << "\n";
+    out << nlohmann::json{{"bandwidth_gb_per_s", gb_per_s},
+                          {"threads", threads},
+                          {"cpu", cpu_model_name()},
+                          {"rows", rows}}
+               .dump(2)
+        << "\n";
   } else {
     out << fmt::format(
-               "bench generate: {} layers, D {}, {} heads, {} cache, {} threads; the "
-               "prompt runs as one batched pass (libtorch modules over the cache's rows), "
-               "decode through the raw step (dense layers and attention kernels)\n\n",
-               b.layers, b.d_model, b.heads, dtype_name(dtype), threads)
+               "bench generate: {}; {} layers, D {}, {} heads, {} cache, {} threads; the prompt "
+               "runs as one batched pass (libtorch modules over the cache's rows), decode "
+               "through the raw step (dense layers and attention kernels); one warm-up "
+               "generation, then the median of {} (min–max); roofline: every f32 parameter "
+               "and the cache at the mean context read once per token at {:.2f} GB/s (bench "
+               "memory's probe, measured now); dense / attention / other: one more generation "
+               "with the kernels timed\n\n",
+               cpu_model_name(), b.layers, b.d_model, b.heads, dtype_name(dtype), threads,
+               b.repeats, gb_per_s)
         << table.to_markdown();
   }
   return 0;

@@ -61,6 +61,8 @@ struct BenchModelOptions {
   int64_t prompt = 128, generate = 128, long_prompt = 2048;
   std::string cache_dtype = "bf16";
   int threads = 0;
+  int repeats = 5;                 // generate: timed generations after one warm-up
+  std::string precision = "auto";  // generate: attention arithmetic of the decode step
   std::string format = "table";
 };
 

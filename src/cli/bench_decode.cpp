@@ -13,6 +13,7 @@
 #include <random>
 
 #include "cache/paged_cache.h"
+#include "cli/attn_precision_flag.h"
 #include "cli/bench_command.h"
 #include "cli/table.h"
 #include "cli/units.h"
@@ -254,21 +255,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   // the precisions asked for, "auto" resolved for this CPU, in order and without repeats
   std::vector<AttnPrecision> precisions;
   for (const std::string& text : o.precision) {
-    AttnPrecision precision = AttnPrecision::kF32;
-    if (text == "auto") {
-      precision = decoder.supports_bf16_precision() ? AttnPrecision::kBf16 : AttnPrecision::kF32;
-    } else {
-      try {
-        precision = parse_attn_precision(text, "attn-precision");
-      } catch (const std::invalid_argument&) {
-        throw SpecError("attn-precision", "\"" + text.substr(0, 40) + "\": f32 | bf16 | auto");
-      }
-      if (precision == AttnPrecision::kBf16 && !decoder.supports_bf16_precision()) {
-        throw SpecError("attn-precision", "bf16 needs AVX-512 BF16 (vdpbf16ps), which this CPU (" +
-                                              std::string(cpu_isa_name(decoder.isa())) +
-                                              ") does not offer; use f32 or auto");
-      }
-    }
+    const AttnPrecision precision = resolve_attn_precision(text, decoder.supports_bf16_precision());
     if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
       precisions.push_back(precision);
   }

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/eval_decode.h"
 #include "cli/interrupt.h"
 #include "cli/table.h"
 #include "cli/units.h"
@@ -317,6 +318,13 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "must be the recorded one)");
   cmd->add_flag("--allow-different-data", o.allow_different_data,
                 "Evaluate on --data even when its content differs from the training data");
+  cmd->add_option("--attn-precision", o.precision,
+                  "Text tasks: evaluate through the decode path (token by token over a paged "
+                  "cache) in f32 and in this precision (bf16: needs AVX-512 BF16; auto: bf16 "
+                  "where the CPU has it): perplexity change and greedy agreement against f32");
+  cmd->add_option("--cache-dtype", o.cache_dtype,
+                  "With --attn-precision: the decode path's cache, f32 | bf16 | f16")
+      ->capture_default_str();
   return cmd;
 }
 
@@ -383,6 +391,14 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
+  const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
+  if (!o.precision.empty()) {
+    if (!o.contexts.empty()) {
+      throw SpecError("context", "--context and --attn-precision exclude each other");
+    }
+    return run_eval_decode(o.precision, o.cache_dtype, o.threads, *task, seed, model, o.format,
+                           out);
+  }
   if (!o.contexts.empty()) {
     if (task->metric() != data::Metric::kPerplexity) {
       throw SpecError("context",
@@ -390,7 +406,6 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
     }
     return run_eval_contexts(o, config["task"], *model, out);
   }
-  const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
   const train::EvalResult e = train::evaluate(*model, *task, seed, 256);
   if (o.format == "json") {
     out << nlohmann::json{{"task", task->name()},       {"attn", model->config().attn.to_string()},

@@ -51,6 +51,8 @@ struct EvalCommandOptions {
   std::vector<int64_t> contexts;  // text tasks: evaluate at each context length (seed 003 T16)
   std::string data;               // replaces the recorded data file (same content)
   bool allow_different_data = false;
+  std::string precision;  // set: evaluate through the decode path in f32 and this precision
+  std::string cache_dtype = "bf16";
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

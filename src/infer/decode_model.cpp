@@ -1,6 +1,7 @@
 #include "infer/decode_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,12 @@
 
 namespace kvlab::infer {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
 
 // x [width] -> y [width]; x and y may be the same array.
 void apply_norm(const NormWeights& norm, const float* x, float* y) {
@@ -115,7 +122,17 @@ void DecodeModel::dense(const DenseWeights& layer, const float* x, int64_t x_str
   p.out = layer.out;
   p.x_stride = x_stride;
   p.y_stride = y_stride;
+  const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
   decoder_.run(p);
+  if (profile_ != nullptr) profile_->dense_us += micros_since(start);
+}
+
+void DecodeModel::run_attention_kernel(DecodeParams& p) {
+  p.precision = attn_precision_;
+  effective_precision_ = effective_precision(p);
+  const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
+  decoder_.run(p);
+  if (profile_ != nullptr) profile_->attention_us += micros_since(start);
 }
 
 void DecodeModel::per_head(const float* weights, const float* bias, int64_t out, int64_t in,
@@ -131,7 +148,9 @@ void DecodeModel::per_head(const float* weights, const float* bias, int64_t out,
     m.n = n;
     m.in = in;
     m.out = out;
+    const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
     decoder_.run(m);
+    if (profile_ != nullptr) profile_->dense_us += micros_since(start);
   }
 }
 
@@ -241,7 +260,9 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
       p.n_seqs = 1;
       p.n_heads = H;
       p.head_dim = d;
+      const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
       decoder_.run(p);
+      if (profile_ != nullptr) profile_->attention_us += micros_since(start);
     }
     dense(a.output, attended_.data(), H * d, y, D, n);
     return;
@@ -282,7 +303,7 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
       p.key_width = dn;
       p.rope_on_read = true;
     }
-    decoder_.run(p);
+    run_attention_kernel(p);
     dense(a.output, attended_.data(), H * d, y, D, n);
     return;
   }
@@ -321,7 +342,7 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
                 cache_.row(layer, 1, batch_seqs_[static_cast<size_t>(b)], pos(b)));
     }
     p.q_rope = query_rope_.data();
-    decoder_.run(p);  // attended: [n, H, d_c]
+    run_attention_kernel(p);  // attended: [n, H, d_c]
     // v_h = W_uv,h (Σ p c) + b_v,h
     per_head(a.value_up.data(), a.value_up_bias.empty() ? nullptr : a.value_up_bias.data(), dv, dc,
              attended_.data(), dc, expanded_.data(), n, H);
@@ -365,11 +386,12 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
     }
   }
   if (a.key.empty() && !s.shares_kv()) store_rows(layer, 0, query_.data(), H * d, n);  // Q = K
-  decoder_.run(p);
+  run_attention_kernel(p);
   dense(a.output, attended_.data(), H * d, y, D, n);
 }
 
 void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
+  const auto step_start = profile_ != nullptr ? Clock::now() : Clock::time_point();
   const ModelShape& shape = w_.shape;
   const int64_t D = shape.d_model, V = shape.vocab_size;
   if (n <= 0 || n > max_batch_) {
@@ -445,6 +467,10 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
     apply_norm(w_.final_norm, hidden_.data() + b * D, normed_.data() + b * D);
   }
   dense(w_.lm_head, normed_.data(), D, logits, V, n);
+  if (profile_ != nullptr) {
+    profile_->step_us += micros_since(step_start);
+    ++profile_->steps;
+  }
 }
 
 }  // namespace kvlab::infer

@@ -19,6 +19,14 @@ namespace kvlab::infer {
 // Every buffer is sized at construction for max_batch sequences, the RoPE table for
 // max_tokens positions, and the cache's page lists up front: once constructed, step()
 // allocates nothing (tested with every heap allocation of the process counted).
+// Where decode steps spent their time (DecodeModel::set_profile): the dense layers (matrix-vector
+// products), the attention kernels, and the whole steps; the rest is norms, RoPE, embedding
+// and cache writes. Sums over `steps` steps, in microseconds.
+struct StepProfile {
+  double dense_us = 0, attention_us = 0, step_us = 0;
+  int64_t steps = 0;
+};
+
 class DecodeModel {
  public:
   // `cache` must be laid out by the weights' attention spec (any cache dtype) and outlive
@@ -35,6 +43,17 @@ class DecodeModel {
   const DecodeWeights& weights() const { return w_; }
   int64_t vocab_size() const { return w_.shape.vocab_size; }
   CpuIsa isa() const { return decoder_.isa(); }
+  // The arithmetic of the attention kernels (AttnPrecision::kF32 unless set); bf16 needs a
+  // decoder that supports it (FastDecoder::supports_bf16_precision), else steps throw.
+  void set_attn_precision(AttnPrecision precision) { attn_precision_ = precision; }
+  AttnPrecision attn_precision() const { return attn_precision_; }
+  // What the attention kernel computed in at the last step: the set precision where it applies
+  // (see effective_precision: bf16 caches whose keys are read as cached), else f32.
+  AttnPrecision effective_attn_precision() const { return effective_precision_; }
+  bool supports_bf16_precision() const { return decoder_.supports_bf16_precision(); }
+  // Adds each later step's times to *profile (nullptr: off, the default; timing costs a clock
+  // read per kernel call).
+  void set_profile(StepProfile* profile) { profile_ = profile; }
 
  private:
   // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
@@ -49,6 +68,8 @@ class DecodeModel {
   void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
   // Attention of `layer` for the normed inputs x [n][D]: rows written, output [n][D] in y.
   void attention(int64_t layer, const float* x, float* y, int64_t n);
+  // The attention kernel in the decoder's precision (and timed when profiling).
+  void run_attention_kernel(DecodeParams& p);
   void store_rows(int64_t layer, int64_t stream, const float* rows, int64_t width, int64_t n);
   // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
   // (pos, width, theta) are kept, so the heads of one token share them.
@@ -56,6 +77,9 @@ class DecodeModel {
 
   DecodeWeights w_;
   PagedKvCache& cache_;
+  AttnPrecision attn_precision_ = AttnPrecision::kF32;
+  AttnPrecision effective_precision_ = AttnPrecision::kF32;
+  StepProfile* profile_ = nullptr;
   FastDecoder decoder_;
   int64_t max_batch_;
   PageTable table_;

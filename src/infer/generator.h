@@ -36,6 +36,9 @@ class Generator {
   int64_t length(int32_t seq) const { return cache_.length(seq); }
   int64_t vocab_size() const { return decode_.vocab_size(); }
   const PagedKvCache& cache() const { return cache_; }
+  // The decode step's attention arithmetic and profiling (see DecodeModel); prompts run
+  // through libtorch in f32 whatever the precision.
+  DecodeModel& decode_model() { return decode_; }
 
  private:
   void write_rows(int64_t layer, int32_t seq, int64_t first_pos,

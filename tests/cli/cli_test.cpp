@@ -340,6 +340,10 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
     std::ofstream text(corpus);
     for (int i = 0; i < 400; ++i) text << "in the beginning god created the heaven and the earth. ";
   }
+  // whether this CPU has AVX-512 BF16 (bench compute measures a bf16 peak only there)
+  const RunResult peaks = run_kvlab("bench compute --repeats 1 --format json");
+  ASSERT_EQ(peaks.exit_code, 0) << peaks.err;
+  const bool bf16_cpu = !nlohmann::json::parse(peaks.out)["peaks"][1]["gmacs_median"].is_null();
   for (const char* attn : {"gva:2,dr=4", "q-gqa:2,knorm", "mla"}) {
     SCOPED_TRACE(attn);
     std::filesystem::remove_all(dir);
@@ -363,6 +367,39 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
     EXPECT_EQ(sampled.out, run_kvlab(gen + " --temperature 0.9 --top-k 5 --top-p 0.9 --seed 4 "
                                            "--cache-dtype bf16")
                                .out);  // seeded
+    // the held-out text through the decode path (f32 cache and arithmetic) scores what the
+    // full forward scores; bf16 arithmetic moves it a little
+    const RunResult forward = run_kvlab("eval --checkpoint " + dir + " --format json");
+    const RunResult decoded = run_kvlab("eval --checkpoint " + dir +
+                                        " --attn-precision f32 --cache-dtype f32 --format json");
+    ASSERT_EQ(forward.exit_code, 0) << forward.err;
+    ASSERT_EQ(decoded.exit_code, 0) << decoded.err;
+    const nlohmann::json fwd = nlohmann::json::parse(forward.out);
+    const nlohmann::json rows = nlohmann::json::parse(decoded.out)["rows"];
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["attn_precision"], "f32");
+    EXPECT_EQ(rows[0]["positions"], fwd["positions"]);
+    EXPECT_NEAR(rows[0]["loss"].get<double>(), fwd["loss"].get<double>(),
+                1e-5 * fwd["loss"].get<double>());
+    EXPECT_DOUBLE_EQ(rows[0]["greedy_agreement"].get<double>(), 1.0);
+    // bf16 arithmetic where the CPU has it and the variant reads keys as cached (q-gqa rotates
+    // them on read: refused, naming the flag)
+    const RunResult bf16 = run_kvlab("eval --checkpoint " + dir +
+                                     " --attn-precision bf16 --cache-dtype bf16 --format json");
+    if (!bf16_cpu) {
+      EXPECT_EQ(bf16.exit_code, 2);
+      EXPECT_TRUE(contains(bf16.err, "attn-precision")) << bf16.err;
+    } else if (std::string(attn).rfind("q-gqa", 0) == 0) {
+      EXPECT_EQ(bf16.exit_code, 2);
+      EXPECT_TRUE(contains(bf16.err, "attn-precision")) << bf16.err;
+    } else {
+      ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+      const nlohmann::json both = nlohmann::json::parse(bf16.out)["rows"];
+      ASSERT_EQ(both.size(), 2u);
+      EXPECT_EQ(both[1]["attn_precision"], "bf16");
+      EXPECT_NEAR(both[1]["perplexity_vs_f32"].get<double>(), 1.0, 0.01) << both[1];
+      EXPECT_GT(both[1]["greedy_agreement"].get<double>(), 0.9) << both[1];
+    }
   }
   const std::string synthetic = fresh_dir("synthetic");
   ASSERT_EQ(run_kvlab(kTinyTrain + " --steps 1 --out " + synthetic).exit_code, 0);

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
@@ -294,6 +297,28 @@ TEST(ThreadPoolTest, RunsEveryIndexOnce) {
   }
   for (int h : hits) EXPECT_EQ(h, 5);
   pool.parallel_for(0, [&](int64_t) { FAIL(); });
+}
+
+// Many small jobs back to back (the workers spinning between them), jobs after the workers
+// went to sleep, and job sizes of 1 to 9 items: every item runs once, in its own job.
+TEST(ThreadPoolTest, SmallJobsBackToBackAndAfterSleepRunEveryItemOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(9);
+  std::vector<int> expected(9, 0);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n = 1 + job % 9;
+    std::atomic<int> in_job{0};
+    pool.parallel_for(n, [&](int64_t i) {
+      hits[static_cast<size_t>(i)].fetch_add(1);
+      in_job.fetch_add(1);
+    });
+    ASSERT_EQ(in_job.load(), n) << "job " << job;  // all done when parallel_for returns
+    for (int64_t i = 0; i < n; ++i) ++expected[static_cast<size_t>(i)];
+    if (job % 5000 == 4999) {  // idle well past the spin time: the workers sleep
+      std::this_thread::sleep_for(std::chrono::microseconds(20 * ThreadPool::kSpinMicros));
+    }
+  }
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(hits[i].load(), expected[i]) << "item " << i;
 }
 
 }  // namespace

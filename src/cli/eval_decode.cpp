@@ -106,6 +106,8 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
                             " cache computes in f32 (the f32 row is all there is)");
       }
     }
+  } catch (const SpecError&) {
+    throw;
   } catch (const std::invalid_argument& e) {
     throw SpecError("checkpoint", std::string("cannot decode this model: ") + e.what());
   }

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "cli/attn_precision_flag.h"
 #include "infer/generator.h"
 #include "nn/checkpoint.h"
 #include "spec/memory_budget.h"
@@ -26,6 +27,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  cmd->add_option("--attn-precision", o.precision,
+                  "Attention arithmetic of the cached decode: f32 (exact to f32 sums), bf16 (bf16 "
+                  "queries and weights, vdpbf16ps; needs AVX-512 BF16 and a bf16 cache to apply) "
+                  "or auto (bf16 where the CPU has it)")
+      ->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
@@ -77,6 +83,8 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     }
   } else {
     infer::Generator gen(model, dtype, total, 1, threads);
+    gen.decode_model().set_attn_precision(
+        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision()));
     const int32_t seq = gen.add_sequence();
     if (o.max_tokens > 0) {
       torch::Tensor logits = gen.feed(seq, tokens);

@@ -16,6 +16,7 @@ struct GenerateOptions {
   double top_p = 1.0;
   uint64_t seed = 0;
   std::string cache_dtype = "f32";
+  std::string precision = "f32";  // attention arithmetic of the decode step
   bool no_cache = false;
   int threads = 0;
 };

@@ -22,6 +22,7 @@
 #include "kernels/fast_decoder.h"
 #include "kernels/huge_page_floats.h"
 #include "kernels/memory_bandwidth.h"
+#include "kernels/samples.h"
 #include "spec/attention_spec.h"
 #include "spec/spec_error.h"
 
@@ -165,11 +166,6 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
     decoder.run(p);
   };
   return row;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The kernel's compute alone: one thread stepping a cache small enough to stay in L2, at two
@@ -353,8 +349,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     }
   }
   const double ceiling = median_of(bandwidth);
-  const double bandwidth_min = *std::min_element(bandwidth.begin(), bandwidth.end());
-  const double bandwidth_max = *std::max_element(bandwidth.begin(), bandwidth.end());
+  const double bandwidth_min = min_of(bandwidth), bandwidth_max = max_of(bandwidth);
   // each row against the first row at the same context and precision (else context)
   auto first_at = [&](const DecodeRow& r) -> const DecodeRow& {
     for (const DecodeRow& f : rows) {

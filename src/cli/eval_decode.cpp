@@ -100,7 +100,7 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
       if (runs.back().precision == AttnPrecision::kF32) {  // did not apply: say so, once
         runs.pop_back();
         throw SpecError("attn-precision",
-                        "bf16 arithmetic applies to bf16 caches whose keys are read as cached; " +
+                        "bf16 arithmetic applies to bf16 caches without rebuilt keys; " +
                             model->config().attn.to_string() + " with a " +
                             std::string(dtype_name(cache_dtype)) +
                             " cache computes in f32 (the f32 row is all there is)");

@@ -48,7 +48,7 @@ class DecodeModel {
   void set_attn_precision(AttnPrecision precision) { attn_precision_ = precision; }
   AttnPrecision attn_precision() const { return attn_precision_; }
   // What the attention kernel computed in at the last step: the set precision where it applies
-  // (see effective_precision: bf16 caches whose keys are read as cached), else f32.
+  // (see effective_precision: bf16 caches without rebuilt keys), else f32.
   AttnPrecision effective_attn_precision() const { return effective_precision_; }
   bool supports_bf16_precision() const { return decoder_.supports_bf16_precision(); }
   // Adds each later step's times to *profile (nullptr: off, the default; timing costs a clock

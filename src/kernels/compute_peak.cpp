@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "kernels/fast_decoder.h"
+#include "kernels/samples.h"
 
 namespace kvlab {
 namespace {
@@ -71,19 +72,9 @@ std::string_view mac_kind_name(MacKind kind) {
   return "?";
 }
 
-double ComputePeak::median() const {
-  std::vector<double> sorted = gmacs;
-  std::sort(sorted.begin(), sorted.end());
-  return sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
-}
-
-double ComputePeak::min() const {
-  return gmacs.empty() ? 0.0 : *std::min_element(gmacs.begin(), gmacs.end());
-}
-
-double ComputePeak::max() const {
-  return gmacs.empty() ? 0.0 : *std::max_element(gmacs.begin(), gmacs.end());
-}
+double ComputePeak::median() const { return median_of(gmacs); }
+double ComputePeak::min() const { return min_of(gmacs); }
+double ComputePeak::max() const { return max_of(gmacs); }
 
 std::optional<ComputePeak> measure_compute_peak(MacKind kind, ThreadPool& pool, int repeats,
                                                 bool cap_avx2) {

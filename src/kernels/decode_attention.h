@@ -14,9 +14,9 @@ namespace kvlab {
 //  kBf16: as FlashAttention and llama.cpp do it: queries rounded to bf16, scores by bf16 dot
 //        products with f32 sums, softmax in f32, each weight exp(s_j - m) rounded to bf16
 //        (m: the running maximum of the work item at the end of the token's block), values
-//        summed by bf16 products in f32. It applies where keys are read as cached (a bf16
-//        cache, no RoPE on read, no rebuilt keys); elsewhere a call computes in f32 (see
-//        effective_precision).
+//        summed by bf16 products in f32. Keys rotated on read are rounded to bf16 after the
+//        norm and rotation. It applies to bf16 caches without rebuilt keys (gva dr=0); elsewhere
+//        a call computes in f32 (see effective_precision).
 enum class AttnPrecision { kF32, kBf16 };
 
 // Tokens a work item covers (items start at multiples of it) and tokens per softmax block: with

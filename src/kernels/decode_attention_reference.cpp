@@ -68,8 +68,8 @@ void bf16_weighted_values(const std::vector<double>& scores, float scale, int64_
 }  // namespace
 
 AttnPrecision effective_precision(const DecodeParams& p) {
-  const bool keys_as_cached = p.dtype == DType::kBf16 && !p.rope_on_read && p.key_maps == nullptr;
-  return keys_as_cached ? p.precision : AttnPrecision::kF32;
+  const bool applies = p.dtype == DType::kBf16 && p.key_maps == nullptr;
+  return applies ? p.precision : AttnPrecision::kF32;
 }
 
 const char* attn_precision_name(AttnPrecision precision) {
@@ -162,6 +162,9 @@ void decode_attention_reference(const DecodeParams& p) {
             key[static_cast<size_t>(i + half)] =
                 static_cast<float>(x2 * std::cos(angle) + x1 * std::sin(angle));
           }
+        }
+        if (bf16 && p.rope_on_read) {  // the rotated key, rounded as the kernel rounds it
+          for (float& x : key) x = round_bf16(x);
         }
         double dot = 0;
         for (int64_t i = 0; i < p.key_width; ++i)

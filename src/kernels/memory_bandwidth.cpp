@@ -9,6 +9,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "kernels/samples.h"
+
 namespace kvlab {
 namespace {
 
@@ -28,19 +30,9 @@ uint64_t sum_words(const uint64_t* data, int64_t n) {
 
 }  // namespace
 
-double BandwidthResult::median() const {
-  std::vector<double> sorted = gb_per_s;
-  std::sort(sorted.begin(), sorted.end());
-  return sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
-}
-
-double BandwidthResult::min() const {
-  return gb_per_s.empty() ? 0.0 : *std::min_element(gb_per_s.begin(), gb_per_s.end());
-}
-
-double BandwidthResult::max() const {
-  return gb_per_s.empty() ? 0.0 : *std::max_element(gb_per_s.begin(), gb_per_s.end());
-}
+double BandwidthResult::median() const { return median_of(gb_per_s); }
+double BandwidthResult::min() const { return min_of(gb_per_s); }
+double BandwidthResult::max() const { return max_of(gb_per_s); }
 
 BandwidthProbe::BandwidthProbe(int64_t bytes) : buffer_(nullptr, std::free), words_(bytes / 8) {
   if (bytes < 4096) throw std::invalid_argument("bandwidth: bytes >= 4096");

@@ -382,14 +382,11 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
     EXPECT_NEAR(rows[0]["loss"].get<double>(), fwd["loss"].get<double>(),
                 1e-5 * fwd["loss"].get<double>());
     EXPECT_DOUBLE_EQ(rows[0]["greedy_agreement"].get<double>(), 1.0);
-    // bf16 arithmetic where the CPU has it and the variant reads keys as cached (q-gqa rotates
-    // them on read: refused, naming the flag)
+    // bf16 arithmetic where the CPU has it (q-gqa's keys, rotated on read, are rounded after
+    // the rotation)
     const RunResult bf16 = run_kvlab("eval --checkpoint " + dir +
                                      " --attn-precision bf16 --cache-dtype bf16 --format json");
     if (!bf16_cpu) {
-      EXPECT_EQ(bf16.exit_code, 2);
-      EXPECT_TRUE(contains(bf16.err, "attn-precision")) << bf16.err;
-    } else if (std::string(attn).rfind("q-gqa", 0) == 0) {
       EXPECT_EQ(bf16.exit_code, 2);
       EXPECT_TRUE(contains(bf16.err, "attn-precision")) << bf16.err;
     } else {
@@ -593,8 +590,7 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   EXPECT_DOUBLE_EQ(doc["rows"][2]["macs"].get<double>(), 100.0 * 4 * (32 + 16 + 32));
   EXPECT_DOUBLE_EQ(doc["rows"][4]["macs"].get<double>(), 100.0 * (4 * 64 + 2 * 4 * 32));
   EXPECT_DOUBLE_EQ(doc["rows"][6]["macs"].get<double>(), 100.0 * 4 * (32 + 32 + 32 * 32 + 2 * 32));
-  // keys rotated on read and rebuilt keys compute in f32 whatever is asked
-  EXPECT_EQ(doc["rows"][4]["precision"], "f32");
+  // rebuilt keys compute in f32 whatever is asked
   EXPECT_EQ(doc["rows"][6]["precision"], "f32");
   EXPECT_NEAR(doc["rows"][1]["compute_us"].get<double>(),
               10.24 * doc["rows"][0]["compute_us"].get<double>(),
@@ -602,9 +598,10 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult bad = run_kvlab("bench decode --attn qk-v+ --heads 4 --head-dim 32");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "qk-v+")) << bad.err;
-  // both precisions: one row per precision where bf16 applies (here gqa:2), one where not
+  // both precisions: one row per precision where bf16 applies (gqa:2), one where not (gva
+  // dr=0 rebuilds its keys in f32)
   const RunResult both = run_kvlab(
-      "bench decode --attn gqa:2 --attn q-gqa:2 --heads 4 --head-dim 32 --context 100 "
+      "bench decode --attn gqa:2 --attn gva:2,dr=0 --heads 4 --head-dim 32 --context 100 "
       "--repeats 1 --rotate-mib 1 --format json --attn-precision f32,bf16");
   const RunResult peaks = run_kvlab("bench compute --repeats 1 --format json");
   ASSERT_EQ(peaks.exit_code, 0) << peaks.err;
@@ -621,7 +618,7 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
     EXPECT_EQ(rows[0]["precision"], "f32");
     EXPECT_EQ(rows[1]["precision"], "bf16");
     EXPECT_EQ(rows[2]["precision"], "f32");
-    EXPECT_EQ(rows[2]["attn"], "q-gqa:2");
+    EXPECT_EQ(rows[2]["attn"], "gva:2,dr=0");
     ::setenv("KVLAB_CPU_ISA", "avx2", 1);  // the AVX2 kernels have no bf16 precision
     const RunResult capped = run_kvlab(
         "bench decode --attn gqa:2 --heads 4 --head-dim 32 "

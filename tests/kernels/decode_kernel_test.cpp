@@ -187,9 +187,9 @@ void awkward_shapes(const std::function<void(const Case&, bool)>& each) {
   }
 }
 
-// AttnPrecision::kBf16 (bf16 caches whose keys are read as cached) against the reference's
-// roundings; shapes as above. Where bf16 precision does not apply (RoPE on read, rebuilt keys,
-// f32 and f16 caches) the call computes in f32 and must match the f32 reference.
+// AttnPrecision::kBf16 (bf16 caches; keys rotated on read are rounded after the rotation)
+// against the reference's roundings; shapes as above. Where bf16 precision does not apply
+// (rebuilt keys, f32 and f16 caches) the call computes in f32 and must match the f32 reference.
 void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
   uint32_t seed = 500;
   const auto bf16 = AttnPrecision::kBf16;
@@ -207,19 +207,23 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
   }
   for (int64_t width : {24, 48, 96, 200}) {
     each({{37, 300}, 9, 1, width, width, 0, DType::kBf16, 16, false, false, ++seed, false, bf16},
-          false);
+         false);
     each({{300}, 6, 2, width, width, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
   }
   // gva (dr 16, 8, 48), absorbed mla (512 + 64), more than 16 heads a group, page size 1
   for (int64_t rope : {16, 8, 48}) {
     each({{97, 1000}, 32, 8, 128, 128, rope, DType::kBf16, 16, false, false, ++seed, false, bf16},
-          true);
+         true);
   }
   each({{1000, 5}, 16, 1, 512, 512, 64, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
   each({{300, 41}, 40, 2, 64, 64, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, false);
   each({{33, 70}, 4, 2, 64, 64, 16, DType::kBf16, 1, false, false, ++seed, false, bf16}, true);
-  // where it does not apply: f32
+  // keys rotated (and normalised) on read: the shared K=V + RoPE layout (16 heads, 8 groups of
+  // 90; 4 heads, 2 groups of 64 without the norm; page size 1), and q-gqa:8's shape
   each({{97, 700}, 16, 8, 90, 90, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
+  each({{33, 300}, 4, 2, 64, 64, 0, DType::kBf16, 1, true, false, ++seed, false, bf16}, true);
+  each({{1000}, 32, 8, 128, 128, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
+  // where it does not apply (rebuilt keys; f32 and f16 caches): f32
   each({{97, 600, 0}, 6, 2, 64, 90, 0, DType::kBf16, 16, true, false, ++seed, true, bf16}, true);
   for (DType dtype : {DType::kF32, DType::kF16}) {
     each({{97, 700}, 8, 2, 128, 128, 16, dtype, 16, false, false, ++seed, false, bf16}, true);
@@ -257,7 +261,8 @@ double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
                 cache.row(0, static_cast<int64_t>(st), seq, pos));
     }
   }
-  std::vector<float> q(static_cast<size_t>(v.heads * v.width)), qr(static_cast<size_t>(v.heads * v.rope));
+  std::vector<float> q(static_cast<size_t>(v.heads * v.width)),
+      qr(static_cast<size_t>(v.heads * v.rope));
   for (float& x : q) x = query_scale * uniform(rng);
   for (float& x : qr) x = query_scale * uniform(rng);
   const PageTable table = cache.page_table({seq});
@@ -327,14 +332,20 @@ struct KernelCase {
   }
 };
 
+// gtest prints a failing case by its name, not its bytes
+void PrintTo(const KernelCase& k, std::ostream* os) { *os << k.name(); }
+
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
   for (const char* level : {"avx2", "avx512", "amx"}) {
-    awkward_shapes([&](const Case& c, bool one_stream) { cases.push_back({c, one_stream, level}); });
+    awkward_shapes([&](const Case& c, bool one_stream) {
+      cases.push_back({c, one_stream, level});
+    });
   }
   for (const char* level : {"bf16", "scalar"}) {
-    bf16_precision_shapes(
-        [&](const Case& c, bool one_stream) { cases.push_back({c, one_stream, level}); });
+    bf16_precision_shapes([&](const Case& c, bool one_stream) {
+      cases.push_back({c, one_stream, level});
+    });
   }
   return cases;
 }
@@ -357,8 +368,8 @@ TEST_P(DecodeKernelCase, MatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, DecodeKernelCase, testing::ValuesIn(kernel_cases()),
-                         [](const testing::TestParamInfo<KernelCase>& info) {
-                           return info.param.name();
+                         [](const testing::TestParamInfo<KernelCase>& case_info) {
+                           return case_info.param.name();
                          });
 
 TEST(FastDecodeTest, Avx2RefusesBf16Precision) {

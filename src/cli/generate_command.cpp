@@ -83,8 +83,13 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     }
   } else {
     infer::Generator gen(model, dtype, total, 1, threads);
-    gen.decode_model().set_attn_precision(
-        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision()));
+    const AttnPrecision precision =
+        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision());
+    if (precision == AttnPrecision::kBf16 && dtype != DType::kBf16 && o.precision == "bf16") {
+      throw SpecError("attn-precision",
+                      "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");
+    }
+    gen.decode_model().set_attn_precision(precision);
     const int32_t seq = gen.add_sequence();
     if (o.max_tokens > 0) {
       torch::Tensor logits = gen.feed(seq, tokens);

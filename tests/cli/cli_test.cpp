@@ -404,6 +404,9 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       {"generate --checkpoint " + synthetic + " --prompt x", "not a byte-level decoder"},
       {"generate --checkpoint " + dir + " --prompt x --top-p 0", "top_p"},
       {"generate --checkpoint " + dir + " --prompt x --cache-dtype fp8", "counted, not stored"},
+      // bf16 arithmetic needs a bf16 cache (or, elsewhere, a CPU with AVX-512 BF16)
+      {"generate --checkpoint " + dir + " --prompt x --attn-precision bf16", "attn-precision"},
+      {"generate --checkpoint " + dir + " --prompt x --attn-precision fp16", "attn-precision"},
       {"generate --checkpoint /nonexistent --prompt x", "holds no checkpoint"},
   };
   expect_all_rejected(cases);
@@ -692,6 +695,21 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
   // gqa:2 at 4 heads of 8: 2·2·8 bf16 scalars per token, one layer, pages of 16 tokens
   EXPECT_EQ(doc["rows"][0]["cache_bytes"], 16 * 2 * 2 * 8 * 2);
   EXPECT_GT(doc["rows"][0]["decode_tokens_per_s"].get<double>(), 0);
+  for (const auto& row : doc["rows"]) {
+    // medians of the repeats within their range; the roofline from the weights (every f32
+    // parameter once) and the cache at the mean context, at the bandwidth measured in the run
+    EXPECT_LE(row["ms_per_token_min"].get<double>(), row["ms_per_token"].get<double>());
+    EXPECT_LE(row["ms_per_token"].get<double>(), row["ms_per_token_max"].get<double>());
+    const double bytes = row["weight_bytes"].get<double>() + row["mean_cache_bytes"].get<double>();
+    EXPECT_NEAR(row["roofline_ms"].get<double>(),
+                bytes / (doc["bandwidth_gb_per_s"].get<double>() * 1e6),
+                1e-9 * row["roofline_ms"].get<double>());
+    EXPECT_NEAR(row["roofline_fraction"].get<double>(),
+                row["roofline_ms"].get<double>() / row["ms_per_token"].get<double>(), 1e-9);
+    EXPECT_GT(row["profile_dense_ms"].get<double>(), 0);  // every step runs the dense layers
+    EXPECT_GT(row["profile_attention_ms"].get<double>(), 0);
+    EXPECT_GE(row["profile_other_ms"].get<double>(), 0);
+  }
 }
 
 TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {

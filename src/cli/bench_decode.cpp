@@ -43,9 +43,9 @@ struct DecodeRow {
   std::string attn;
   AttnPrecision precision = AttnPrecision::kF32;  // what the step computes in
   int64_t context = 0, layers = 0, bytes = 0;     // bytes: one layer's, read by one step
-  // multiply-adds of one step: of the score and value passes (at `precision`), and of the f32
-  // work around them (RoPE and norm on read, rebuilt keys, linear attention's state)
-  double pass_macs = 0, f32_macs = 0;
+  // multiply-adds of one step (the spec's decode_macs: scores and weighted sums, gva dr=0's
+  // rebuilt keys, linear attention's state; element-wise work such as RoPE is not counted)
+  double macs = 0;
   std::function<void(FastDecoder&, int)> step;
   std::unique_ptr<RowState> state;
   std::vector<double> micros = {};
@@ -69,6 +69,8 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   const CacheLayout layout = spec.cache_layout();
   DecodeRow row;
   row.attn = spec.to_string();
+  row.macs =
+      static_cast<double>(batch) * static_cast<double>(spec.decode_macs(context).mixing.value());
   row.context = context;
   row.layers = layers;
   row.bytes = step_bytes(layout, context, batch);
@@ -88,8 +90,6 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
     s->z.resize(static_cast<size_t>(batch * heads * d));
     s->result.resize(s->z.size());
     for (float& x : s->z) x = uniform(rng);
-    // per head: the state times the query, and the state updated by a rank-1 term
-    row.f32_macs = 2.0 * static_cast<double>(batch * heads * d * d);
     row.step = [s, layers, per_layer, batch, heads, d](FastDecoder& decoder, int r) {
       decoder.run(LinearStepParams{s->z.data(), s->states.data() + (r % layers) * per_layer,
                                    s->result.data(), batch, heads, d});
@@ -137,17 +137,6 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   probe.rope_on_read = probe.rope_on_read || rebuild;
   probe.key_maps = rebuild ? s->key_maps.data() : nullptr;
   row.precision = effective_precision(probe);
-  const double tokens = static_cast<double>(context * batch);
-  const int64_t value_width = shape_params.value_width;
-  row.pass_macs =
-      tokens * static_cast<double>(spec.n_heads * (key_width + rope_width + value_width));
-  if (rebuild) {  // each head's key from the value row (d_h · d_n), then rotated (2 · d_n)
-    row.f32_macs +=
-        tokens * static_cast<double>(spec.n_heads * (value_width * key_width + 2 * key_width));
-  } else if (probe.rope_on_read) {  // each group's key: rotated (2 per element), RMS norm (2)
-    row.f32_macs +=
-        tokens * static_cast<double>(shape_params.n_groups * key_width * (norm_on_read ? 4 : 2));
-  }
   row.step = [s, spec, layers, key_width, rope_width, rebuild, norm_on_read, precision](
                  FastDecoder& decoder, int r) {
     DecodeParams p = s->cache->decode_params(r % layers, s->table, spec.n_heads);
@@ -377,9 +366,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     return peak ? peak->median() : 0.0;
   };
   auto roof_compute_us = [&](const DecodeRow& r) -> std::optional<double> {
-    const double pass_peak = peak_gmacs(r.precision), f32_peak = peak_gmacs(AttnPrecision::kF32);
-    if (pass_peak <= 0 || f32_peak <= 0) return std::nullopt;
-    return r.pass_macs / (pass_peak * 1e3) + r.f32_macs / (f32_peak * 1e3);
+    const double peak = peak_gmacs(r.precision);
+    if (peak <= 0) return std::nullopt;
+    return r.macs / (peak * 1e3);
   };
   auto roofline_us = [&](const DecodeRow& r) {
     return std::max(memory_us(r), roof_compute_us(r).value_or(0.0));
@@ -388,7 +377,6 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     if (!roof_compute_us(r)) return "-";
     return *roof_compute_us(r) > memory_us(r) ? "compute" : "memory";
   };
-  auto macs = [](const DecodeRow& r) { return r.pass_macs + r.f32_macs; };
   if (o.format == "json") {
     nlohmann::json doc = {
         {"bandwidth_gb_per_s", ceiling},
@@ -417,7 +405,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           {"memory_us", memory_us(r)},
           {"compute_ns_per_token", nullptr},
           {"compute_us", nullptr},
-          {"macs", macs(r)},
+          {"macs", r.macs},
           {"roofline_us", roofline_us(r)},
           {"roofline_compute_us",
            roof_compute_us(r) ? nlohmann::json(*roof_compute_us(r)) : nlohmann::json(nullptr)},
@@ -464,7 +452,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                    fmt::format("{:.0f}", r.median_us),
                    fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
                    fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
-                   fmt::format("{:.3g}", macs(r)), fmt::format("{:.0f}", roofline_us(r)),
+                   fmt::format("{:.3g}", r.macs), fmt::format("{:.0f}", roofline_us(r)),
                    format_percent(roofline_us(r) / r.median_us), bound(r),
                    fmt::format("{:.0f}", memory_us(r)),
                    r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",

@@ -49,18 +49,12 @@ DecodeEval run_decode(nn::TransformerModel& model, const std::vector<data::Batch
       gen.step(seqs.data(), tokens.data(), n, logits.data());
       for (int64_t b = 0; b < n; ++b) {
         const float* row = logits.data() + b * V;
-        double max = row[0];
-        int32_t best = 0;
-        for (int64_t v = 1; v < V; ++v) {
-          if (row[v] > max) {
-            max = row[v];
-            best = static_cast<int32_t>(v);
-          }
-        }
+        const int64_t best = infer::greedy_token(row, V);
+        const double max = row[best];
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - max);
         result.loss_sum += max + std::log(sum) - row[target[b * T + t]];
-        result.greedy.push_back(best);
+        result.greedy.push_back(static_cast<int32_t>(best));
         ++result.positions;
       }
     }
@@ -80,7 +74,12 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
         "attn-precision",
         "the decode-path evaluation scores text tasks; this checkpoint's task is " + task.name());
   }
-  const DType cache_dtype = parse_dtype(cache_dtype_text);
+  DType cache_dtype = DType::kF32;
+  try {
+    cache_dtype = parse_dtype(cache_dtype_text);
+  } catch (const SpecError& e) {
+    throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
+  }
   if (cache_dtype == DType::kFp8)
     throw SpecError("cache-dtype", "fp8 caches are counted, not decoded");
   // the eval windows in batches of up to 16 sequences (steps of the decode path stay small)

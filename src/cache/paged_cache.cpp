@@ -172,27 +172,12 @@ void PagedKvCache::page_table_into(const std::vector<int32_t>& seqs, PageTable& 
   }
 }
 
-DecodeParams PagedKvCache::decode_params(int64_t layer, const PageTable& table,
-                                         int64_t n_heads) const {
-  const bool two = layout_.kernel == DecodeKernel::kTwoStream;
-  const bool one = layout_.kernel == DecodeKernel::kOneStream ||
-                   layout_.kernel == DecodeKernel::kReconstructKeys;
-  if (!two && !one) throw CacheError("this layout has no rows for a decode kernel");
-  const bool rope = one && layout_.streams.size() == 2;
-  DecodeParams p;
-  p.key_pool = pool(layer, 0);
-  p.value_pool = two ? pool(layer, 1) : pool(layer, 0);
-  p.rope_pool = rope ? pool(layer, 1) : nullptr;
-  p.pages = table.view();
-  p.n_seqs = table.n_seqs();
-  p.n_heads = n_heads;
-  p.n_groups = layout_.streams[0].n_heads;
-  p.key_width = layout_.streams[0].head_width;
-  p.value_width = two ? layout_.streams[1].head_width : p.key_width;
-  p.rope_width = rope ? layout_.streams[1].head_width : 0;
-  p.dtype = layout_.dtype;
-  p.rope_on_read = layout_.rope_on_read;
-  return p;
+int64_t PagedKvCache::stream(StreamRole role) const {
+  const int64_t i = layout_.stream_index(role);
+  if (i < 0) {
+    throw CacheError("the cache layout has no " + std::string(stream_role_name(role)) + " stream");
+  }
+  return i;
 }
 
 int64_t PagedKvCache::page_bytes_all_layers() const {

@@ -61,10 +61,9 @@ class PagedKvCache {
   // The same, into `table`, reusing its capacity: a decode loop that keeps one PageTable
   // allocates nothing once the table has grown to its largest batch.
   void page_table_into(const std::vector<int32_t>& seqs, PageTable& table) const;
-  // The cache side of a decode call for `layer`: pools, page table, widths, dtype and the
-  // rotate-on-read flag from the layout. The caller adds queries, scale, RoPE base, norm
-  // weights and the output. `table` must outlive the call.
-  DecodeParams decode_params(int64_t layer, const PageTable& table, int64_t n_heads) const;
+  // The position of the layout's stream with `role` (the `stream` argument above); throws
+  // CacheError when the layout has none.
+  int64_t stream(StreamRole role) const;
 
   const CacheLayout& layout() const { return layout_; }
   int64_t page_size() const { return page_size_; }

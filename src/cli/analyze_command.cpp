@@ -21,29 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-// The weights [out, in] that make queries, keys and values, where the layer has them as
-// matrices (the standard family and gva's Q and V); shared projections are the same tensor.
-struct Projections {
-  torch::Tensor q, k, v;
-};
-
-Projections projections(nn::AttentionImpl& attn) {
-  Projections p;
-  if (auto* s = dynamic_cast<nn::StandardAttentionImpl*>(&attn)) {
-    auto weight = [](const nn::Linear& l) { return l ? l->weight.detach() : torch::Tensor(); };
-    p.q = s->q_proj ? weight(s->q_proj) : s->qk_proj ? weight(s->qk_proj) : weight(s->qkv_proj);
-    p.k = s->k_proj    ? weight(s->k_proj)
-          : s->qk_proj ? weight(s->qk_proj)
-          : s->kv_proj ? weight(s->kv_proj)
-                       : weight(s->qkv_proj);
-    p.v = s->v_proj ? weight(s->v_proj) : s->kv_proj ? weight(s->kv_proj) : weight(s->qkv_proj);
-  } else if (auto* g = dynamic_cast<nn::GvaAttentionImpl*>(&attn)) {
-    p.q = g->q_proj->weight.detach();
-    p.v = g->v_proj->weight.detach();
-  }
-  return p;
-}
-
 // Cosine of the angle between two weight matrices seen as vectors; null when either is
 // missing or their shapes differ.
 json cosine(const torch::Tensor& a, const torch::Tensor& b) {
@@ -126,7 +103,7 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
     auto* block = model->model->layers[l]->as<nn::TransformerBlockImpl>();
     nn::AttentionImpl& attn = *block->self_attn;
     attns.push_back(&attn);
-    const Projections p = projections(attn);
+    const nn::AttentionImpl::ProjectionWeights p = attn.projection_weights();
     auto full = [](const torch::Tensor& w) {
       return w.defined() ? std::min(w.size(0), w.size(1)) : 0;
     };

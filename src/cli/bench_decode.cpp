@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "cache/decode_params.h"
 #include "cache/paged_cache.h"
 #include "cli/attn_precision_flag.h"
 #include "cli/bench_command.h"
@@ -119,8 +120,8 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   }
   s->table = cache.page_table(seqs);
   const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
-  const DecodeParams shape_params = cache.decode_params(0, s->table, spec.n_heads);
-  const int64_t key_width = rebuild ? spec.nope_dim : shape_params.key_width;
+  const DecodeParams shape_params = decode_params_for(spec, cache, 0, s->table);
+  const int64_t key_width = shape_params.key_width;
   const int64_t rope_width = shape_params.rope_width;
   s->q.resize(static_cast<size_t>(batch * spec.n_heads * key_width));
   s->qr.resize(static_cast<size_t>(batch * spec.n_heads * rope_width));
@@ -133,23 +134,15 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   const bool norm_on_read = layout.norm_on_read;
   DecodeParams probe = shape_params;
   probe.precision = precision;
-  probe.key_width = key_width;
-  probe.rope_on_read = probe.rope_on_read || rebuild;
   probe.key_maps = rebuild ? s->key_maps.data() : nullptr;
   row.precision = effective_precision(probe);
-  row.step = [s, spec, layers, key_width, rope_width, rebuild, norm_on_read, precision](
-                 FastDecoder& decoder, int r) {
-    DecodeParams p = s->cache->decode_params(r % layers, s->table, spec.n_heads);
+  row.step = [s, spec, layers, rope_width, rebuild, norm_on_read, precision](FastDecoder& decoder,
+                                                                             int r) {
+    DecodeParams p = decode_params_for(spec, *s->cache, r % layers, s->table);
     p.q = s->q.data();
     p.q_rope = rope_width > 0 ? s->qr.data() : nullptr;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(spec.qk_dim()));
-    p.rope_theta = spec.rope_theta;
     p.norm_weight = norm_on_read ? s->norm_weight.data() : nullptr;
-    if (rebuild) {
-      p.key_maps = s->key_maps.data();
-      p.key_width = key_width;
-      p.rope_on_read = true;
-    }
+    p.key_maps = rebuild ? s->key_maps.data() : nullptr;
     p.out = s->result.data();
     p.precision = precision;
     decoder.run(p);

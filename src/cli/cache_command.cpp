@@ -33,8 +33,8 @@ std::string streams_text(const CacheLayout& layout) {
   std::string out;
   for (const CacheStream& s : layout.streams) {
     if (!out.empty()) out += " + ";
-    out += s.n_heads == 1 ? fmt::format("{} {}", s.name, s.head_width)
-                          : fmt::format("{} {}×{}", s.name, s.n_heads, s.head_width);
+    out += s.n_heads == 1 ? fmt::format("{} {}", s.name(), s.head_width)
+                          : fmt::format("{} {}×{}", s.name(), s.n_heads, s.head_width);
   }
   if (layout.rope_on_read) out += layout.norm_on_read ? " (norm+rope on read)" : " (rope on read)";
   return out;
@@ -64,7 +64,8 @@ CLI::App* add_cache_command(CLI::App& app, CacheOptions& o) {
                   "Attention spec, repeatable, one per row (default: the model's own). "
                   "Forms: mha, gqa:G, mqa, qk-v, q-kv, qkv1, q-gqa:G, q-mqa, qk-v+[:m=M], "
                   "qkv1+[:m=M], linear, mla[:dc=,dr=,dn=,dv=,dq=], "
-                  "gva:G[,dr=16,dn=,init=baseline|scale-matched|variance-fixed,qnorm]; "
+                  "gva:G[,dr=16,dn=,init=baseline|scale-matched|variance-fixed,qnorm], "
+                  "gta:G[,dr=d_h/2], gla:hc=C[,dc=2·d_h,dr=d_h/2]; "
                   "shared K=V variants take knorm (K = RoPE(RMSNorm(C))) on rope models")
       ->group("Attention");
   cmd->add_option("--context", o.context,
@@ -147,8 +148,9 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
     for (const CacheRow& r : rows) {
       json streams = json::array();
       for (const CacheStream& st : r.layout.streams) {
-        streams.push_back(
-            {{"name", st.name}, {"heads", st.n_heads}, {"head_width", st.head_width}});
+        streams.push_back({{"name", std::string(st.name())},
+                           {"heads", st.n_heads},
+                           {"head_width", st.head_width}});
       }
       json row = {{"attn", r.config.attn.to_string()},
                   {"variant", std::string(attn_variant_id(r.config.attn.variant))},

@@ -32,9 +32,9 @@ struct LmPreset {
   int64_t decode_tokens;   // tokens timed
 };
 
-// quick: 14 variants × 2 seeds, 200 steps, within 30 minutes on 2 cores (2 runs at a time,
+// quick: 16 variants × 2 seeds, 200 steps, within 30 minutes on 2 cores (2 runs at a time,
 // 1 thread each, ~0.4 s a step). base: 6 layers of 256, context 256, 4,000 steps — about 70
-// hours for the 28 runs on 2 cores (measured: 4.5 s a step of 8,192 tokens on one thread).
+// hours for the 32 runs on 2 cores (measured: 4.5 s a step of 8,192 tokens on one thread).
 LmPreset lm_preset(const std::string& name) {
   if (name == "quick") return {128, 4, 4, 128, 200, 32, 2e-3, 256, 1024, 32};
   if (name == "base") return {256, 6, 8, 256, 4000, 32, 1e-3, 1000, 4096, 64};
@@ -42,7 +42,9 @@ LmPreset lm_preset(const std::string& name) {
 }
 
 // Seed 003's projection-sharing family and the baselines, then seed 000 Table 2's GVA rows:
-// three M_h inits without a rope stream (keys rebuilt per position) and two DRoPE widths.
+// three M_h inits without a rope stream (keys rebuilt per position) and two DRoPE widths; then
+// GVA's two published relatives (Zadouri, Strauss, Dao 2025): GTA, GVA with M_h fixed to a
+// channel selection, and GLA, MLA with 2 latent heads.
 std::vector<SuiteVariant> default_lm_variants() {
   return {{"mha", "mha"},
           {"qk-v", "qk-v"},
@@ -57,7 +59,9 @@ std::vector<SuiteVariant> default_lm_variants() {
           {"gva scale-matched+qnorm", "gva:2,dr=0,init=scale-matched,qnorm"},
           {"gva variance-fixed", "gva:2,dr=0,init=variance-fixed"},
           {"gva drope 24", "gva:2,dr=24"},
-          {"gva drope 16", "gva:2,dr=16"}};
+          {"gva drope 16", "gva:2,dr=16"},
+          {"gta:2", "gta:2"},
+          {"gla:hc=2", "gla:hc=2"}};
 }
 
 ModelShape lm_shape(const LmPreset& p) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cache/decode_params.h"
 #include "kernels/convert.h"
 
 namespace kvlab::infer {
@@ -63,11 +64,12 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
     proj_a = max_of({proj_a, a.query.out});
     proj_b =
         max_of({proj_b, a.key.out, a.content.out, a.latent.out, a.query_down.out, a.rope_key.out});
-    proj_c = max_of({proj_c, a.value.out, s.latent_dim});
-    query = max_of({query, s.n_heads * max_of({s.head_dim, s.nope_dim, s.latent_dim})});
+    proj_c = max_of({proj_c, a.value.out, s.latent_dim, a.latent.out});
+    const int64_t latent_row = s.latent_dim + s.rope_dim;  // gla's cached row
+    query = max_of({query, s.n_heads * max_of({s.head_dim, s.nope_dim, latent_row})});
     query_rope = max_of({query_rope, s.n_heads * s.rope_dim});
-    attended = max_of({attended, s.n_heads * max_of({s.head_dim, s.latent_dim})});
-    expanded = max_of({expanded, s.n_heads * s.value_dim});
+    attended = max_of({attended, s.n_heads * max_of({s.head_dim, latent_row})});
+    expanded = max_of({expanded, s.n_heads * max_of({s.value_dim, s.latent_dim})});
     rope_width = max_of({rope_width, s.head_dim, s.nope_dim, s.rope_dim});
     const FeedForwardWeights& f = b.mlp;
     mlp_width = max_of({mlp_width, f.dense.up.out});
@@ -103,10 +105,9 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   // keys rotated on read (shared K=V + RoPE; gva dr=0 rebuilds and rotates them over d_n)
   const AttentionSpec& spec = w_.layers[0].attention.spec;
   if (layout.rope_on_read || layout.kernel == DecodeKernel::kReconstructKeys) {
-    const int64_t key_width = layout.kernel == DecodeKernel::kReconstructKeys
-                                  ? spec.nope_dim
-                                  : layout.streams[0].head_width;
-    decoder_.prepare_rope(max_tokens + cache_.page_size(), key_width, spec.rope_theta);
+    const PageTable no_sequences;
+    const DecodeParams widths = decode_params_for(spec, cache_, 0, no_sequences);
+    decoder_.prepare_rope(max_tokens + cache_.page_size(), widths.key_width, spec.rope_theta);
   }
 }
 
@@ -176,9 +177,10 @@ void DecodeModel::rotate(float* x, int64_t width, int64_t pos, double theta) {
   }
 }
 
-void DecodeModel::store_rows(int64_t layer, int64_t stream, const float* rows, int64_t width,
+void DecodeModel::store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width,
                              int64_t n) {
   const DType dtype = cache_.layout().dtype;
+  const int64_t stream = cache_.stream(role);
   for (int64_t b = 0; b < n; ++b) {
     store_row(rows + b * width, width, dtype,
               cache_.row(layer, stream, batch_seqs_[static_cast<size_t>(b)],
@@ -244,113 +246,195 @@ void DecodeModel::feed_forward(const FeedForwardWeights& f, const float* x, floa
 
 void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) {
   const AttentionWeights& a = w_.layers[static_cast<size_t>(layer)].attention;
+  switch (a.spec.family()) {
+    case AttnFamily::kStandard:
+      return standard_attention(layer, a, x, y, n);
+    case AttnFamily::kGva:
+    case AttnFamily::kGta:
+      return gva_attention(layer, a, x, y, n);
+    case AttnFamily::kMla:
+      return mla_attention(layer, a, x, y, n);
+    case AttnFamily::kLinear:
+      return linear_attention(layer, a, x, y, n);
+    case AttnFamily::kGla:
+      return gla_attention(layer, a, x, y, n);
+  }
+}
+
+// z = W x; the state lives in the cache.
+void DecodeModel::linear_attention(int64_t layer, const AttentionWeights& a, const float* x,
+                                   float* y, int64_t n) {
+  const int64_t D = w_.shape.d_model, H = a.spec.n_heads, d = a.spec.head_dim;
+  dense(a.query, x, D, proj_a_.data(), H * d, n);
+  for (int64_t b = 0; b < n; ++b) {
+    LinearStepParams p;
+    p.z = proj_a_.data() + b * H * d;
+    p.state = cache_.state(layer, batch_seqs_[static_cast<size_t>(b)]);
+    p.out = attended_.data() + b * H * d;
+    p.n_seqs = 1;
+    p.n_heads = H;
+    p.head_dim = d;
+    const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
+    decoder_.run(p);
+    if (profile_ != nullptr) profile_->attention_us += micros_since(start);
+  }
+  dense(a.output, attended_.data(), H * d, y, D, n);
+}
+
+// gva and gta: one stream of value rows (the tied state for gta) and the shared rope key.
+void DecodeModel::gva_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y,
+                                int64_t n) {
   const AttentionSpec& s = a.spec;
-  const CacheLayout& layout = cache_.layout();
   const int64_t D = w_.shape.d_model, H = s.n_heads, d = s.head_dim;
   const double theta = s.rope_theta;
   auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
-
-  if (s.variant == AttnVariant::kLinear) {  // z = W x; the state lives in the cache
-    dense(a.query, x, D, proj_a_.data(), H * d, n);
-    for (int64_t b = 0; b < n; ++b) {
-      LinearStepParams p;
-      p.z = proj_a_.data() + b * H * d;
-      p.state = cache_.state(layer, batch_seqs_[static_cast<size_t>(b)]);
-      p.out = attended_.data() + b * H * d;
-      p.n_seqs = 1;
-      p.n_heads = H;
-      p.head_dim = d;
-      const auto start = profile_ != nullptr ? Clock::now() : Clock::time_point();
-      decoder_.run(p);
-      if (profile_ != nullptr) profile_->attention_us += micros_since(start);
-    }
-    dense(a.output, attended_.data(), H * d, y, D, n);
-    return;
-  }
-
-  DecodeParams p = cache_.decode_params(layer, table_, H);
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.qk_dim())));
-  p.rope_theta = theta;
+  DecodeParams p = decode_params_for(s, cache_, layer, table_);
   p.q = query_.data();
   p.out = attended_.data();
-  if (s.variant == AttnVariant::kGva) {
-    const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
-    dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
-    dense(a.value, x, D, proj_c_.data(), a.value.out, n);  // [n, G·d_h]
-    store_rows(layer, 0, proj_c_.data(), a.value.out, n);
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = proj_a_.data() + (b * H + h) * q_width;
-        if (!a.query_norm.empty()) apply_norm(a.query_norm, q, q);
-        if (dr > 0) {
-          rotate(q + dn, dr, pos(b), theta);
-          std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
-        } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
-          rotate(q, dn, pos(b), theta);
-          std::copy(q, q + dn, query_.data() + (b * H + h) * dn);
-        }
-      }
-    }
-    if (dr > 0) {
-      dense(a.rope_key, x, D, proj_b_.data(), dr, n);  // [n, d_r], shared by all heads
-      for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), theta);
-      store_rows(layer, 1, proj_b_.data(), dr, n);
-      // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
-      per_head(a.key_maps.data(), nullptr, d, dn, proj_a_.data(), q_width, query_.data(), n, H);
-      p.q_rope = query_rope_.data();
-    } else {
-      p.key_maps = a.key_maps.data();
-      p.key_width = dn;
-      p.rope_on_read = true;
-    }
-    run_attention_kernel(p);
-    dense(a.output, attended_.data(), H * d, y, D, n);
-    return;
-  }
-
-  if (s.variant == AttnVariant::kMla) {
-    const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
-    const int64_t q_width = dn + dr;
-    if (!a.query_down.empty()) {
-      const int64_t dq = a.query_down.out;
-      dense(a.query_down, x, D, proj_b_.data(), dq, n);
-      for (int64_t b = 0; b < n; ++b) {
-        apply_norm(a.query_down_norm, proj_b_.data() + b * dq, proj_b_.data() + b * dq);
-      }
-      dense(a.query, proj_b_.data(), dq, proj_a_.data(), H * q_width, n);
-    } else {
-      dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
-    }
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = proj_a_.data() + (b * H + h) * q_width;
+  const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
+  dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
+  dense(a.value, x, D, proj_c_.data(), a.value.out, n);  // [n, G·d_h]
+  store_rows(layer, StreamRole::kContent, proj_c_.data(), a.value.out, n);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* q = proj_a_.data() + (b * H + h) * q_width;
+      if (!a.query_norm.empty()) apply_norm(a.query_norm, q, q);
+      if (dr > 0) {
         rotate(q + dn, dr, pos(b), theta);
         std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
+      } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
+        rotate(q, dn, pos(b), theta);
+        std::copy(q, q + dn, query_.data() + (b * H + h) * dn);
       }
     }
-    // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
-    per_head(a.key_up_t.data(), nullptr, dc, dn, proj_a_.data(), q_width, query_.data(), n, H);
-    dense(a.latent, x, D, proj_b_.data(), dc + dr, n);  // [n, d_c + d_r]
-    for (int64_t b = 0; b < n; ++b) {
-      float* row = proj_b_.data() + b * (dc + dr);
-      apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
-      rotate(row + dc, dr, pos(b), theta);
-    }
-    store_rows(layer, 0, proj_c_.data(), dc, n);
-    for (int64_t b = 0; b < n; ++b) {
-      store_row(proj_b_.data() + b * (dc + dr) + dc, dr, layout.dtype,
-                cache_.row(layer, 1, batch_seqs_[static_cast<size_t>(b)], pos(b)));
+  }
+  if (dr > 0) {
+    dense(a.rope_key, x, D, proj_b_.data(), dr, n);  // [n, d_r], shared by all heads
+    for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), theta);
+    store_rows(layer, StreamRole::kRope, proj_b_.data(), dr, n);
+    if (a.key_maps.empty()) {  // gta: M_h selects the first d_n channels, q̃_h = [q_h^nope ; 0]
+      for (int64_t bh = 0; bh < n * H; ++bh) {
+        const float* q = proj_a_.data() + bh * q_width;
+        float* q_tilde = query_.data() + bh * d;
+        std::copy(q, q + dn, q_tilde);
+        std::fill(q_tilde + dn, q_tilde + d, 0.0f);
+      }
+    } else {  // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
+      per_head(a.key_maps.data(), nullptr, d, dn, proj_a_.data(), q_width, query_.data(), n, H);
     }
     p.q_rope = query_rope_.data();
-    run_attention_kernel(p);  // attended: [n, H, d_c]
-    // v_h = W_uv,h (Σ p c) + b_v,h
-    per_head(a.value_up.data(), a.value_up_bias.empty() ? nullptr : a.value_up_bias.data(), dv, dc,
-             attended_.data(), dc, expanded_.data(), n, H);
-    dense(a.output, expanded_.data(), H * dv, y, D, n);
-    return;
+  } else {
+    p.key_maps = a.key_maps.data();
   }
+  run_attention_kernel(p);
+  dense(a.output, attended_.data(), H * d, y, D, n);
+}
 
-  // The standard family: mha, gqa, mqa, qk-v, q-kv, qkv1, q-gqa, q-mqa.
+// mla: W_uk folded into the query, W_uv applied to the weighted sum of latent rows.
+void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y,
+                                int64_t n) {
+  const AttentionSpec& s = a.spec;
+  const int64_t D = w_.shape.d_model, H = s.n_heads;
+  const double theta = s.rope_theta;
+  auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
+  DecodeParams p = decode_params_for(s, cache_, layer, table_);
+  p.q = query_.data();
+  p.out = attended_.data();
+  const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
+  const int64_t q_width = dn + dr;
+  if (!a.query_down.empty()) {
+    const int64_t dq = a.query_down.out;
+    dense(a.query_down, x, D, proj_b_.data(), dq, n);
+    for (int64_t b = 0; b < n; ++b) {
+      apply_norm(a.query_down_norm, proj_b_.data() + b * dq, proj_b_.data() + b * dq);
+    }
+    dense(a.query, proj_b_.data(), dq, proj_a_.data(), H * q_width, n);
+  } else {
+    dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* q = proj_a_.data() + (b * H + h) * q_width;
+      rotate(q + dn, dr, pos(b), theta);
+      std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
+    }
+  }
+  // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
+  per_head(a.key_up_t.data(), nullptr, dc, dn, proj_a_.data(), q_width, query_.data(), n, H);
+  dense(a.latent, x, D, proj_b_.data(), dc + dr, n);  // [n, d_c + d_r]
+  for (int64_t b = 0; b < n; ++b) {
+    float* row = proj_b_.data() + b * (dc + dr);
+    apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
+    rotate(row + dc, dr, pos(b), theta);
+  }
+  store_rows(layer, StreamRole::kContent, proj_c_.data(), dc, n);
+  const int64_t rope_stream = cache_.stream(StreamRole::kRope);
+  for (int64_t b = 0; b < n; ++b) {
+    // the rope key sits after c in the projection's row: stored on its own
+    const float* rope_key = proj_b_.data() + b * (dc + dr) + dc;
+    store_row(rope_key, dr, cache_.layout().dtype,
+              cache_.row(layer, rope_stream, batch_seqs_[static_cast<size_t>(b)], pos(b)));
+  }
+  p.q_rope = query_rope_.data();
+  run_attention_kernel(p);  // attended: [n, H, d_c]
+  // v_h = W_uv,h (Σ p c) + b_v,h
+  per_head(a.value_up.data(), a.value_up_bias.empty() ? nullptr : a.value_up_bias.data(), dv, dc,
+           attended_.data(), dc, expanded_.data(), n, H);
+  dense(a.output, expanded_.data(), H * dv, y, D, n);
+}
+
+// gla: one row [c_g ; k^rope_g] per latent head, scored by q̃_h = [W_uk,hᵀ q_h^nope ; q_h^rope];
+// W_uv,h maps the first d_c channels of the weighted sum.
+void DecodeModel::gla_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y,
+                                int64_t n) {
+  const AttentionSpec& s = a.spec;
+  const int64_t D = w_.shape.d_model, H = s.n_heads, C = s.n_groups;
+  const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
+  const int64_t q_width = dn + dr, row = dc + dr;
+  const double theta = s.rope_theta;
+  auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
+  DecodeParams p = decode_params_for(s, cache_, layer, table_);
+  p.q = query_.data();
+  p.out = attended_.data();
+  dense(a.query, x, D, proj_a_.data(), H * q_width, n);  // [n, H, d_n + d_r]
+  // W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n] -> expanded_ [n, H, d_c]
+  per_head(a.key_up_t.data(), nullptr, dc, dn, proj_a_.data(), q_width, expanded_.data(), n, H);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* q = proj_a_.data() + (b * H + h) * q_width;
+      rotate(q + dn, dr, pos(b), theta);
+      float* q_tilde = query_.data() + (b * H + h) * row;  // [d_c + d_r]
+      const float* absorbed = expanded_.data() + (b * H + h) * dc;
+      std::copy(absorbed, absorbed + dc, q_tilde);
+      std::copy(q + dn, q + q_width, q_tilde + dc);
+    }
+  }
+  dense(a.latent, x, D, proj_b_.data(), C * row, n);  // [n, C, d_c + d_r]
+  for (int64_t bg = 0; bg < n * C; ++bg) {
+    float* projected = proj_b_.data() + bg * row;
+    float* cached = proj_c_.data() + bg * row;
+    apply_norm(a.latent_norm, projected, cached);
+    rotate(projected + dc, dr, pos(bg / C), theta);
+    std::copy(projected + dc, projected + row, cached + dc);
+  }
+  store_rows(layer, StreamRole::kContent, proj_c_.data(), C * row, n);
+  run_attention_kernel(p);  // attended: [n, H, d_c + d_r]
+  // v_h = W_uv,h (Σ p c)[0:d_c] + b_v,h
+  per_head(a.value_up.data(), a.value_up_bias.empty() ? nullptr : a.value_up_bias.data(), dv, dc,
+           attended_.data(), row, expanded_.data(), n, H);
+  dense(a.output, expanded_.data(), H * dv, y, D, n);
+}
+
+// mha, gqa, mqa, qk-v, q-kv, qkv1, q-gqa, q-mqa.
+void DecodeModel::standard_attention(int64_t layer, const AttentionWeights& a, const float* x,
+                                     float* y, int64_t n) {
+  const AttentionSpec& s = a.spec;
+  const int64_t D = w_.shape.d_model, H = s.n_heads, d = s.head_dim;
+  const double theta = s.rope_theta;
+  auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
+  DecodeParams p = decode_params_for(s, cache_, layer, table_);
+  p.q = query_.data();
+  p.out = attended_.data();
   const bool rope = s.pos == PosScheme::kRope;
   dense(a.query, x, D, proj_a_.data(), H * d, n);  // [n, H, d], unrotated
   if (s.shares_kv()) {  // one stream C: kv_proj, or the query itself (qkv1); unrotated
@@ -361,21 +445,21 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
       content = proj_b_.data();
       width = a.content.out;
     }
-    store_rows(layer, 0, content, width, n);
-    if (layout.norm_on_read) {
+    store_rows(layer, StreamRole::kContent, content, width, n);
+    if (cache_.layout().norm_on_read) {
       p.norm_weight = a.key_norm.weight.data();
       p.norm_eps = a.key_norm.eps;
     }
   } else {
     dense(a.value, x, D, proj_c_.data(), a.value.out, n);
-    store_rows(layer, 1, proj_c_.data(), a.value.out, n);
+    store_rows(layer, StreamRole::kValue, proj_c_.data(), a.value.out, n);
     if (!a.key.empty()) {
       dense(a.key, x, D, proj_b_.data(), a.key.out, n);
       const int64_t G = a.key.out / d;
       for (int64_t b = 0; b < n && rope; ++b) {
         for (int64_t g = 0; g < G; ++g) rotate(proj_b_.data() + (b * G + g) * d, d, pos(b), theta);
       }
-      store_rows(layer, 0, proj_b_.data(), a.key.out, n);
+      store_rows(layer, StreamRole::kKey, proj_b_.data(), a.key.out, n);
     }
   }
   for (int64_t b = 0; b < n; ++b) {
@@ -385,7 +469,9 @@ void DecodeModel::attention(int64_t layer, const float* x, float* y, int64_t n) 
       if (rope) rotate(q, d, pos(b), theta);
     }
   }
-  if (a.key.empty() && !s.shares_kv()) store_rows(layer, 0, query_.data(), H * d, n);  // Q = K
+  if (a.key.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys
+    store_rows(layer, StreamRole::kKey, query_.data(), H * d, n);
+  }
   run_attention_kernel(p);
   dense(a.output, attended_.data(), H * d, y, D, n);
 }

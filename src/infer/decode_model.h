@@ -68,9 +68,17 @@ class DecodeModel {
   void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
   // Attention of `layer` for the normed inputs x [n][D]: rows written, output [n][D] in y.
   void attention(int64_t layer, const float* x, float* y, int64_t n);
+  // The family adapters attention() dispatches to (the same contract).
+  void standard_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y,
+                          int64_t n);
+  void gva_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y, int64_t n);
+  void mla_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y, int64_t n);
+  void gla_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y, int64_t n);
+  void linear_attention(int64_t layer, const AttentionWeights& a, const float* x, float* y,
+                        int64_t n);
   // The attention kernel in the decoder's precision (and timed when profiling).
   void run_attention_kernel(DecodeParams& p);
-  void store_rows(int64_t layer, int64_t stream, const float* rows, int64_t width, int64_t n);
+  void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
   // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
   // (pos, width, theta) are kept, so the heads of one token share them.
   void rotate(float* x, int64_t width, int64_t pos, double theta);

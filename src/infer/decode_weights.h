@@ -57,6 +57,8 @@ struct FeedForwardWeights {
 //  mla: query (q_proj or q_b_proj), query_down (q_a_proj) + query_down_norm, latent
 //    (kv_a_proj_with_mqa), latent_norm, key_up_t = W_uk,hᵀ [H][d_c][d_n],
 //    value_up = W_uv,h [H][d_v][d_c], value_up_bias [H][d_v] (or empty);
+//  gla: as mla (full-rank query), latent (kv_a_proj) giving C rows of [c_g ; k^rope_g];
+//  gta: as gva with key_maps empty (M_h is the selection of the first d_n channels);
 //  linear: query (qkv_proj).
 // Every family: output (o_proj).
 struct AttentionWeights {

@@ -1,7 +1,9 @@
 #include "infer/load_decode_weights.h"
 
 #include <stdexcept>
+#include <string>
 
+#include "nn/gla_attention.h"
 #include "nn/gva_attention.h"
 #include "nn/linear_attention.h"
 #include "nn/mla_attention.h"
@@ -57,49 +59,99 @@ FeedForwardWeights feed_forward(nn::FeedForwardImpl& ff) {
   return w;
 }
 
+// The module of the family the spec names (make_attention built it from the same spec).
+template <class Module>
+Module& module_of(nn::AttentionImpl& attn) {
+  auto* module = dynamic_cast<Module*>(&attn);
+  if (module == nullptr) {
+    throw std::invalid_argument("the " + std::string(attn_family_name(attn.spec().family())) +
+                                " family's attention layer is not its family's module");
+  }
+  return *module;
+}
+
+void standard_weights(nn::StandardAttentionImpl& a, AttentionWeights& w) {
+  if (a.pos_mix_weight.defined()) {
+    throw std::invalid_argument("the '+' variants are non-causal and cannot decode");
+  }
+  w.query = dense(a.q_proj ? a.q_proj : a.qk_proj ? a.qk_proj : a.qkv_proj);
+  w.key = dense(a.k_proj);
+  w.value = dense(a.v_proj);
+  w.content = dense(a.kv_proj);
+  w.key_norm = norm(a.k_norm);
+  w.output = dense(a.o_proj);
+}
+
+// gva and gta (whose M_h is the fixed selection: key_maps stays empty)
+void gva_weights(nn::GvaAttentionImpl& g, AttentionWeights& w) {
+  w.query = dense(g.q_proj);
+  w.value = dense(g.v_proj);
+  w.rope_key = dense(g.r_proj);
+  w.query_norm = norm(g.q_norm);
+  w.key_maps = floats(g.key_maps);  // [H, d_h, d_n]
+  w.output = dense(g.o_proj);
+}
+
+void mla_weights(nn::MlaAttentionImpl& m, AttentionWeights& w) {
+  const AttentionSpec& s = w.spec;
+  w.query = dense(m.q_proj ? m.q_proj : m.q_b_proj);
+  w.query_down = dense(m.q_a_proj);
+  w.query_down_norm = norm(m.q_a_layernorm);
+  w.latent = dense(m.kv_a_proj_with_mqa);
+  w.latent_norm = norm(m.kv_a_layernorm);
+  // kv_b weight [H·(d_n + d_v), d_c]: per head d_n rows of W_uk, then d_v rows of W_uv
+  const torch::Tensor kv_b =
+      m.kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
+  w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
+  w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
+  if (m.kv_b_proj->bias.defined()) {
+    w.value_up_bias = floats(m.kv_b_proj->bias.detach()
+                                 .view({s.n_heads, s.nope_dim + s.value_dim})
+                                 .narrow(1, s.nope_dim, s.value_dim));
+  }
+  w.output = dense(m.o_proj);
+}
+
+void gla_weights(nn::GlaAttentionImpl& m, AttentionWeights& w) {
+  const AttentionSpec& s = w.spec;
+  w.query = dense(m.q_proj);
+  w.latent = dense(m.kv_a_proj);
+  w.latent_norm = norm(m.kv_a_layernorm);
+  const torch::Tensor kv_b =
+      m.kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
+  w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
+  w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
+  if (m.kv_b_proj->bias.defined()) {
+    w.value_up_bias = floats(m.kv_b_proj->bias.detach()
+                                 .view({s.n_heads, s.nope_dim + s.value_dim})
+                                 .narrow(1, s.nope_dim, s.value_dim));
+  }
+  w.output = dense(m.o_proj);
+}
+
 AttentionWeights attention(nn::AttentionImpl& attn) {
   AttentionWeights w;
   w.spec = attn.spec();
-  const AttentionSpec& s = w.spec;
-  if (auto* a = dynamic_cast<nn::StandardAttentionImpl*>(&attn)) {
-    if (a->pos_mix_weight.defined()) {
-      throw std::invalid_argument("the '+' variants are non-causal and cannot decode");
+  switch (w.spec.family()) {
+    case AttnFamily::kStandard:
+      standard_weights(module_of<nn::StandardAttentionImpl>(attn), w);
+      break;
+    case AttnFamily::kGva:
+    case AttnFamily::kGta:
+      gva_weights(module_of<nn::GvaAttentionImpl>(attn), w);
+      break;
+    case AttnFamily::kMla:
+      mla_weights(module_of<nn::MlaAttentionImpl>(attn), w);
+      break;
+    case AttnFamily::kGla:
+      gla_weights(module_of<nn::GlaAttentionImpl>(attn), w);
+      break;
+    case AttnFamily::kLinear: {
+      auto& l = module_of<nn::LinearAttentionImpl>(attn);
+      w.query = dense(l.qkv_proj);
+      w.output = dense(l.o_proj);
+      break;
     }
-    w.query = dense(a->q_proj ? a->q_proj : a->qk_proj ? a->qk_proj : a->qkv_proj);
-    w.key = dense(a->k_proj);
-    w.value = dense(a->v_proj);
-    w.content = dense(a->kv_proj);
-    w.key_norm = norm(a->k_norm);
-    w.output = dense(a->o_proj);
-  } else if (auto* g = dynamic_cast<nn::GvaAttentionImpl*>(&attn)) {
-    w.query = dense(g->q_proj);
-    w.value = dense(g->v_proj);
-    w.rope_key = dense(g->r_proj);
-    w.query_norm = norm(g->q_norm);
-    w.key_maps = floats(g->key_maps);  // [H, d_h, d_n]
-    w.output = dense(g->o_proj);
-  } else if (auto* m = dynamic_cast<nn::MlaAttentionImpl*>(&attn)) {
-    w.query = dense(m->q_proj ? m->q_proj : m->q_b_proj);
-    w.query_down = dense(m->q_a_proj);
-    w.query_down_norm = norm(m->q_a_layernorm);
-    w.latent = dense(m->kv_a_proj_with_mqa);
-    w.latent_norm = norm(m->kv_a_layernorm);
-    // kv_b weight [H·(d_n + d_v), d_c]: per head d_n rows of W_uk, then d_v rows of W_uv
-    const torch::Tensor kv_b =
-        m->kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
-    w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
-    w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
-    if (m->kv_b_proj->bias.defined()) {
-      w.value_up_bias = floats(m->kv_b_proj->bias.detach()
-                                   .view({s.n_heads, s.nope_dim + s.value_dim})
-                                   .narrow(1, s.nope_dim, s.value_dim));
-    }
-    w.output = dense(m->o_proj);
-  } else if (auto* l = dynamic_cast<nn::LinearAttentionImpl*>(&attn)) {
-    w.query = dense(l->qkv_proj);
-    w.output = dense(l->o_proj);
-  } else {
-    throw std::invalid_argument("no decode step for this attention module");
   }
   return w;
 }

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/gla_attention.h"
 #include "nn/gva_attention.h"
 #include "nn/linear_attention.h"
 #include "nn/mla_attention.h"
@@ -58,16 +59,20 @@ torch::Tensor AttentionImpl::softmax_scores(torch::Tensor scores, int64_t mask_o
 std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,
                                               const torch::TensorOptions& options) {
   spec.validate();
-  switch (spec.variant) {
-    case AttnVariant::kMla:
-      return std::make_shared<MlaAttentionImpl>(spec, options);
-    case AttnVariant::kGva:
-      return std::make_shared<GvaAttentionImpl>(spec, options);
-    case AttnVariant::kLinear:
-      return std::make_shared<LinearAttentionImpl>(spec, options);
-    default:
+  switch (spec.family()) {
+    case AttnFamily::kStandard:
       return std::make_shared<StandardAttentionImpl>(spec, options);
+    case AttnFamily::kMla:
+      return std::make_shared<MlaAttentionImpl>(spec, options);
+    case AttnFamily::kGva:
+    case AttnFamily::kGta:  // GVA's module with M_h fixed to the channel selection
+      return std::make_shared<GvaAttentionImpl>(spec, options);
+    case AttnFamily::kLinear:
+      return std::make_shared<LinearAttentionImpl>(spec, options);
+    case AttnFamily::kGla:
+      return std::make_shared<GlaAttentionImpl>(spec, options);
   }
+  throw std::logic_error("attention family without a module");
 }
 
 torch::Tensor split_heads(const torch::Tensor& x, int64_t n_heads) {

@@ -48,6 +48,14 @@ class AttentionImpl : public torch::nn::Module {
   // (mla applies W_uv here, then every variant its output projection).
   virtual torch::Tensor decode_output(const torch::Tensor& attended);
 
+  // Analysis: the weights [out, in] that make queries, keys and values where the layer has
+  // them as matrices (the standard family; gva's and gta's Q and V); a shared projection is
+  // the same tensor in each role it plays; undefined elsewhere.
+  struct ProjectionWeights {
+    torch::Tensor q, k, v;
+  };
+  virtual ProjectionWeights projection_weights() const { return {}; }
+
   // Analysis: while kept, every softmax attention pass stores its probabilities
   // [B, H, Tq, Tk] (head h = g·(H/G) + i for grouped layouts); linear attention has none.
   void keep_attention_maps(bool keep) { keep_maps_ = keep; }

@@ -18,11 +18,14 @@ GvaAttentionImpl::GvaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
   if (spec.q_norm)
     q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, spec.nope_dim, options));
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
-  key_maps = register_parameter("key_maps", torch::empty({H, d, spec.nope_dim}, options));
-  reset_key_maps();
+  if (spec.family() == AttnFamily::kGva) {  // gta: M_h is the fixed selection, not a parameter
+    key_maps = register_parameter("key_maps", torch::empty({H, d, spec.nope_dim}, options));
+    reset_key_maps();
+  }
 }
 
 void GvaAttentionImpl::reset_key_maps() {
+  if (!key_maps.defined()) return;
   torch::NoGradGuard no_grad;
   const double d = static_cast<double>(spec_.head_dim);
   switch (spec_.m_init) {
@@ -62,12 +65,22 @@ GvaAttentionImpl::Query GvaAttentionImpl::project_query(const torch::Tensor& x, 
 torch::Tensor GvaAttentionImpl::reconstruct_keys(const torch::Tensor& values) const {
   const int64_t H = spec_.n_heads, G = spec_.n_groups;
   const int64_t b = values.size(0), t = values.size(1);
+  if (!key_maps.defined()) {  // gta: each head's key is its group's first d_n channels
+    // [B, T, G, d_n] -> [B, T, G, H/G, d_n] -> [B, T, H, d_n]
+    return values.narrow(-1, 0, spec_.nope_dim)
+        .unsqueeze(3)
+        .expand({b, t, G, H / G, spec_.nope_dim})
+        .reshape({b, t, H, spec_.nope_dim});
+  }
   // [B, T, G, d_h] -> [B, T, G, H/G, d_h] · [G, H/G, d_h, d_n] -> [B, T, H, d_n]
   const torch::Tensor maps = key_maps.view({G, H / G, spec_.head_dim, spec_.nope_dim});
   return torch::einsum("btgd,gkdn->btgkn", {values, maps}).reshape({b, t, H, spec_.nope_dim});
 }
 
 torch::Tensor GvaAttentionImpl::absorb_query(const torch::Tensor& q_nope) const {
+  if (!key_maps.defined()) {  // gta: the selection's transpose pads q^nope with zeros to d_h
+    return torch::constant_pad_nd(q_nope, {0, spec_.head_dim - spec_.nope_dim});
+  }
   // q̃_h = q_h^nope M_hᵀ: [B, T, H, d_n] x [H, d_h, d_n] -> [B, T, H, d_h]
   return torch::einsum("bthn,hdn->bthd", {q_nope, key_maps});
 }
@@ -157,6 +170,13 @@ AttentionImpl::DecodeQuery GvaAttentionImpl::decode_query(const torch::Tensor& x
 
 torch::Tensor GvaAttentionImpl::decode_output(const torch::Tensor& attended) {
   return o_proj(attended.flatten(2));
+}
+
+AttentionImpl::ProjectionWeights GvaAttentionImpl::projection_weights() const {
+  ProjectionWeights p;
+  p.q = q_proj->weight.detach();
+  p.v = v_proj->weight.detach();
+  return p;
 }
 
 }  // namespace kvlab::nn

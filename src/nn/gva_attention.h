@@ -11,6 +11,9 @@ namespace kvlab::nn {
 // heads. Absorbed: q̃_h = q_h^nope M_hᵀ once per token, then one-stream attention over the
 // value rows. With dr = 0 the reconstructed key is rotated over its full width and cannot
 // be absorbed: keys are rebuilt for every cached position.
+// The same module is gta (grouped-tied attention): M_h fixed to the selection of the first
+// d_n = d_h − d_r channels, so key_maps is undefined, keys are slices of the tied state and
+// the absorbed query is q_h^nope padded with zeros.
 class GvaAttentionImpl : public AttentionImpl {
  public:
   GvaAttentionImpl(const AttentionSpec& spec, const torch::TensorOptions& options);
@@ -24,6 +27,7 @@ class GvaAttentionImpl : public AttentionImpl {
 
   // Pre-softmax scores [B, H, T, T]: explicit (reconstructed keys) or absorbed (dr > 0 only).
   torch::Tensor scores(const torch::Tensor& x, bool absorbed);
+  ProjectionWeights projection_weights() const override;
   // q̃_h = q_h^nope M_hᵀ: [B, T, H, d_n] -> [B, T, H, d_h]
   torch::Tensor absorb_query(const torch::Tensor& q_nope) const;
   // Re-initialises M_h by the spec's init (baseline, scale-matched, variance-fixed).
@@ -34,7 +38,7 @@ class GvaAttentionImpl : public AttentionImpl {
   Linear r_proj{nullptr};  // D -> d_r, the shared RoPE key (dr > 0)
   Norm q_norm{nullptr};    // qnorm: RMSNorm over d_n, per head
   Linear o_proj{nullptr};  // H·d_h -> D
-  torch::Tensor key_maps;  // M: [H, d_h, d_n], k_h^nope = v_g(h) M_h
+  torch::Tensor key_maps;  // M: [H, d_h, d_n], k_h^nope = v_g(h) M_h (undefined for gta)
 
  private:
   struct Query {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "spec/attention_family.h"
+
 namespace kvlab::nn {
 
 StandardAttentionImpl::StandardAttentionImpl(const AttentionSpec& spec,
@@ -13,31 +15,19 @@ StandardAttentionImpl::StandardAttentionImpl(const AttentionSpec& spec,
   auto linear = [&](const char* name, int64_t out) {
     return register_module(name, Linear(D, out, in_bias, options));
   };
-  switch (spec.variant) {
-    case AttnVariant::kMha:
-    case AttnVariant::kGqa:
-    case AttnVariant::kMqa:
-      q_proj = linear("q_proj", H * d);
-      k_proj = linear("k_proj", G * d);
-      v_proj = linear("v_proj", G * d);
-      break;
-    case AttnVariant::kQkV:
-    case AttnVariant::kQkVPlus:
-      qk_proj = linear("qk_proj", H * d);
-      v_proj = linear("v_proj", H * d);
-      break;
-    case AttnVariant::kQKv:
-    case AttnVariant::kQGqa:
-    case AttnVariant::kQMqa:
-      q_proj = linear("q_proj", H * d);
-      kv_proj = linear("kv_proj", G * d);
-      break;
-    case AttnVariant::kQkv1:
-    case AttnVariant::kQkv1Plus:
-      qkv_proj = linear("qkv_proj", H * d);
-      break;
-    default:
-      throw std::logic_error("StandardAttention cannot build this variant");
+  const bool q_is_k = standard_queries_are_keys(spec), k_is_v = spec.shares_kv();
+  if (q_is_k && k_is_v) {  // Q=K=V
+    qkv_proj = linear("qkv_proj", H * d);
+  } else if (q_is_k) {  // Q=K≠V
+    qk_proj = linear("qk_proj", H * d);
+    v_proj = linear("v_proj", H * d);
+  } else if (k_is_v) {  // Q≠K=V, K=V per group
+    q_proj = linear("q_proj", H * d);
+    kv_proj = linear("kv_proj", G * d);
+  } else {
+    q_proj = linear("q_proj", H * d);
+    k_proj = linear("k_proj", G * d);
+    v_proj = linear("v_proj", G * d);
   }
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
   if (spec.k_norm) k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, d, options));
@@ -52,9 +42,7 @@ StandardAttentionImpl::StandardAttentionImpl(const AttentionSpec& spec,
   }
 }
 
-bool StandardAttentionImpl::is_plus() const {
-  return spec_.variant == AttnVariant::kQkVPlus || spec_.variant == AttnVariant::kQkv1Plus;
-}
+bool StandardAttentionImpl::is_plus() const { return spec_.pos == PosScheme::kBias2d; }
 
 torch::Tensor StandardAttentionImpl::project_query(const torch::Tensor& x) {
   const int64_t H = spec_.n_heads;
@@ -161,6 +149,18 @@ AttentionImpl::DecodeQuery StandardAttentionImpl::decode_query(const torch::Tens
 
 torch::Tensor StandardAttentionImpl::decode_output(const torch::Tensor& attended) {
   return o_proj(attended.flatten(2));
+}
+
+AttentionImpl::ProjectionWeights StandardAttentionImpl::projection_weights() const {
+  auto weight = [](const Linear& l) { return l ? l->weight.detach() : torch::Tensor(); };
+  ProjectionWeights p;
+  p.q = q_proj ? weight(q_proj) : qk_proj ? weight(qk_proj) : weight(qkv_proj);
+  p.k = k_proj    ? weight(k_proj)
+        : qk_proj ? weight(qk_proj)
+        : kv_proj ? weight(kv_proj)
+                  : weight(qkv_proj);
+  p.v = v_proj ? weight(v_proj) : kv_proj ? weight(kv_proj) : weight(qkv_proj);
+  return p;
 }
 
 }  // namespace kvlab::nn

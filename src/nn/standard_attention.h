@@ -23,6 +23,7 @@ class StandardAttentionImpl : public AttentionImpl {
 
   // Pre-softmax scores [B, H, T, T] of the explicit form ("+" bias included).
   torch::Tensor scores(const torch::Tensor& x);
+  ProjectionWeights projection_weights() const override;
 
   // Which projection produces what; names follow Hugging Face where one exists.
   Linear q_proj{nullptr};        // mha, gqa, mqa, q-kv, q-gqa, q-mqa: D -> H·d

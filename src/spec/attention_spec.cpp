@@ -2,56 +2,61 @@
 
 #include <charconv>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "spec/attention_family.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {
 namespace {
 
-constexpr int64_t kDefaultGvaRopeDim = 16;    // the GVA paper's proposed d_r
-constexpr int64_t kDefaultBiasChannels = 10;  // m of the '+' variants: seed 003 §4.1 uses 10
+// The group count's rule: one per query head, exactly one, given in the text ("gqa:8"), or
+// given as an option ("gla:hc=2").
+enum class GroupRule { kPerHead, kOne, kGiven, kOption };
 
 struct VariantInfo {
   AttnVariant variant;
   std::string_view id;
-  bool takes_groups;  // "gqa:G": a positional group count
+  AttnFamily family;
+  GroupRule groups;
 };
 
 constexpr VariantInfo kVariants[] = {
-    {AttnVariant::kMha, "mha", false},       {AttnVariant::kGqa, "gqa", true},
-    {AttnVariant::kMqa, "mqa", false},       {AttnVariant::kQkV, "qk-v", false},
-    {AttnVariant::kQKv, "q-kv", false},      {AttnVariant::kQkv1, "qkv1", false},
-    {AttnVariant::kQGqa, "q-gqa", true},     {AttnVariant::kQMqa, "q-mqa", false},
-    {AttnVariant::kQkVPlus, "qk-v+", false}, {AttnVariant::kQkv1Plus, "qkv1+", false},
-    {AttnVariant::kMla, "mla", false},       {AttnVariant::kGva, "gva", true},
-    {AttnVariant::kLinear, "linear", false},
+    {AttnVariant::kMha, "mha", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kGqa, "gqa", AttnFamily::kStandard, GroupRule::kGiven},
+    {AttnVariant::kMqa, "mqa", AttnFamily::kStandard, GroupRule::kOne},
+    {AttnVariant::kQkV, "qk-v", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kQKv, "q-kv", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kQkv1, "qkv1", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kQGqa, "q-gqa", AttnFamily::kStandard, GroupRule::kGiven},
+    {AttnVariant::kQMqa, "q-mqa", AttnFamily::kStandard, GroupRule::kOne},
+    {AttnVariant::kQkVPlus, "qk-v+", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kQkv1Plus, "qkv1+", AttnFamily::kStandard, GroupRule::kPerHead},
+    {AttnVariant::kMla, "mla", AttnFamily::kMla, GroupRule::kOne},
+    {AttnVariant::kGva, "gva", AttnFamily::kGva, GroupRule::kGiven},
+    {AttnVariant::kLinear, "linear", AttnFamily::kLinear, GroupRule::kPerHead},
+    {AttnVariant::kGta, "gta", AttnFamily::kGta, GroupRule::kGiven},
+    {AttnVariant::kGla, "gla", AttnFamily::kGla, GroupRule::kOption},
 };
 
-const char* kKnownVariants =
-    "mha, gqa:G, mqa, qk-v, q-kv, qkv1, q-gqa:G, q-mqa, qk-v+, qkv1+, mla, gva:G, linear";
-
-bool is_plus(AttnVariant v) { return v == AttnVariant::kQkVPlus || v == AttnVariant::kQkv1Plus; }
-
-// Options each variant accepts, beside its positional group count.
-std::vector<std::string_view> allowed_options(AttnVariant v) {
-  switch (v) {
-    case AttnVariant::kMla:
-      return {"dc", "dr", "dn", "dv", "dq"};
-    case AttnVariant::kGva:
-      return {"dr", "dn", "init", "qnorm"};
-    case AttnVariant::kQkVPlus:
-    case AttnVariant::kQkv1Plus:
-      return {"m"};
-    case AttnVariant::kQKv:
-    case AttnVariant::kQkv1:
-    case AttnVariant::kQGqa:
-    case AttnVariant::kQMqa:
-      return {"knorm"};
-    default:
-      return {};
+const VariantInfo& info_of(AttnVariant variant) {
+  for (const VariantInfo& info : kVariants) {
+    if (info.variant == variant) return info;
   }
+  throw std::logic_error("attention variant without a row in kVariants");
+}
+
+std::string known_variants() {
+  std::string out;
+  for (const VariantInfo& info : kVariants) {
+    out += (out.empty() ? "" : ", ") + std::string(info.id) +
+           (info.groups == GroupRule::kGiven    ? ":G"
+            : info.groups == GroupRule::kOption ? ":hc=C"
+                                                : "");
+  }
+  return out;
 }
 
 std::string join(const std::vector<std::string_view>& items) {
@@ -100,17 +105,27 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   return parts;
 }
 
-void require(bool ok, const char* field, const std::string& message) {
-  if (!ok) throw SpecError(field, message);
-}
-
-std::string num(int64_t v) { return std::to_string(v); }
+using family_detail::num;
+using family_detail::require;
 
 }  // namespace
 
-std::string_view attn_variant_id(AttnVariant variant) {
-  for (const VariantInfo& info : kVariants) {
-    if (info.variant == variant) return info.id;
+std::string_view attn_variant_id(AttnVariant variant) { return info_of(variant).id; }
+
+std::string_view attn_family_name(AttnFamily family) {
+  switch (family) {
+    case AttnFamily::kStandard:
+      return "standard";
+    case AttnFamily::kMla:
+      return "mla";
+    case AttnFamily::kGva:
+      return "gva";
+    case AttnFamily::kLinear:
+      return "linear";
+    case AttnFamily::kGta:
+      return "gta";
+    case AttnFamily::kGla:
+      return "gla";
   }
   return "?";
 }
@@ -139,7 +154,7 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
   }
   if (info == nullptr) {
     throw SpecError("attn", "unknown attention variant '" + std::string(name) +
-                                "' (known: " + kKnownVariants + ")");
+                                "' (known: " + known_variants() + ")");
   }
 
   AttentionSpec spec;
@@ -153,40 +168,16 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
   spec.rope_theta = model.rope_theta;
   spec.cache_dtype = cache_dtype;
   spec.pos = model.pos;
-  switch (spec.variant) {
-    case AttnVariant::kMqa:
-    case AttnVariant::kQMqa:
-    case AttnVariant::kMla:
-      spec.n_groups = 1;
-      break;
-    case AttnVariant::kGqa:
-    case AttnVariant::kQGqa:
-    case AttnVariant::kGva:
-      spec.n_groups = 0;
-      break;  // required in the text
-    default:
-      spec.n_groups = model.n_heads;
-      break;
-  }
-  if (spec.variant == AttnVariant::kMla) {
-    spec.latent_dim = 4 * model.head_dim;
-    spec.rope_dim = model.head_dim / 2;
-    spec.nope_dim = model.head_dim;
-    spec.value_dim = model.head_dim;
-    spec.pos = PosScheme::kDrope;
-  }
-  if (spec.variant == AttnVariant::kGva) {
-    spec.rope_dim = kDefaultGvaRopeDim;
-    spec.nope_dim = model.head_dim;
-  }
-  if (is_plus(spec.variant)) {
-    spec.bias_channels = kDefaultBiasChannels;
-    spec.pos = PosScheme::kBias2d;
-  }
+  spec.n_groups = info->groups == GroupRule::kOne       ? 1
+                  : info->groups == GroupRule::kPerHead ? model.n_heads
+                                                        : 0;  // required in the text
+  const AttentionFamily& family = spec_family(info->family);
+  family.set_defaults(spec);
 
-  const std::vector<std::string_view> allowed = allowed_options(spec.variant);
+  const std::vector<std::string_view> allowed = family.options(spec);
   std::set<std::string, std::less<>> seen;
   bool groups_given = false;
+  const bool takes_groups = info->groups == GroupRule::kGiven;
   if (name_end != std::string_view::npos) {
     const std::vector<std::string_view> items = split(text.substr(name_end + 1), ',');
     for (size_t i = 0; i < items.size(); ++i) {
@@ -196,7 +187,7 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       const std::string_view key = trim(item.substr(0, eq));
       const std::string_view value =
           eq == item.npos ? std::string_view() : trim(item.substr(eq + 1));
-      if (i == 0 && info->takes_groups && eq == item.npos) {
+      if (i == 0 && takes_groups && eq == item.npos) {
         spec.n_groups = parse_count("groups", key);
         groups_given = true;
         continue;
@@ -227,165 +218,82 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (key == "init") spec.m_init = parse_gva_init(value);
       if (key == "qnorm") spec.q_norm = true;
       if (key == "knorm") spec.k_norm = true;
+      if (key == "hc") spec.n_groups = parse_count(key, value);
     }
   }
-  if (info->takes_groups && !groups_given) {
+  if (info->groups == GroupRule::kOption && seen.count("hc") == 0) {
+    throw SpecError("hc", std::string(info->id) +
+                              " needs its number of latent heads: " + std::string(info->id) +
+                              ":hc=C (e.g. " + std::string(info->id) + ":hc=2)");
+  }
+  if (takes_groups && !groups_given) {
     throw SpecError("groups", std::string(info->id) +
                                   " needs a group count: " + std::string(info->id) + ":G (e.g. " +
                                   std::string(info->id) + ":8)");
   }
-  if (spec.variant == AttnVariant::kGva) {
-    // Without the decoupled slice GVA rotates its reconstructed key over the full width.
-    spec.pos = spec.rope_dim > 0 ? PosScheme::kDrope : PosScheme::kRope;
-  }
+  family.finish_parse(spec);
   spec.validate();
   return spec;
 }
 
+AttnFamily AttentionSpec::family() const { return info_of(variant).family; }
+
 std::string AttentionSpec::to_string() const {
   std::string out(attn_variant_id(variant));
   std::vector<std::string> items;
-  switch (variant) {
-    case AttnVariant::kGqa:
-    case AttnVariant::kQGqa:
-      items.push_back(num(n_groups));
-      break;
-    case AttnVariant::kGva:
-      items.push_back(num(n_groups));
-      items.push_back("dr=" + num(rope_dim));
-      if (nope_dim != head_dim) items.push_back("dn=" + num(nope_dim));
-      if (m_init != GvaInit::kBaseline)
-        items.push_back("init=" + std::string(gva_init_name(m_init)));
-      if (q_norm) items.push_back("qnorm");
-      break;
-    case AttnVariant::kMla:
-      items.push_back("dc=" + num(latent_dim));
-      items.push_back("dr=" + num(rope_dim));
-      if (nope_dim != head_dim) items.push_back("dn=" + num(nope_dim));
-      if (value_dim != head_dim) items.push_back("dv=" + num(value_dim));
-      if (q_latent_dim != 0) items.push_back("dq=" + num(q_latent_dim));
-      break;
-    case AttnVariant::kQkVPlus:
-    case AttnVariant::kQkv1Plus:
-      if (bias_channels != kDefaultBiasChannels) items.push_back("m=" + num(bias_channels));
-      break;
-    default:
-      break;
+  if (info_of(variant).groups == GroupRule::kGiven) items.push_back(num(n_groups));
+  for (std::string& item : spec_family(family()).option_text(*this)) {
+    items.push_back(std::move(item));
   }
-  if (k_norm) items.push_back("knorm");
   for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? ":" : ",") + items[i];
   return out;
 }
 
-bool AttentionSpec::shares_kv() const {
-  switch (variant) {
-    case AttnVariant::kQKv:
-    case AttnVariant::kQkv1:
-    case AttnVariant::kQGqa:
-    case AttnVariant::kQMqa:
-    case AttnVariant::kQkv1Plus:
-    case AttnVariant::kLinear:
-      return true;
-    default:
-      return false;
-  }
-}
+bool AttentionSpec::shares_kv() const { return spec_family(family()).shares_kv(*this); }
 
-int64_t AttentionSpec::qk_dim() const {
-  switch (variant) {
-    case AttnVariant::kMla:
-    case AttnVariant::kGva:
-      return nope_dim + rope_dim;
-    default:
-      return head_dim;
-  }
-}
+int64_t AttentionSpec::qk_dim() const { return spec_family(family()).qk_dim(*this); }
 
 int64_t AttentionSpec::attn_out_dim() const {
-  return n_heads * (variant == AttnVariant::kMla ? value_dim : head_dim);
+  return n_heads * spec_family(family()).value_head_dim(*this);
+}
+
+CacheLayout AttentionSpec::cache_layout() const {
+  return spec_family(family()).cache_layout(*this);
+}
+
+Exact AttentionSpec::param_count() const { return spec_family(family()).param_count(*this); }
+
+AttnMacs AttentionSpec::prefill_macs(int64_t n_tokens) const {
+  return spec_family(family()).prefill_macs(*this, n_tokens);
+}
+
+AttnMacs AttentionSpec::decode_macs(int64_t context) const {
+  return spec_family(family()).decode_macs(*this, context);
 }
 
 void AttentionSpec::validate() const {
-  const std::string id(attn_variant_id(variant));
+  const VariantInfo& info = info_of(variant);
+  const std::string id(info.id);
   require(d_model > 0, "d_model", "must be > 0, got " + num(d_model));
   require(n_heads > 0, "heads", "must be > 0, got " + num(n_heads));
   require(head_dim > 0, "head_dim", "must be > 0, got " + num(head_dim));
-  require(n_groups >= 1 && n_groups <= n_heads && n_heads % n_groups == 0, "groups",
+  require(n_groups >= 1 && n_groups <= n_heads && n_heads % n_groups == 0,
+          info.groups == GroupRule::kOption ? "hc" : "groups",
           num(n_heads) + " query heads cannot be split into " + num(n_groups) +
               " groups (groups must divide the number of heads)");
-  switch (variant) {
-    case AttnVariant::kMqa:
-    case AttnVariant::kQMqa:
-    case AttnVariant::kMla:
+  switch (info.groups) {
+    case GroupRule::kOne:
       require(n_groups == 1, "groups", id + " has exactly one group, got " + num(n_groups));
       break;
-    case AttnVariant::kGqa:
-    case AttnVariant::kQGqa:
-    case AttnVariant::kGva:
-      break;
-    default:
+    case GroupRule::kPerHead:
       require(n_groups == n_heads, "groups",
               id + " has one group per head (" + num(n_heads) + "), got " + num(n_groups));
+      break;
+    case GroupRule::kGiven:
+    case GroupRule::kOption:
+      break;
   }
-  if (is_plus(variant)) {
-    require(!causal, "attn",
-            id + " adds a 2-D positional bias for non-causal models only (seed 003 §3.1); "
-                 "a decoder is causal: use an encoder, vit or set model");
-    require(bias_channels > 0 && bias_channels % 2 == 0, "m",
-            "channels of the 2-D positional tensor must be positive and even (half encode the "
-            "row, half the column), got " +
-                num(bias_channels));
-    require(pos == PosScheme::kBias2d, "pos", id + " uses the 2-D positional bias");
-  }
-  if (variant == AttnVariant::kMla) {
-    require(latent_dim > 0, "dc", "latent width must be > 0");
-    require(nope_dim > 0, "dn", "content width must be > 0");
-    require(value_dim > 0, "dv", "value width must be > 0");
-    require(rope_dim > 0, "dr", "mla needs its decoupled RoPE key: dr must be > 0");
-    require(q_latent_dim >= 0, "dq", "must be >= 0 (0 = full-rank query)");
-    require(pos == PosScheme::kDrope, "pos", "mla uses decoupled RoPE");
-  }
-  if (variant == AttnVariant::kGva) {
-    require(nope_dim > 0, "dn", "content width must be > 0");
-    require(rope_dim >= 0, "dr", "must be >= 0");
-    require(pos == (rope_dim > 0 ? PosScheme::kDrope : PosScheme::kRope), "pos",
-            "gva uses decoupled RoPE when dr > 0 and full-width RoPE when dr = 0");
-  } else {
-    require(!q_norm, "qnorm", "q-norm applies to gva only");
-    require(m_init == GvaInit::kBaseline, "init", "M_h init applies to gva only");
-  }
-  if (variant != AttnVariant::kMla && variant != AttnVariant::kGva) {
-    require(rope_dim == 0 && latent_dim == 0 && q_latent_dim == 0, "attn",
-            id + " has no latent or decoupled-RoPE widths");
-    require(pos == PosScheme::kLearned || pos == PosScheme::kSinusoidal ||
-                pos == PosScheme::kRope || pos == PosScheme::kNone ||
-                (is_plus(variant) && pos == PosScheme::kBias2d),
-            "pos", id + " takes the model's positions: learned, sinusoidal, rope or none");
-  }
-  if (variant == AttnVariant::kLinear) {
-    require(pos != PosScheme::kRope, "pos",
-            "linear attention takes learned or no positions: RoPE inside its running state is "
-            "not implemented");
-  }
-  if (pos == PosScheme::kDrope) {
-    require(rope_dim % 2 == 0, "dr",
-            "RoPE rotates pairs of channels, so dr must be even, got " + num(rope_dim));
-  }
-  if (pos == PosScheme::kRope) {
-    const int64_t rotated = variant == AttnVariant::kGva ? nope_dim : head_dim;
-    require(
-        rotated % 2 == 0, variant == AttnVariant::kGva ? "dn" : "head_dim",
-        "RoPE rotates pairs of channels, so the rotated width must be even, got " + num(rotated));
-  }
-  if (pos == PosScheme::kRope || pos == PosScheme::kDrope) {
-    require(rope_theta > 0, "rope_theta", "must be > 0");
-  }
-  if (k_norm) {
-    require(shares_kv() && pos == PosScheme::kRope && !is_plus(variant), "knorm",
-            "K = RoPE(RMSNorm(C)) applies to the shared K=V layout with RoPE positions "
-            "(q-kv, qkv1, q-gqa, q-mqa on a rope model); this model's positions are " +
-                std::string(pos_scheme_name(pos)));
-  }
+  spec_family(info.family).validate(*this);
 }
 
 }  // namespace kvlab

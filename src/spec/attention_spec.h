@@ -11,8 +11,8 @@
 
 namespace kvlab {
 
-// The attention variants of DESIGN.md's table. Adding one means adding a value here and
-// its cases in attention_spec.cpp and attention_costs.cpp, never a new bool.
+// The attention variants of DESIGN.md's table. Each belongs to one family (AttnFamily); adding
+// a variant means a value here and its row in attention_spec.cpp's table, never a new bool.
 enum class AttnVariant {
   kMha,       // mha: W_q, W_k, W_v
   kGqa,       // gqa:G
@@ -27,12 +27,28 @@ enum class AttnVariant {
   kMla,       // mla: DeepSeek-V2 latent attention
   kGva,       // gva:G,dr: grouped value attention
   kLinear,    // linear: the Q=K=V collapse into a recurrent state
+  kGta,       // gta:G,dr: grouped-tied attention (GVA with M_h a channel selection)
+  kGla,       // gla:hc=C: grouped latent attention (MLA with C latent heads)
+};
+
+// Variants that share a module, a cache layout rule and a decode adapter. Every layer
+// dispatches on the family in one place (spec: spec_family(), nn: make_attention(), infer:
+// the decode adapters), each a switch without a default, so a new family that is not handled
+// everywhere does not compile.
+enum class AttnFamily {
+  kStandard,  // mha, gqa, mqa and the projection-sharing variants, with the '+' forms
+  kMla,
+  kGva,
+  kLinear,
+  kGta,
+  kGla,
 };
 
 // kvlab's definition of the three M_h initialisations the GVA seed names (DESIGN.md).
 enum class GvaInit { kBaseline, kScaleMatched, kVarianceFixed };
 
 std::string_view attn_variant_id(AttnVariant variant);
+std::string_view attn_family_name(AttnFamily family);
 std::string_view gva_init_name(GvaInit init);
 
 // MACs (multiply-accumulates) of one layer's attention. Element-wise work (softmax,
@@ -78,6 +94,7 @@ struct AttentionSpec {
   std::string to_string() const;
   void validate() const;
 
+  AttnFamily family() const;
   bool shares_kv() const;        // one projection (and one cached stream) is key and value
   int64_t qk_dim() const;        // width of the q·k dot product; scores scale 1/sqrt(qk_dim)
   int64_t attn_out_dim() const;  // width entering the output projection (H·d_h or H·d_v)

@@ -18,6 +18,32 @@ std::string_view decode_kernel_name(DecodeKernel kernel) {
   return "?";
 }
 
+std::string_view stream_role_name(StreamRole role) {
+  switch (role) {
+    case StreamRole::kKey:
+      return "k";
+    case StreamRole::kValue:
+      return "v";
+    case StreamRole::kContent:
+      return "c";
+    case StreamRole::kRope:
+      return "kr";
+  }
+  return "?";
+}
+
+int64_t CacheLayout::stream_index(StreamRole role) const {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (streams[i].role == role) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+const CacheStream* CacheLayout::find(StreamRole role) const {
+  const int64_t i = stream_index(role);
+  return i < 0 ? nullptr : &streams[static_cast<size_t>(i)];
+}
+
 int64_t CacheLayout::scalars_per_token() const {
   int64_t scalars = 0;
   for (const CacheStream& stream : streams) scalars += stream.width();

@@ -19,12 +19,25 @@ enum class DecodeKernel {
 
 std::string_view decode_kernel_name(DecodeKernel kernel);
 
+// What a cached stream holds. Decode parameters, benchmarks and tests find a stream by its
+// role, never by its position in the layout.
+enum class StreamRole {
+  kKey,      // "k": key rows, one per group (two-stream)
+  kValue,    // "v": value rows, one per group (two-stream)
+  kContent,  // "c": one row per group used as key and value (shared K=V, gva's values, mla's
+             // latent)
+  kRope,     // "kr": the decoupled RoPE key, one row shared by all heads (gva, mla)
+};
+
+std::string_view stream_role_name(StreamRole role);
+
 // One stream of cached rows: per token per layer it holds n_heads rows of head_width.
 struct CacheStream {
-  std::string name;  // "k", "v", "c" (content, key and value at once), "kr" (shared rope key)
+  StreamRole role = StreamRole::kKey;
   int64_t n_heads = 0;
   int64_t head_width = 0;
 
+  std::string_view name() const { return stream_role_name(role); }
   int64_t width() const { return n_heads * head_width; }
   bool operator==(const CacheStream&) const = default;
 };
@@ -42,6 +55,10 @@ struct CacheLayout {
   // shared K=V with RoPE: the kernel rotates (and RMS-normalises) each cached row on read
   bool rope_on_read = false;
   bool norm_on_read = false;
+
+  // The position of the stream with `role` in `streams`, or -1 when the layout has none.
+  int64_t stream_index(StreamRole role) const;
+  const CacheStream* find(StreamRole role) const;
 
   int64_t scalars_per_token() const;
   int64_t bytes_per_token() const;

@@ -43,7 +43,9 @@ TEST(PagedKvCacheTest, ReservedBytesMatchTheSpecUpToPageRounding) {
 }
 
 TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
-  const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 4}, {"v", 2, 4}}, DType::kF32};
+  const CacheLayout layout{DecodeKernel::kTwoStream,
+                           {{StreamRole::kKey, 2, 4}, {StreamRole::kValue, 2, 4}},
+                           DType::kF32};
   PagedKvCache cache(layout, /*n_layers=*/2, /*page_size=*/4, /*max_pages=*/6, /*max_seqs=*/3);
   const int32_t a = cache.add_sequence(), b = cache.add_sequence();
   EXPECT_EQ(cache.append(a, 5), 0);  // 2 pages
@@ -79,7 +81,9 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
 }
 
 TEST(PagedKvCacheTest, PoolsAreAlignedAndStatesZeroed) {
-  const CacheLayout layout{DecodeKernel::kOneStream, {{"c", 3, 5}, {"kr", 1, 2}}, DType::kBf16};
+  const CacheLayout layout{DecodeKernel::kOneStream,
+                           {{StreamRole::kContent, 3, 5}, {StreamRole::kRope, 1, 2}},
+                           DType::kBf16};
   PagedKvCache cache(layout, 3, 16, 5, 2);
   for (int64_t l = 0; l < 3; ++l) {
     for (int64_t s = 0; s < 2; ++s) {

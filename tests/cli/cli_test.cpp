@@ -25,12 +25,14 @@ struct RunResult {
   std::string err;
 };
 
-RunResult run_kvlab(const std::string& args) {
+// env_prefix: words put before the binary (e.g. "env -u VAR NAME=value").
+RunResult run_kvlab(const std::string& args, const std::string& env_prefix = "") {
   char err_path[] = "/tmp/kvlab_cli_test_XXXXXX";
   const int fd = mkstemp(err_path);
   if (fd < 0) return {};
   close(fd);
-  const std::string command = std::string(KVLAB_BIN) + " " + args + " 2>" + err_path;
+  const std::string command =
+      env_prefix + " " + std::string(KVLAB_BIN) + " " + args + " 2>" + err_path;
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -139,10 +141,11 @@ TEST(CliSummaryTest, ModuleCountEqualsSpecCountForEveryVariantAndKind) {
       "--set-input-dim 6";
   std::vector<std::pair<std::string, std::string>> cases;
   for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "qkv1", "q-gqa:2", "q-mqa", "mla",
-                           "gva:2,dr=4", "gva:2,dr=0,qnorm", "linear"}) {
+                           "gva:2,dr=4", "gva:2,dr=0,qnorm", "gta:2", "gla:hc=2", "linear"}) {
     cases.push_back({decoder, attn});
   }
-  for (const char* attn : {"gqa:2", "q-gqa:2,knorm", "mla:dc=16,dr=4,dq=8", "gva:4,dr=8"}) {
+  for (const char* attn : {"gqa:2", "q-gqa:2,knorm", "mla:dc=16,dr=4,dq=8", "gva:4,dr=8",
+                           "gta:4,dr=4", "gla:hc=2,dc=16"}) {
     cases.push_back({llama, attn});
   }
   for (const std::string& model : {encoder, vit, set}) {
@@ -721,6 +724,24 @@ TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_GT(doc["tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(doc["threads"], 1);
+}
+
+// The wait policy the OpenMP runtime itself reports: OMP_DISPLAY_ENV=verbose makes libgomp print
+// its settings from its load-time constructor, the moment it has read them. GOMP_SPINCOUNT is
+// what tells the policies apart (libgomp prints OMP_WAIT_POLICY = 'PASSIVE' when it is unset,
+// too): 0 for passive, 300000 for unset, 3e10 for active.
+TEST(CliTest, OpenMpWorkersSleepUnlessTheUserChoseOtherwise) {
+  const RunResult unset = run_kvlab("--version", "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose");
+  ASSERT_EQ(unset.exit_code, 0) << unset.err;
+  ASSERT_TRUE(contains(unset.err, "GOMP_SPINCOUNT"))
+      << "the OpenMP runtime printed no settings: " << unset.err;
+  EXPECT_TRUE(contains(unset.err, "OMP_WAIT_POLICY = 'PASSIVE'")) << unset.err;
+  EXPECT_TRUE(contains(unset.err, "GOMP_SPINCOUNT = '0'")) << unset.err;
+  const RunResult chosen =
+      run_kvlab("--version", "env OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=verbose");
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  EXPECT_TRUE(contains(chosen.err, "OMP_WAIT_POLICY = 'ACTIVE'")) << chosen.err;
+  EXPECT_FALSE(contains(chosen.err, "GOMP_SPINCOUNT = '0'")) << chosen.err;
 }
 
 }  // namespace

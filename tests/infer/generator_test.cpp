@@ -37,6 +37,8 @@ const Case kCases[] = {
     {"mla", PosScheme::kRope},           {"mla:dc=12,dr=4,dq=10", PosScheme::kLearned},
     {"gva:2,dr=4", PosScheme::kRope},    {"gva:2,dr=4,qnorm", PosScheme::kNone},
     {"gva:2,dr=0", PosScheme::kRope},    {"linear", PosScheme::kLearned},
+    {"gta:2", PosScheme::kRope},         {"gta:1", PosScheme::kLearned},
+    {"gla:hc=2", PosScheme::kRope},      {"gla:hc=4,dc=6", PosScheme::kLearned},
 };
 
 TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
@@ -76,7 +78,7 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
   for (bool moe : {false, true}) {
     if (moe) testing::add_moe(shape, /*expert_width=*/8);
     for (const char* attn : {"mha", "gqa:2", "q-gqa:2,knorm", "mla:dc=12,dr=4,dq=10",
-                             "gva:2,dr=4,qnorm", "gva:2,dr=0"}) {
+                             "gva:2,dr=4,qnorm", "gva:2,dr=0", "gta:2", "gla:hc=2"}) {
       SCOPED_TRACE(std::string(attn) + (moe ? " moe" : " dense"));
       torch::manual_seed(42);
       nn::TransformerModel model(ModelConfig::make(shape, attn, DType::kF32), torch::kFloat32);

@@ -64,9 +64,10 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   CacheLayout layout;
   layout.dtype = c.dtype;
-  layout.streams.push_back({"k", c.groups, c.rebuild ? c.value_width : c.key_width});
-  if (!one_stream) layout.streams.push_back({"v", c.groups, c.value_width});
-  if (c.rope_width > 0) layout.streams.push_back({"kr", 1, c.rope_width});
+  layout.streams.push_back({one_stream ? StreamRole::kContent : StreamRole::kKey, c.groups,
+                            c.rebuild ? c.value_width : c.key_width});
+  if (!one_stream) layout.streams.push_back({StreamRole::kValue, c.groups, c.value_width});
+  if (c.rope_width > 0) layout.streams.push_back({StreamRole::kRope, 1, c.rope_width});
   int64_t total_pages = 0;
   for (int64_t l : c.lengths) total_pages += (l + c.page - 1) / c.page;
   PagedKvCache cache(layout, 1, c.page, total_pages + 2, static_cast<int64_t>(c.lengths.size()));
@@ -246,9 +247,10 @@ double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   CacheLayout layout;
   layout.dtype = DType::kBf16;
-  layout.streams.push_back({"k", v.groups, v.width});
-  if (!v.one_stream) layout.streams.push_back({"v", v.groups, v.width});
-  if (v.rope > 0) layout.streams.push_back({"kr", 1, v.rope});
+  layout.streams.push_back(
+      {v.one_stream ? StreamRole::kContent : StreamRole::kKey, v.groups, v.width});
+  if (!v.one_stream) layout.streams.push_back({StreamRole::kValue, v.groups, v.width});
+  if (v.rope > 0) layout.streams.push_back({StreamRole::kRope, 1, v.rope});
   const int64_t tokens = 1500;
   PagedKvCache cache(layout, 1, 16, (tokens + 15) / 16 + 1, 1);
   const int32_t seq = cache.add_sequence();

@@ -7,9 +7,11 @@
 #include <string>
 
 #include "alloc_counter.h"
+#include "cache/decode_params.h"
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "spec/test_shapes.h"
 
 namespace kvlab {
 namespace {
@@ -21,7 +23,9 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx}) {
     if (!cpu_supports(isa)) continue;
     SCOPED_TRACE(std::string(cpu_isa_name(isa)));
-    const CacheLayout layout{DecodeKernel::kTwoStream, {{"k", 2, 64}, {"v", 2, 64}}, DType::kBf16};
+    const AttentionSpec spec =
+        AttentionSpec::parse("gqa:2", testing::rope_decoder(8, 64), DType::kBf16);
+    const CacheLayout layout = spec.cache_layout();  // k and v, 2 groups × 64
     PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/16, /*max_pages=*/64, /*max_seqs=*/2);
     const std::vector<int32_t> seqs = {cache.add_sequence(), cache.add_sequence()};
     std::vector<float> row(128, 0.25f);
@@ -41,9 +45,8 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
     auto step = [&] {
       for (int32_t seq : seqs) append_token(seq);
       cache.page_table_into(seqs, table);
-      DecodeParams p = cache.decode_params(0, table, 8);
+      DecodeParams p = decode_params_for(spec, cache, 0, table);
       p.q = q.data();
-      p.scale = 0.125f;
       p.out = out.data();
       decoder.run(p);
     };

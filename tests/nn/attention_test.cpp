@@ -57,9 +57,17 @@ std::vector<VariantCase> every_variant() {
       {"gva:4,dr=4,dn=6,init=scale-matched", learned},
       {"gva:2,dr=0", rope},
       {"gva:2,dr=0,init=variance-fixed", no_bias},
+      {"gta:2", rope},
+      {"gta:4", learned},
+      {"gta:1", no_bias},
+      {"gla:hc=2", rope},
+      {"gla:hc=4,dc=6,dr=2", learned},
+      {"gla:hc=1", no_bias},
       {"linear", learned},
       {"mha", encoder},
       {"gva:2,dr=4", encoder},
+      {"gta:2", encoder},
+      {"gla:hc=2", encoder},
       {"linear", encoder},
   };
 }
@@ -148,7 +156,7 @@ TEST(AttentionModuleTest, CacheRowsThroughTheDecodeFormEqualForward) {
       const CacheStream& stream = layout.streams[i];
       EXPECT_EQ(rows[i].sizes(),
                 torch::IntArrayRef({batch, seq, stream.n_heads, stream.head_width}))
-          << stream.name;
+          << stream.name();
     }
     const torch::Tensor full = module->forward(x);
     EXPECT_LT(max_abs_diff(module->forward_from_cache(x, rows, 0), full), 1e-10);

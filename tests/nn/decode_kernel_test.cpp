@@ -3,6 +3,7 @@
 // one- and two-stream variant, every cache dtype, partly filled pages, ragged batches.
 #include <gtest/gtest.h>
 
+#include "cache/decode_params.h"
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
 #include "kernels/decode_attention.h"
@@ -48,6 +49,10 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       {"gva:2,dr=4", rope},
       {"gva:1,dr=2,qnorm", learned},
       {"gva:2,dr=0", rope},  // keys rebuilt per position: key_maps in the kernel
+      {"gta:2", rope},
+      {"gta:1", learned},
+      {"gla:hc=2", rope},
+      {"gla:hc=4,dc=6,dr=2", learned},
       {"mla", rope},
       {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
   };
@@ -63,13 +68,11 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
       PagedKvCache cache(layout, /*n_layers=*/1, /*page_size=*/4, /*max_pages=*/16, /*max_seqs=*/3);
       const int64_t n_seqs = 3, H = spec.n_heads;
       const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;
-      const int64_t key_width = rebuild ? spec.nope_dim : layout.streams[0].head_width;
-      const int64_t value_width = layout.kernel == DecodeKernel::kTwoStream
-                                      ? layout.streams[1].head_width
-                                      : layout.streams[0].head_width;
-      const bool rope_stream =
-          layout.kernel == DecodeKernel::kOneStream && layout.streams.size() == 2;
-      const int64_t rope_width = rope_stream ? layout.streams[1].head_width : 0;
+      const PageTable no_sequences;
+      const DecodeParams shape_params = decode_params_for(spec, cache, 0, no_sequences);
+      const int64_t key_width = shape_params.key_width, value_width = shape_params.value_width;
+      const int64_t rope_width = shape_params.rope_width;
+      const bool rope_stream = rope_width > 0;
       std::vector<torch::Tensor> q_rows, qr_rows, expected;
       double scale = 0;
       for (int64_t b = 0; b < n_seqs; ++b) {
@@ -96,29 +99,15 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
           rope_stream ? torch::stack(qr_rows).contiguous() : torch::Tensor();
       torch::Tensor out = torch::zeros({n_seqs, H, value_width}, kF32);
       const PageTable table = cache.page_table({0, 1, 2});
-      DecodeParams p;
+      DecodeParams p = decode_params_for(spec, cache, 0, table);
       p.q = q.data_ptr<float>();
       p.q_rope = rope_stream ? q_rope.data_ptr<float>() : nullptr;
-      p.key_pool = cache.pool(0, 0);
-      p.value_pool =
-          layout.kernel == DecodeKernel::kTwoStream ? cache.pool(0, 1) : cache.pool(0, 0);
-      p.rope_pool = rope_stream ? cache.pool(0, 1) : nullptr;
-      p.pages = table.view();
-      p.n_seqs = n_seqs;
-      p.n_heads = H;
-      p.n_groups = layout.streams[0].n_heads;
-      p.key_width = key_width;
-      p.value_width = value_width;
-      p.rope_width = rope_width;
-      p.dtype = dtype;
-      p.scale = static_cast<float>(scale);
-      p.rope_on_read = layout.rope_on_read || rebuild;
+      EXPECT_FLOAT_EQ(p.scale, static_cast<float>(scale)) << "the module's score scale";
       torch::Tensor key_maps;
       if (rebuild) {
         key_maps = std::dynamic_pointer_cast<GvaAttentionImpl>(module)->key_maps.contiguous();
         p.key_maps = key_maps.data_ptr<float>();
       }
-      p.rope_theta = spec.rope_theta;
       if (layout.norm_on_read) {
         auto standard = std::dynamic_pointer_cast<StandardAttentionImpl>(module);
         p.norm_weight = standard->k_norm->weight.data_ptr<float>();

@@ -46,10 +46,11 @@ std::vector<std::pair<ModelShape, std::string>> every_model() {
   const ModelShape gpt = small_shape(PosScheme::kLearned);
   std::vector<std::pair<ModelShape, std::string>> out;
   for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "qkv1", "q-gqa:2", "q-mqa", "mla",
-                           "gva:2,dr=4,qnorm", "linear"}) {
+                           "gva:2,dr=4,qnorm", "gta:2", "gla:hc=2", "linear"}) {
     out.push_back({gpt, attn});
   }
-  for (const char* attn : {"mha", "q-gqa:2,knorm", "mla:dc=8,dr=2,dq=6", "gva:2,dr=0"}) {
+  for (const char* attn :
+       {"mha", "q-gqa:2,knorm", "mla:dc=8,dr=2,dq=6", "gva:2,dr=0", "gta:2", "gla:hc=2"}) {
     out.push_back({llama, attn});
   }
   out.push_back({qwen, "gqa:2"});
@@ -130,7 +131,8 @@ TEST(TransformerModelTest, LearnedPositionsRefuseTokensPastTheTable) {
 // Built on the meta device: no memory, so the full-size presets can be counted.
 TEST(TransformerModelTest, PresetsOnTheMetaDeviceMatchTheirCounts) {
   const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);
-  for (const char* attn : {"mha", "q-kv", "gqa:8", "mqa", "q-gqa:8", "q-mqa", "gva:8,dr=16"}) {
+  for (const char* attn :
+       {"mha", "q-kv", "gqa:8", "mqa", "q-gqa:8", "q-mqa", "gva:8,dr=16", "gta:8", "gla:hc=2"}) {
     const ModelConfig config =
         ModelConfig::make(find_preset("paper-1.2b").shape, attn, DType::kBf16);
     TransformerModel model(config, meta);

@@ -42,6 +42,13 @@ TEST(AccountingTest, AttentionParametersByHand) {
   EXPECT_EQ(attn_params("gva:1,dr=2,qnorm"), 108 + 36 + 18 + 32 + 4 + 72);
   // dr = 0: q 8→8 (72), no rope projection
   EXPECT_EQ(attn_params("gva:1,dr=0"), 72 + 36 + 32 + 72);
+  // gta:1 (d_r = d_h/2 = 2, d_n = 2): q 8→8 (72), tied state 8→4 (36), r 8→2 (18), no M_h,
+  // out (72)
+  EXPECT_EQ(attn_params("gta:1"), 72 + 36 + 18 + 72);
+  EXPECT_EQ(attn_params("gta:2,dr=2"), 72 + 72 + 18 + 72);
+  // gla:hc=2 (d_c = 2·d_h = 8, d_r = 2, d_n = d_v = 4): q 8→12 (108), kv_a 8→2·10 (180),
+  // one LayerNorm over d_c (16), up 8→16 (144), out (72)
+  EXPECT_EQ(attn_params("gla:hc=2"), 108 + 180 + 16 + 144 + 72);
 }
 
 TEST(AccountingTest, BiasKindsAndKnorm) {
@@ -113,6 +120,16 @@ TEST(AccountingTest, AbsorbedDecodeMacs) {
   AttnMacs mla = AttentionSpec::parse("mla", s, DType::kF32).decode_macs(5);
   EXPECT_EQ(mla.projections.value(), 96 + 144 + 64 + 128 + 128);
   EXPECT_EQ(mla.mixing.value(), 5 * 2 * 34);
+  // gta:1 decode: q 8·8, state 8·4, r 8·2, out 8·8 = 176, q̃ a zero-padded copy; mixing
+  // T·H·(d_h + d_r + d_h) = 5·2·10, as gva's
+  AttnMacs gta = AttentionSpec::parse("gta:1", s, DType::kF32).decode_macs(5);
+  EXPECT_EQ(gta.projections.value(), 176);
+  EXPECT_EQ(gta.mixing.value(), 100);
+  // gla:hc=2 decode: q 8·12, kv_a 8·20, out 8·8, absorb W_uk 2·4·8 and W_uv 2·8·4; scores
+  // and sums over whole rows of d_c + d_r = 10: T·H·2·10
+  AttnMacs gla = AttentionSpec::parse("gla:hc=2", s, DType::kF32).decode_macs(5);
+  EXPECT_EQ(gla.projections.value(), 96 + 160 + 64 + 64 + 64);
+  EXPECT_EQ(gla.mixing.value(), 5 * 2 * 20);
   // linear: constant in T
   EXPECT_EQ(AttentionSpec::parse("linear", s, DType::kF32).decode_macs(5).total(),
             AttentionSpec::parse("linear", s, DType::kF32).decode_macs(5000).total());
@@ -126,18 +143,25 @@ TEST(AccountingTest, CacheLayoutsOfEveryKernelShape) {
     return AttentionSpec::parse(text, rope, DType::kBf16).cache_layout();
   };
   EXPECT_EQ(layout("gqa:4").kernel, DecodeKernel::kTwoStream);
-  EXPECT_EQ(layout("gqa:4").streams, (std::vector<CacheStream>{{"k", 4, 64}, {"v", 4, 64}}));
+  EXPECT_EQ(layout("gqa:4").streams,
+            (std::vector<CacheStream>{{StreamRole::kKey, 4, 64}, {StreamRole::kValue, 4, 64}}));
   EXPECT_EQ(layout("qk-v").scalars_per_token(), 2 * 16 * 64);  // Q=K≠V saves nothing
   const CacheLayout lumma = layout("q-gqa:8,knorm");
   EXPECT_EQ(lumma.kernel, DecodeKernel::kOneStream);
-  EXPECT_EQ(lumma.streams, (std::vector<CacheStream>{{"c", 8, 64}}));
+  EXPECT_EQ(lumma.streams, (std::vector<CacheStream>{{StreamRole::kContent, 8, 64}}));
   EXPECT_TRUE(lumma.rope_on_read);
   EXPECT_TRUE(lumma.norm_on_read);
   EXPECT_FALSE(AttentionSpec::parse("q-kv", tiny_gpt(), DType::kBf16).cache_layout().rope_on_read);
-  EXPECT_EQ(layout("gva:4,dr=16").streams, (std::vector<CacheStream>{{"c", 4, 64}, {"kr", 1, 16}}));
+  EXPECT_EQ(layout("gva:4,dr=16").streams,
+            (std::vector<CacheStream>{{StreamRole::kContent, 4, 64}, {StreamRole::kRope, 1, 16}}));
   EXPECT_EQ(layout("gva:4,dr=0").kernel, DecodeKernel::kReconstructKeys);
+  EXPECT_EQ(layout("gta:4").streams,
+            (std::vector<CacheStream>{{StreamRole::kContent, 4, 64}, {StreamRole::kRope, 1, 32}}));
+  EXPECT_EQ(layout("gta:4").kernel, DecodeKernel::kOneStream);
+  EXPECT_EQ(layout("gla:hc=2").streams,
+            (std::vector<CacheStream>{{StreamRole::kContent, 2, 2 * 64 + 32}}));
   EXPECT_EQ(layout("mla:dc=256,dr=32").streams,
-            (std::vector<CacheStream>{{"c", 1, 256}, {"kr", 1, 32}}));
+            (std::vector<CacheStream>{{StreamRole::kContent, 1, 256}, {StreamRole::kRope, 1, 32}}));
   const CacheLayout linear =
       AttentionSpec::parse("linear", testing::tiny_gpt(), DType::kBf16).cache_layout();
   EXPECT_EQ(linear.kernel, DecodeKernel::kRecurrentState);

@@ -51,6 +51,12 @@ std::vector<RoundTripCase> every_variant() {
       {"gva:2,dr=0", rope},
       {"gva:2,dr=0,init=variance-fixed", learned},
       {"gva:4,dr=16,dn=32", rope},
+      {"gta:4", rope},
+      {"gta:8,dr=16", rope},
+      {"gta:2", learned},
+      {"gla:hc=2", rope},
+      {"gla:hc=4,dc=96,dr=16", rope},
+      {"gla:hc=1", learned},
       {"linear", learned},
   };
 }
@@ -156,6 +162,18 @@ TEST(AttentionSpecTest, RejectsImpossibleSpecsNamingTheField) {
       {"gva:4,qnorm=1", rope_decoder(), "qnorm", "is a flag"},
       {"gva:4,dr", rope_decoder(), "dr", "needs a value"},
       {"gqa:4,", rope_decoder(), "attn", "empty option"},
+      {"gta:4,dr=0", rope_decoder(), "dr", "between 1 and d_h - 1"},
+      {"gta:4,dr=64", rope_decoder(), "dr", "got 64"},
+      {"gta:4,dr=7", rope_decoder(), "dr", "dr must be even, got 7"},
+      {"gta:4,dn=32", rope_decoder(), "dn", "does not apply to gta"},
+      {"gta", rope_decoder(), "groups", "gta needs a group count"},
+      {"gla", rope_decoder(), "hc", "gla needs its number of latent heads"},
+      {"gla:dc=64", rope_decoder(), "hc", "gla:hc=C"},
+      {"gla:hc=3", rope_decoder(), "hc", "cannot be split into 3"},
+      {"gla:hc=0", rope_decoder(), "hc", "cannot be split into 0"},
+      {"gla:hc=2,dr=0", rope_decoder(), "dr", "dr must be > 0"},
+      {"gla:hc=2,dc=0", rope_decoder(), "dc", "latent width must be > 0"},
+      {"gla:4", rope_decoder(), "4", "does not apply to gla"},
       {"mla:dc=99999999999999999999", rope_decoder(), "dc", "not a non-negative integer"},
   };
   for (const BadSpec& c : cases) {

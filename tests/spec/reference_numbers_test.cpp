@@ -139,6 +139,25 @@ TEST(ReferenceNumbersTest, GvaAndMlaAtProductionWidths) {
   EXPECT_EQ(std::lround(100 * mla), 72);
 }
 
+// Grouped-tied attention caches as GVA does: (G·d_h + d_r) per token per layer; at 32k tokens
+// in bf16 on Llama-3-8B (32 layers), (8·128 + 64)·2·32·32,768 bytes.
+TEST(ReferenceNumbersTest, GtaCachesTheTiedStateAndOneRopeKey) {
+  EXPECT_EQ(preset_with("llama-3-8b", "gta:8,dr=64").cache_bytes(32768, 1).value(), 2'281'701'376);
+  EXPECT_EQ(preset_with("llama-3-8b", "gta:8").cache_bytes(32768, 1).value(),
+            preset_with("llama-3-8b", "gta:8,dr=64").cache_bytes(32768, 1).value());
+  EXPECT_EQ(preset_with("llama-3-8b", "gta:8,dr=16").cache_bytes_per_token().value(),
+            preset_with("llama-3-8b", "gva:8,dr=16").cache_bytes_per_token().value());
+}
+
+// Grouped latent attention caches C·(d_c + d_r) per token per layer: with 2 latent heads of
+// 256 + 64 on Llama-3-8B, 640 elements against MLA 512 + 64's 576.
+TEST(ReferenceNumbersTest, GlaCachesOneLatentRowPerLatentHead) {
+  EXPECT_EQ(preset_with("llama-3-8b", "gla:hc=2").cache_bytes(32768, 1).value(),
+            int64_t{2 * (256 + 64)} * 2 * 32 * 32768);
+  EXPECT_EQ(preset_with("llama-3-8b", "gla:hc=1,dc=512,dr=64").cache_bytes_per_token().value(),
+            preset_with("llama-3-8b", "mla:dc=512,dr=64").cache_bytes_per_token().value());
+}
+
 // Published parameter counts of the real models (Hugging Face model cards / configs).
 TEST(ReferenceNumbersTest, RealModelParameterCounts) {
   auto params = [](const char* name) {

@@ -92,40 +92,36 @@ void gva_weights(nn::GvaAttentionImpl& g, AttentionWeights& w) {
   w.output = dense(g.o_proj);
 }
 
-void mla_weights(nn::MlaAttentionImpl& m, AttentionWeights& w) {
+// mla and gla: kv_b weight [H·(d_n + d_v), d_c], per head d_n rows of W_uk then d_v rows of
+// W_uv, as the decode step absorbs them.
+void absorbed_up_projections(const nn::LinearImpl& kv_b_proj, AttentionWeights& w) {
   const AttentionSpec& s = w.spec;
+  const torch::Tensor kv_b =
+      kv_b_proj.weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
+  w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
+  w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
+  if (kv_b_proj.bias.defined()) {
+    w.value_up_bias = floats(kv_b_proj.bias.detach()
+                                 .view({s.n_heads, s.nope_dim + s.value_dim})
+                                 .narrow(1, s.nope_dim, s.value_dim));
+  }
+}
+
+void mla_weights(nn::MlaAttentionImpl& m, AttentionWeights& w) {
   w.query = dense(m.q_proj ? m.q_proj : m.q_b_proj);
   w.query_down = dense(m.q_a_proj);
   w.query_down_norm = norm(m.q_a_layernorm);
   w.latent = dense(m.kv_a_proj_with_mqa);
   w.latent_norm = norm(m.kv_a_layernorm);
-  // kv_b weight [H·(d_n + d_v), d_c]: per head d_n rows of W_uk, then d_v rows of W_uv
-  const torch::Tensor kv_b =
-      m.kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
-  w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
-  w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
-  if (m.kv_b_proj->bias.defined()) {
-    w.value_up_bias = floats(m.kv_b_proj->bias.detach()
-                                 .view({s.n_heads, s.nope_dim + s.value_dim})
-                                 .narrow(1, s.nope_dim, s.value_dim));
-  }
+  absorbed_up_projections(*m.kv_b_proj, w);
   w.output = dense(m.o_proj);
 }
 
 void gla_weights(nn::GlaAttentionImpl& m, AttentionWeights& w) {
-  const AttentionSpec& s = w.spec;
   w.query = dense(m.q_proj);
   w.latent = dense(m.kv_a_proj);
   w.latent_norm = norm(m.kv_a_layernorm);
-  const torch::Tensor kv_b =
-      m.kv_b_proj->weight.detach().view({s.n_heads, s.nope_dim + s.value_dim, s.latent_dim});
-  w.key_up_t = floats(kv_b.narrow(1, 0, s.nope_dim).transpose(1, 2));  // [H, d_c, d_n]
-  w.value_up = floats(kv_b.narrow(1, s.nope_dim, s.value_dim));        // [H, d_v, d_c]
-  if (m.kv_b_proj->bias.defined()) {
-    w.value_up_bias = floats(m.kv_b_proj->bias.detach()
-                                 .view({s.n_heads, s.nope_dim + s.value_dim})
-                                 .narrow(1, s.nope_dim, s.value_dim));
-  }
+  absorbed_up_projections(*m.kv_b_proj, w);
   w.output = dense(m.o_proj);
 }
 

@@ -69,6 +69,12 @@ void require_unset(const AttentionSpec& s, std::initializer_list<std::string_vie
   }
 }
 
+Exact grouped_value_projection_macs(const AttentionSpec& s) {
+  const int64_t D = s.d_model, H = s.n_heads;
+  return Exact(D) * (H * (s.nope_dim + s.rope_dim)) + Exact(D) * (s.n_groups * s.head_dim) +
+         Exact(D) * s.rope_dim + Exact(H * s.head_dim) * D;
+}
+
 void require_model_positions(const AttentionSpec& s) {
   require(s.pos == PosScheme::kLearned || s.pos == PosScheme::kSinusoidal ||
               s.pos == PosScheme::kRope || s.pos == PosScheme::kNone,

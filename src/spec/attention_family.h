@@ -64,6 +64,9 @@ std::string num(int64_t v);
 // Rejects the fields of other families (latent widths, decoupled RoPE, gva's q-norm and M_h
 // init, the '+' channels, knorm) that `own` does not list.
 void require_unset(const AttentionSpec& spec, std::initializer_list<std::string_view> own);
+// gva and gta, per token in both forms: the query (content and rope slices), the G value heads
+// (the tied state), the shared rope key and the output projection.
+Exact grouped_value_projection_macs(const AttentionSpec& spec);
 // Learned, sinusoidal, rope or none: the model's positions, as the standard layouts take them.
 void require_model_positions(const AttentionSpec& spec);
 }  // namespace family_detail

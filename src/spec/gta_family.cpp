@@ -7,17 +7,10 @@
 namespace kvlab {
 namespace {
 
+using family_detail::grouped_value_projection_macs;
 using family_detail::linear_params;
 using family_detail::num;
 using family_detail::require;
-
-// Per token, in both forms: the query (content and rope slices), the tied state, the shared
-// rope key and the output projection.
-Exact common_projection_macs(const AttentionSpec& s) {
-  const int64_t D = s.d_model, H = s.n_heads;
-  return Exact(D) * (H * (s.nope_dim + s.rope_dim)) + Exact(D) * (s.n_groups * s.head_dim) +
-         Exact(D) * s.rope_dim + Exact(H * s.head_dim) * D;
-}
 
 class GtaFamily final : public AttentionFamily {
  public:
@@ -75,7 +68,8 @@ class GtaFamily final : public AttentionFamily {
   AttnMacs prefill_macs(const AttentionSpec& s, int64_t n_tokens) const override {
     const Exact n(n_tokens);
     AttnMacs macs;
-    macs.projections = n * common_projection_macs(s);  // the key is a slice: no multiply-adds
+    macs.projections =
+        n * grouped_value_projection_macs(s);  // the key is a slice: no multiply-adds
     macs.mixing = n * n * s.n_heads * (s.nope_dim + s.rope_dim + s.head_dim);
     return macs;
   }
@@ -83,7 +77,7 @@ class GtaFamily final : public AttentionFamily {
   AttnMacs decode_macs(const AttentionSpec& s, int64_t context) const override {
     AttnMacs macs;
     // q̃_h = [q_h^nope ; 0]: the query padded to the state's width, no multiply-adds
-    macs.projections = common_projection_macs(s);
+    macs.projections = grouped_value_projection_macs(s);
     macs.mixing = Exact(context) * s.n_heads * (2 * s.head_dim + s.rope_dim);
     return macs;
   }

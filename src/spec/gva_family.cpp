@@ -5,19 +5,12 @@
 namespace kvlab {
 namespace {
 
+using family_detail::grouped_value_projection_macs;
 using family_detail::linear_params;
 using family_detail::num;
 using family_detail::require;
 
 constexpr int64_t kDefaultRopeDim = 16;  // the GVA paper's proposed d_r
-
-// Per token, in both forms: the query (content and rope slices), the value heads, the shared
-// rope key and the output projection.
-Exact common_projection_macs(const AttentionSpec& s) {
-  const int64_t D = s.d_model, H = s.n_heads;
-  return Exact(D) * (H * (s.nope_dim + s.rope_dim)) + Exact(D) * (s.n_groups * s.head_dim) +
-         Exact(D) * s.rope_dim + Exact(H * s.head_dim) * D;
-}
 
 class GvaFamily final : public AttentionFamily {
  public:
@@ -95,7 +88,7 @@ class GvaFamily final : public AttentionFamily {
     const int64_t H = s.n_heads;
     AttnMacs macs;
     // k_h^nope = v_g(h) M_h for every token
-    macs.projections = n * (common_projection_macs(s) + Exact(H) * s.head_dim * s.nope_dim);
+    macs.projections = n * (grouped_value_projection_macs(s) + Exact(H) * s.head_dim * s.nope_dim);
     macs.mixing = n * n * H * (s.nope_dim + s.rope_dim + s.head_dim);
     return macs;
   }
@@ -104,7 +97,7 @@ class GvaFamily final : public AttentionFamily {
     const Exact T(context);
     const int64_t H = s.n_heads, d = s.head_dim;
     AttnMacs macs;
-    macs.projections = common_projection_macs(s);
+    macs.projections = grouped_value_projection_macs(s);
     if (s.rope_dim > 0) {
       macs.projections += Exact(H) * s.nope_dim * d;  // q̃_h = q_h^nope M_hᵀ
       macs.mixing = T * H * (2 * d + s.rope_dim);

@@ -14,6 +14,7 @@
 namespace kvlab::nn {
 namespace {
 
+using testing::affine;
 using testing::kF64;
 using testing::small_shape;
 using testing::spec_of;
@@ -34,17 +35,6 @@ TEST(AbsoluteOracleTest, RopeAtHandComputedPositions) {
       EXPECT_NEAR(y[c].item<double>(), expected[i][c], 1e-14) << "position " << positions[i];
     }
   }
-}
-
-// y = x Wᵀ + b for one row.
-std::vector<double> affine(const torch::Tensor& w, const torch::Tensor& b, const double* x) {
-  std::vector<double> y(static_cast<size_t>(w.size(0)));
-  for (int64_t o = 0; o < w.size(0); ++o) {
-    double sum = b.defined() ? b[o].item<double>() : 0.0;
-    for (int64_t i = 0; i < w.size(1); ++i) sum += w[o][i].item<double>() * x[i];
-    y[static_cast<size_t>(o)] = sum;
-  }
-  return y;
 }
 
 // MHA (learned positions: no rotation) and GQA with 2 groups: softmax(q·k/√d_h) over the

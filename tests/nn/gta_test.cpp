@@ -12,6 +12,7 @@
 namespace kvlab::nn {
 namespace {
 
+using testing::affine;
 using testing::copy_into;
 using testing::kF64;
 using testing::max_abs_diff;
@@ -70,17 +71,6 @@ std::vector<double> rotate(std::vector<double> v, int64_t pos, double theta) {
     out[i + half] = v[i + half] * std::cos(angle) + v[i] * std::sin(angle);
   }
   return out;
-}
-
-// y = W x + b for one row.
-std::vector<double> affine(const torch::Tensor& w, const torch::Tensor& b, const double* x) {
-  std::vector<double> y(static_cast<size_t>(w.size(0)));
-  for (int64_t o = 0; o < w.size(0); ++o) {
-    double sum = b.defined() ? b[o].item<double>() : 0.0;
-    for (int64_t i = 0; i < w.size(1); ++i) sum += w[o][i].item<double>() * x[i];
-    y[static_cast<size_t>(o)] = sum;
-  }
-  return y;
 }
 
 // Head h (group g = h / (H/G)) scores token j by q_h^nope · s_{g,j}[0:d_n] + q_h^rope · r_j with

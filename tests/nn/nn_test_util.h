@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "spec/attention_spec.h"
 #include "spec/model_shape.h"
@@ -50,6 +51,17 @@ inline void add_moe(ModelShape& s, int64_t expert_width) {
 
 inline AttentionSpec spec_of(const std::string& text, const ModelShape& shape) {
   return AttentionSpec::parse(text, shape, DType::kF32);
+}
+
+// y = W x + b for one row x, with W [out, in] (a Linear's weight) and b [out] or undefined.
+inline std::vector<double> affine(const torch::Tensor& w, const torch::Tensor& b, const double* x) {
+  std::vector<double> y(static_cast<size_t>(w.size(0)));
+  for (int64_t o = 0; o < w.size(0); ++o) {
+    double sum = b.defined() ? b[o].item<double>() : 0.0;
+    for (int64_t i = 0; i < w.size(1); ++i) sum += w[o][i].item<double>() * x[i];
+    y[static_cast<size_t>(o)] = sum;
+  }
+  return y;
 }
 
 inline void copy_into(torch::Tensor dst, const torch::Tensor& src) {

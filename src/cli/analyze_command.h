@@ -1,22 +1,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <ostream>
-#include <string>
+
+#include "experiments/analyze.h"
 
 namespace kvlab {
 
-struct AnalyzeOptions {
-  std::string checkpoint;
-  std::string out;
-  std::string input;  // byte-level text tasks: the text whose attention maps are drawn
-  int threads = 0;
-};
-
 CLI::App* add_analyze_command(CLI::App& app, AnalyzeOptions& options);
-// Per layer: cosine similarity of the Q, K and V projection weights and the effective rank
-// of each (seed 003 §5), attention maps of one input as heat maps. Writes analysis.json,
-// analysis.md and attention_l{layer}_h{head}.svg (plus a head-mean map per layer) to --out.
-int run_analyze(const AnalyzeOptions& options, std::ostream& out);
 
 }  // namespace kvlab

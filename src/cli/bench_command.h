@@ -1,72 +1,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <ostream>
-#include <string>
-#include <vector>
+
+#include "experiments/bench.h"
 
 namespace kvlab {
 
-struct BenchTrainOptions {
-  std::string attn = "mha";
-  int64_t d_model = 128, layers = 4, heads = 4, seq_len = 128, batch = 32;
-  int threads = 1;
-  int64_t steps = 10;
-  int64_t warmup = 3;
-  std::string format = "table";
-};
-
-// `kvlab bench train`: tokens/s of full training steps (forward, backward, AdamW) of a
-// small byte-level GPT on random tokens; median and spread over steps after warm-up.
-struct BenchMemoryOptions {
-  int64_t mib = 1024;  // buffer size
-  int threads = 0;     // 0: all cores
-  int repeats = 7;
-  std::string format = "table";
-};
-
-// `kvlab bench compute`: this CPU's peak multiply-add rate per precision, the compute side of
-// the roofline (bench memory is the other).
-struct BenchComputeOptions {
-  int threads = 0;  // 0: all cores
-  int repeats = 7;
-  std::string format = "table";
-};
-
-// `kvlab bench decode`: one layer's decode attention at one step, over caches rotated across
-// enough layers to exceed the last-level cache, against the bandwidth measured in the same run.
-struct BenchDecodeOptions {
-  std::vector<std::string> attn;
-  int64_t heads = 32;
-  int64_t head_dim = 128;
-  std::vector<std::string> context = {"16k"};
-  int64_t batch = 1;
-  std::string dtype = "bf16";
-  // "auto": bf16 where the CPU has AVX-512 BF16, else f32
-  std::vector<std::string> precision = {"auto"};
-  int threads = 0;
-  int repeats = 20;
-  int64_t rotate_mib = 1024;  // caches rotated over at least this many bytes
-  std::string format = "table";
-};
-
-// `kvlab bench prefill` (forward tokens/s and peak memory per batch × length, seed 003
-// Table 14's shape) and `kvlab bench generate` (end-to-end decode tokens/s: prompt 128,
-// generate 128, seed 003 Table 15's shape, plus a long-context row).
-struct BenchModelOptions {
-  std::vector<std::string> attn;
-  int64_t layers = 4, d_model = 256, heads = 8;
-  std::vector<int64_t> batch = {1, 4, 16};
-  std::vector<int64_t> length = {1024, 2048};
-  int64_t prompt = 128, generate = 128, long_prompt = 2048;
-  std::string cache_dtype = "bf16";
-  int threads = 0;
-  int repeats = 5;                 // generate: timed generations after one warm-up
-  std::string precision = "auto";  // generate: attention arithmetic of the decode step
-  std::string format = "table";
-};
-
-// `kvlab bench memory`: this machine's streaming read bandwidth, the ceiling of decode.
 struct BenchCommands {
   CLI::App* train = nullptr;
   CLI::App* memory = nullptr;
@@ -80,11 +19,5 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& train_options
                                  BenchComputeOptions& compute_options,
                                  BenchDecodeOptions& decode_options,
                                  BenchModelOptions& model_options);
-int run_bench_prefill(const BenchModelOptions& options, std::ostream& out);
-int run_bench_generate(const BenchModelOptions& options, std::ostream& out);
-int run_bench_decode(const BenchDecodeOptions& options, std::ostream& out);
-int run_bench_memory(const BenchMemoryOptions& options, std::ostream& out);
-int run_bench_compute(const BenchComputeOptions& options, std::ostream& out);
-int run_bench_train(const BenchTrainOptions& options, std::ostream& out);
 
 }  // namespace kvlab

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/table.h"
-#include "cli/units.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/model_config.h"
 #include "spec/spec_error.h"
 

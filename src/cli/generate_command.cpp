@@ -2,12 +2,12 @@
 
 #include <random>
 
-#include "cli/attn_precision_flag.h"
 #include "infer/generator.h"
+#include "kernels/attn_precision.h"
 #include "nn/checkpoint.h"
+#include "nn/threads.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
-#include "train/trainer.h"
 
 namespace kvlab {
 
@@ -48,8 +48,8 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   if (o.prompt.empty()) throw SpecError("prompt", "must not be empty");
   const DType dtype = parse_dtype(o.cache_dtype);
   if (dtype == DType::kFp8) throw SpecError("cache_dtype", "fp8 caches are counted, not stored");
-  const int threads = train::set_threads(o.threads);
-  const std::string dir = train::checkpoint_dir(o.checkpoint);
+  const int threads = nn::set_threads(o.threads);
+  const std::string dir = nn::checkpoint_dir(o.checkpoint);
   nn::TransformerModel model = nn::load_model(dir);
   const ModelShape& shape = model->config().shape;
   if (!shape.causal() || shape.vocab_size != 256) {

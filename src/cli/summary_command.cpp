@@ -7,9 +7,9 @@
 #include <set>
 #include <vector>
 
-#include "cli/table.h"
-#include "cli/units.h"
 #include "nn/transformer.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/model_config.h"
 #include "spec/spec_error.h"
 

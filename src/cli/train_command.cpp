@@ -8,11 +8,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "cli/eval_decode.h"
 #include "cli/interrupt.h"
-#include "cli/table.h"
-#include "cli/units.h"
+#include "experiments/eval_decode.h"
 #include "nn/checkpoint.h"
+#include "nn/threads.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "train/data_parallel.h"
@@ -179,7 +180,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
   }
   const bool threads_given = command.get_option("--threads")->count() > 0;
-  int threads = train::set_threads(o.threads);
+  int threads = nn::set_threads(o.threads);
   // torchrun / SLURM variables make this one rank of a data-parallel job (rendezvous first,
   // so a rank that cannot join fails before anything is written)
   const std::unique_ptr<train::DataParallel> data_parallel =
@@ -201,7 +202,7 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
     // the same thread count as before: reductions, hence the bits, depend on it
     const int recorded = trainer->options().threads;
     if (!threads_given && recorded > 0) {
-      threads = train::set_threads(recorded);
+      threads = nn::set_threads(recorded);
     } else if (threads_given && recorded > 0 && threads != recorded && writer) {
       std::cerr << fmt::format(
           "kvlab train: note: the run computed with {} threads, this resume with {}: the "
@@ -385,8 +386,8 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (o.format != "table" && o.format != "json") {
     throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
   }
-  train::set_threads(o.threads);
-  const std::string dir = train::checkpoint_dir(o.checkpoint);
+  nn::set_threads(o.threads);
+  const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const nlohmann::json config = nn::read_checkpoint_config(dir);
   if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);

@@ -8,6 +8,7 @@
 
 #include "cache/decode_params.h"
 #include "kernels/convert.h"
+#include "kernels/rope.h"
 
 namespace kvlab::infer {
 namespace {
@@ -94,8 +95,7 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   expert_out_.resize(static_cast<size_t>(D));
   router_.resize(static_cast<size_t>(B * experts));
   chosen_experts_.resize(static_cast<size_t>(chosen));
-  rope_cos_.resize(static_cast<size_t>(rope_width / 2 + 1));
-  rope_sin_.resize(rope_cos_.size());
+  rope_row_.resize(static_cast<size_t>(rope_width + 2));
   batch_seqs_.reserve(static_cast<size_t>(B));
   positions_.resize(static_cast<size_t>(B));
   table_.indptr.reserve(static_cast<size_t>(B + 1));
@@ -158,22 +158,17 @@ void DecodeModel::per_head(const float* weights, const float* bias, int64_t out,
 void DecodeModel::rotate(float* x, int64_t width, int64_t pos, double theta) {
   const int64_t half = width / 2;
   if (pos != rope_pos_ || width != rope_width_ || theta != rope_theta_) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle =
-          static_cast<double>(pos) *
-          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(width));
-      rope_cos_[static_cast<size_t>(i)] = static_cast<float>(std::cos(angle));
-      rope_sin_[static_cast<size_t>(i)] = static_cast<float>(std::sin(angle));
-    }
+    rope_row(pos, width, theta, rope_row_.data());
     rope_pos_ = pos;
     rope_width_ = width;
     rope_theta_ = theta;
   }
+  const float* cos = rope_row_.data();
+  const float* sin = rope_row_.data() + half;
   for (int64_t i = 0; i < half; ++i) {
-    const float c = rope_cos_[static_cast<size_t>(i)], s = rope_sin_[static_cast<size_t>(i)];
     const float x1 = x[i], x2 = x[half + i];
-    x[i] = x1 * c - x2 * s;
-    x[half + i] = x2 * c + x1 * s;
+    x[i] = x1 * cos[i] - x2 * sin[i];
+    x[half + i] = x2 * cos[i] + x1 * sin[i];
   }
 }
 

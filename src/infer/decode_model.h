@@ -99,7 +99,7 @@ class DecodeModel {
   std::vector<float> query_, query_rope_, attended_, expanded_;
   std::vector<float> mlp_a_, mlp_b_, mlp_out_, expert_out_, router_;
   std::vector<int64_t> chosen_experts_;
-  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<float> rope_row_;  // [cos ; sin] of the position rotate() last turned
   int64_t rope_pos_ = -1, rope_width_ = 0;
   double rope_theta_ = 0;
 };

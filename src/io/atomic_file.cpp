@@ -45,6 +45,23 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   }
 }
 
+void append_line(const std::string& path, std::string_view line) {
+  std::string bytes(line);
+  bytes += '\n';
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw system_error("cannot open", path);
+  // one write: O_APPEND places it whole at the end, so concurrent writers never interleave
+  const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+  if (n != static_cast<ssize_t>(bytes.size()) || ::fsync(fd) != 0) {
+    const auto error = n < 0 || n == static_cast<ssize_t>(bytes.size())
+                           ? system_error("cannot append to", path)
+                           : std::runtime_error("cannot append to '" + path + "': short write");
+    ::close(fd);
+    throw error;
+  }
+  if (::close(fd) != 0) throw system_error("cannot close", path);
+}
+
 std::string read_file(const std::string& path, uint64_t max_bytes) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) throw system_error("cannot open", path);

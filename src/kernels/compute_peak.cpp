@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "kernels/fast_decoder.h"
-#include "kernels/samples.h"
+#include "report/statistics.h"
 
 namespace kvlab {
 namespace {

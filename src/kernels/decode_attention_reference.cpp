@@ -7,6 +7,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/decode_attention.h"
+#include "kernels/rope.h"
 
 namespace kvlab {
 namespace {
@@ -153,9 +154,8 @@ void decode_attention_reference(const DecodeParams& p) {
           }
           const int64_t half = p.key_width / 2;
           for (int64_t i = 0; i < half; ++i) {
-            const double angle = static_cast<double>(j) *
-                                 std::pow(p.rope_theta, -2.0 * static_cast<double>(i) /
-                                                            static_cast<double>(p.key_width));
+            const double angle =
+                static_cast<double>(j) * rope_frequency(i, p.key_width, p.rope_theta);
             const double x1 = key[static_cast<size_t>(i)], x2 = key[static_cast<size_t>(i + half)];
             key[static_cast<size_t>(i)] =
                 static_cast<float>(x1 * std::cos(angle) - x2 * std::sin(angle));

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/rope.h"
+
 namespace kvlab {
 namespace {
 
@@ -131,16 +133,10 @@ void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta) {
   if (width != rope_width_ || theta != rope_theta_) rope_positions_ = 0;
   if (tokens <= rope_positions_) return;
   const int64_t positions = std::max<int64_t>(tokens, 2 * rope_positions_);
-  const int64_t half = width / 2;
   HugePageFloats table(positions * width);
   std::copy(rope_table_.data(), rope_table_.data() + rope_positions_ * width, table.data());
   for (int64_t j = rope_positions_; j < positions; ++j) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(j) * std::pow(theta, -2.0 * static_cast<double>(i) /
-                                                                        static_cast<double>(width));
-      table.data()[j * width + i] = static_cast<float>(std::cos(angle));
-      table.data()[j * width + half + i] = static_cast<float>(std::sin(angle));
-    }
+    rope_row(j, width, theta, table.data() + j * width);
   }
   rope_table_ = std::move(table);
   rope_positions_ = positions;

@@ -9,7 +9,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "kernels/samples.h"
+#include "report/statistics.h"
 
 namespace kvlab {
 namespace {

@@ -169,4 +169,15 @@ TransformerModel load_model(const std::string& dir, const torch::TensorOptions& 
   return model;
 }
 
+std::string checkpoint_dir(const std::string& dir) {
+  struct stat info {};
+  const auto has_config = [&info](const std::string& folder) {
+    return ::stat((folder + "/config.json").c_str(), &info) == 0;
+  };
+  if (has_config(dir)) return dir;
+  if (has_config(dir + "/checkpoint")) return dir + "/checkpoint";
+  throw SpecError("checkpoint", "'" + dir + "' holds no checkpoint (no config.json in it or in " +
+                                    dir + "/checkpoint)");
+}
+
 }  // namespace kvlab::nn

@@ -21,6 +21,9 @@ void save_model(const TransformerModelImpl& model, const std::string& dir,
 // Throws SpecError (config) or SafetensorsError (weights) naming the file and the tensor.
 TransformerModel load_model(const std::string& dir,
                             const torch::TensorOptions& options = torch::kFloat32);
+// Where a checkpoint folder is: DIR itself if it holds config.json, else DIR/checkpoint (a
+// training run's folder). Throws SpecError("checkpoint") when neither holds one.
+std::string checkpoint_dir(const std::string& dir);
 // config.json of a checkpoint folder, parsed (throws when unreadable or not JSON).
 nlohmann::json read_checkpoint_config(const std::string& dir);
 

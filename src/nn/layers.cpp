@@ -1,6 +1,9 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <vector>
+
+#include "kernels/rope.h"
 
 namespace kvlab::nn {
 
@@ -38,12 +41,15 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta) {
   const int64_t seq = x.size(1);
   const int64_t half = x.size(-1) / 2;
-  const auto real =
-      x.options().dtype(x.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
-  // [half]: θ^(-2k/d)
-  const torch::Tensor inv_freq =
-      torch::pow(theta, -torch::arange(0, half, real) * (2.0 / static_cast<double>(2 * half)));
-  const torch::Tensor positions = torch::arange(start_pos, start_pos + seq, real);
+  // [half]: the frequencies of kernels/rope.h, so the cached decode turns keys the same way
+  std::vector<double> frequencies(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    frequencies[static_cast<size_t>(i)] = rope_frequency(i, 2 * half, theta);
+  }
+  const auto f64 = x.options().dtype(torch::kFloat64);
+  const torch::Tensor inv_freq = torch::tensor(frequencies, f64);
+  const torch::Tensor positions = torch::arange(start_pos, start_pos + seq, f64);
+  // [1, T, 1, half]: angles in double precision, as rope_row computes them
   const torch::Tensor angles = torch::outer(positions, inv_freq).view({1, seq, 1, half});
   const torch::Tensor cos = angles.cos().to(x.dtype());
   const torch::Tensor sin = angles.sin().to(x.dtype());

@@ -28,6 +28,64 @@ void require_at_most(const char* field, int64_t value, int64_t limit) {
 
 }  // namespace
 
+namespace {
+
+int64_t even_head_dim(int64_t d_model, int64_t n_heads) {
+  return n_heads > 0 && d_model % n_heads == 0 ? d_model / n_heads : 0;
+}
+
+}  // namespace
+
+ModelShape ModelShape::gpt_decoder(int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                   int64_t vocab_size, int64_t max_context) {
+  ModelShape s;
+  s.kind = ModelKind::kDecoder;
+  s.n_layers = n_layers;
+  s.d_model = d_model;
+  s.n_heads = n_heads;
+  s.head_dim = even_head_dim(d_model, n_heads);
+  s.mlp_width = 4 * d_model;
+  s.mlp_kind = MlpKind::kGelu;
+  s.vocab_size = vocab_size;
+  s.max_context = max_context;
+  s.norm = NormKind::kLayerNorm;
+  s.bias = BiasKind::kAll;
+  s.tied_embeddings = true;
+  s.pos = PosScheme::kLearned;
+  return s;
+}
+
+ModelShape ModelShape::llama_decoder(int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                     int64_t mlp_width, int64_t vocab_size, int64_t max_context,
+                                     double rope_theta) {
+  ModelShape s = gpt_decoder(n_layers, d_model, n_heads, vocab_size, max_context);
+  s.mlp_width = mlp_width;
+  s.mlp_kind = MlpKind::kSwiglu;
+  s.norm = NormKind::kRmsNorm;
+  s.bias = BiasKind::kNone;
+  s.tied_embeddings = false;
+  s.pos = PosScheme::kRope;
+  s.rope_theta = rope_theta;
+  return s;
+}
+
+ModelShape ModelShape::encoder(int64_t n_layers, int64_t d_model, int64_t n_heads,
+                               int64_t vocab_size, int64_t max_context) {
+  ModelShape s = gpt_decoder(n_layers, d_model, n_heads, vocab_size, max_context);
+  s.kind = ModelKind::kEncoder;
+  s.tied_embeddings = false;
+  s.pos = PosScheme::kSinusoidal;
+  return s;
+}
+
+ModelShape ModelShape::vision(ModelKind kind, int64_t n_layers, int64_t d_model, int64_t n_heads) {
+  ModelShape s = gpt_decoder(n_layers, d_model, n_heads, /*vocab_size=*/0, /*max_context=*/0);
+  s.kind = kind;
+  s.mlp_width = 2 * d_model;
+  s.tied_embeddings = false;
+  return s;
+}
+
 int64_t ModelShape::n_patches() const {
   if (kind != ModelKind::kVit || patch_size <= 0) return 0;
   const int64_t side = image_size / patch_size;

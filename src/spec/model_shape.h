@@ -59,6 +59,25 @@ struct ModelShape {
   // set: width of each input element's feature vector
   int64_t set_input_dim = 0;
 
+  // One named starting point per kind of model kvlab builds; callers then set what differs.
+  // head_dim is d_model / n_heads (0 when it does not divide: validate() names it).
+  // GPT-2 style decoder: LayerNorm, GELU MLP of 4·d_model, biases on every linear layer,
+  // learned positions, tied embeddings (the seeds' language models).
+  static ModelShape gpt_decoder(int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                int64_t vocab_size, int64_t max_context);
+  // Llama style decoder: RMSNorm, SwiGLU MLP of mlp_width, no biases, RoPE with base θ,
+  // untied embeddings (Llama, Mistral, Qwen2, DeepSeek).
+  static ModelShape llama_decoder(int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                  int64_t mlp_width, int64_t vocab_size, int64_t max_context,
+                                  double rope_theta = 10000.0);
+  // Seed 003's synthetic-task encoder: GPT-2 style blocks without the causal mask, the fixed
+  // sinusoidal features of Vaswani et al. at the input, an untied per-token classifier.
+  static ModelShape encoder(int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t vocab_size,
+                            int64_t max_context);
+  // Seed 003's vision models (kind vit or set; the task fills in the input widths):
+  // LayerNorm, GELU MLP of 2·d_model, biases, learned positions, untied.
+  static ModelShape vision(ModelKind kind, int64_t n_layers, int64_t d_model, int64_t n_heads);
+
   bool causal() const { return kind == ModelKind::kDecoder; }
   int64_t output_classes() const { return n_classes > 0 ? n_classes : vocab_size; }
   int64_t n_patches() const;

@@ -7,20 +7,10 @@ namespace {
 
 // The seeds' GPT-style language models (seed 003 §4.3, A.5).
 ModelShape paper_gpt(int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t mlp_width) {
-  ModelShape s;
-  s.kind = ModelKind::kDecoder;
-  s.n_layers = n_layers;
-  s.d_model = d_model;
-  s.n_heads = n_heads;
+  ModelShape s = ModelShape::gpt_decoder(n_layers, d_model, n_heads, /*vocab_size=*/50304,
+                                         /*max_context=*/2048);
   s.head_dim = 64;
   s.mlp_width = mlp_width;
-  s.mlp_kind = MlpKind::kGelu;
-  s.vocab_size = 50304;
-  s.max_context = 2048;
-  s.norm = NormKind::kLayerNorm;
-  s.bias = BiasKind::kAll;
-  s.tied_embeddings = true;
-  s.pos = PosScheme::kLearned;
   return s;
 }
 
@@ -28,21 +18,9 @@ ModelShape paper_gpt(int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t
 ModelShape llama_like(int64_t n_layers, int64_t d_model, int64_t n_heads, int64_t head_dim,
                       int64_t mlp_width, int64_t vocab_size, int64_t max_context,
                       double rope_theta) {
-  ModelShape s;
-  s.kind = ModelKind::kDecoder;
-  s.n_layers = n_layers;
-  s.d_model = d_model;
-  s.n_heads = n_heads;
+  ModelShape s = ModelShape::llama_decoder(n_layers, d_model, n_heads, mlp_width, vocab_size,
+                                           max_context, rope_theta);
   s.head_dim = head_dim;
-  s.mlp_width = mlp_width;
-  s.mlp_kind = MlpKind::kSwiglu;
-  s.vocab_size = vocab_size;
-  s.max_context = max_context;
-  s.norm = NormKind::kRmsNorm;
-  s.bias = BiasKind::kNone;
-  s.tied_embeddings = false;
-  s.pos = PosScheme::kRope;
-  s.rope_theta = rope_theta;
   return s;
 }
 

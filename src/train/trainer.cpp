@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -168,17 +167,6 @@ TrainOptions TrainOptions::from_json(const json& doc) {
   return o;
 }
 
-int set_threads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-  // OpenBLAS keeps its own pool; find its setter in whichever BLAS libtorch loaded.
-  using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    set(threads);
-  }
-  return threads;
-}
-
 EvalResult evaluate(nn::TransformerModelImpl& model, const data::Task& task, uint64_t seed,
                     int64_t batch_size) {
   c10::InferenceMode inference;
@@ -197,13 +185,6 @@ EvalResult evaluate(nn::TransformerModelImpl& model, const data::Task& task, uin
   r.accuracy = correct / static_cast<double>(positions);
   r.perplexity = std::exp(r.loss);
   return r;
-}
-
-std::string checkpoint_dir(const std::string& dir) {
-  if (exists(dir + "/config.json")) return dir;
-  if (exists(dir + "/checkpoint/config.json")) return dir + "/checkpoint";
-  throw SpecError("checkpoint", "'" + dir + "' holds no checkpoint (no config.json in it or in " +
-                                    dir + "/checkpoint)");
 }
 
 Trainer::Trainer(const ModelConfig& config, std::unique_ptr<data::Task> task, TrainOptions options,

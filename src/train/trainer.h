@@ -56,10 +56,6 @@ struct TrainResult {
   std::string message;
 };
 
-// Sets both thread pools explicitly: libtorch's intra-op OpenMP pool and OpenBLAS's own
-// (torch::set_num_threads does not bound OpenBLAS). threads <= 0 means all cores.
-int set_threads(int threads);
-
 // A training run in a folder: DIR/checkpoint/ (model.safetensors, config.json,
 // optimizer.safetensors, trainer_state.json) and DIR/log.jsonl (one JSON record per step and
 // per evaluation). Checkpoints are written to DIR/checkpoint.tmp and swapped in by rename.
@@ -113,8 +109,5 @@ class Trainer {
 // DIR/checkpoint.old: moves it to DIR/checkpoint and removes the other folders, keeping it
 // whole at every instant. Resume calls it; so can any writer before reading a run.
 void settle_checkpoints(const std::string& run_dir);
-
-// Where a checkpoint folder is: DIR itself if it holds config.json, else DIR/checkpoint.
-std::string checkpoint_dir(const std::string& dir);
 
 }  // namespace kvlab::train

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -433,6 +434,35 @@ TEST(CliCompareTest, SmokeRunWritesResults) {
     }
     EXPECT_EQ(a["n_seeds"], 2);
   }
+  // one record per run in records.jsonl, each naming its cell, its spec, the build and the
+  // machine, with the metrics results.json reports
+  std::ifstream records_file(dir + "/records.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(records_file, line);) {
+    records.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(records.size(), results["runs"].size());
+  std::multiset<std::string> from_records, from_results;
+  for (const auto& record : records) {
+    EXPECT_EQ(record["suite"], "synthetic");
+    EXPECT_EQ(record["model"]["attn"], record["attn"]);
+    EXPECT_EQ(record["model"]["model"]["kind"], "encoder");
+    EXPECT_EQ(record["train"]["steps"], 3);
+    EXPECT_FALSE(record["build"]["commit"].get<std::string>().empty());
+    EXPECT_EQ(record["build"]["version"].get<std::string>().find('.'), 1u);
+    EXPECT_FALSE(record["machine"]["cpu"].get<std::string>().empty());
+    EXPECT_GE(record["machine"]["cores"].get<int>(), 1);
+    const std::string isa = record["machine"]["kernel_isa"];
+    EXPECT_TRUE(isa == "scalar" || isa == "avx2" || isa == "avx512" || isa == "avx512+amx") << isa;
+    from_records.insert(record["attn"].get<std::string>() + " " +
+                        record["task"].get<std::string>() + " " + record["seed"].dump() + " " +
+                        record["accuracy"].dump());
+  }
+  for (const auto& run : results["runs"]) {
+    from_results.insert(run["attn"].get<std::string>() + " " + run["task"].get<std::string>() +
+                        " " + run["seed"].dump() + " " + run["accuracy"].dump());
+  }
+  EXPECT_EQ(from_records, from_results);
   const std::string md = slurp(dir + "/results.md");
   EXPECT_TRUE(contains(md, "| qkv1+ "));
   for (const char* plot : {"/loss_curves_copy.svg", "/loss_curves_swap.svg"}) {

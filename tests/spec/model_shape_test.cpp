@@ -90,5 +90,48 @@ TEST(PresetsTest, UnknownPresetListsTheKnownOnes) {
   for (const Preset& p : presets()) EXPECT_NO_THROW(p.shape.validate()) << p.name;
 }
 
+// The named starting points carry each kind's conventions (stated here field by field, not read
+// back from the constructors) and the Llama 3 8B preset is one of them with its own widths.
+TEST(ModelShapeTest, NamedShapesCarryTheirKindsConventions) {
+  const ModelShape gpt = ModelShape::gpt_decoder(2, 96, 3, 256, 128);
+  EXPECT_EQ(gpt.kind, ModelKind::kDecoder);
+  EXPECT_EQ(gpt.head_dim, 32);
+  EXPECT_EQ(gpt.mlp_width, 384);
+  EXPECT_EQ(gpt.mlp_kind, MlpKind::kGelu);
+  EXPECT_EQ(gpt.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(gpt.bias, BiasKind::kAll);
+  EXPECT_EQ(gpt.pos, PosScheme::kLearned);
+  EXPECT_TRUE(gpt.tied_embeddings);
+  EXPECT_NO_THROW(gpt.validate());
+
+  const ModelShape llama = ModelShape::llama_decoder(32, 4096, 32, 14336, 128256, 8192, 500000.0);
+  EXPECT_EQ(llama, find_preset("llama-3-8b").shape);
+  EXPECT_EQ(llama.mlp_kind, MlpKind::kSwiglu);
+  EXPECT_EQ(llama.norm, NormKind::kRmsNorm);
+  EXPECT_EQ(llama.bias, BiasKind::kNone);
+  EXPECT_EQ(llama.pos, PosScheme::kRope);
+  EXPECT_FALSE(llama.tied_embeddings);
+
+  const ModelShape encoder = ModelShape::encoder(2, 64, 4, 10, 32);
+  EXPECT_EQ(encoder.kind, ModelKind::kEncoder);
+  EXPECT_FALSE(encoder.causal());
+  EXPECT_EQ(encoder.pos, PosScheme::kSinusoidal);
+  EXPECT_FALSE(encoder.tied_embeddings);
+  EXPECT_NO_THROW(encoder.validate());
+
+  const ModelShape vit = ModelShape::vision(ModelKind::kVit, 2, 64, 4);
+  EXPECT_EQ(vit.kind, ModelKind::kVit);
+  EXPECT_EQ(vit.mlp_width, 128);
+  EXPECT_FALSE(vit.tied_embeddings);
+
+  // heads that do not divide the width leave head_dim to validate(), which names it
+  try {
+    ModelShape::gpt_decoder(2, 100, 3, 256, 128).validate();
+    FAIL() << "accepted head_dim 0";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "head_dim");
+  }
+}
+
 }  // namespace
 }  // namespace kvlab

@@ -7,6 +7,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
+#include "nn/threads.h"
 #include "spec/spec_error.h"
 #include "train/adamw.h"
 #include "train/trainer.h"
@@ -167,7 +168,7 @@ bool bitwise_equal(const std::map<std::string, torch::Tensor>& a,
 }
 
 TEST(TrainerTest, SameSeedSameParameters) {
-  set_threads(1);
+  nn::set_threads(1);
   const ModelConfig config = ModelConfig::make(tiny_encoder(8), "gva:1,dr=0", DType::kF32);
   Trainer a(config, task("reverse"), short_run(6), temp_dir("det_a"));
   Trainer b(config, task("reverse"), short_run(6), temp_dir("det_b"));
@@ -177,7 +178,7 @@ TEST(TrainerTest, SameSeedSameParameters) {
 }
 
 TEST(TrainerTest, InterruptedAndResumedEqualsUninterruptedBitwise) {
-  set_threads(1);
+  nn::set_threads(1);
   for (const char* attn : {"mha", "qk-v+", "gva:2,dr=0"}) {
     SCOPED_TRACE(attn);
     const ModelConfig config = ModelConfig::make(tiny_encoder(8), attn, DType::kF32);
@@ -215,7 +216,7 @@ TEST(TrainerTest, InterruptedAndResumedEqualsUninterruptedBitwise) {
 }
 
 TEST(TrainerTest, AccumulationComputesTheSameGlobalBatch) {
-  set_threads(1);
+  nn::set_threads(1);
   const ModelConfig config = ModelConfig::make(tiny_encoder(8), "q-kv", DType::kF32);
   TrainOptions one = short_run(5);
   TrainOptions two = one;
@@ -231,7 +232,7 @@ TEST(TrainerTest, AccumulationComputesTheSameGlobalBatch) {
 }
 
 TEST(TrainerTest, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
-  set_threads(1);
+  nn::set_threads(1);
   const ModelConfig config = ModelConfig::make(tiny_encoder(8), "mha", DType::kF32);
   const std::string dir = temp_dir("nan");
   TrainOptions options = short_run(6);

@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <iostream>
-#include <mutex>
 
-#include "cli/compare_command.h"
-#include "cli/run_pool.h"
-#include "cli/suite_common.h"
-#include "cli/table.h"
-#include "cli/units.h"
+#include "experiments/compare.h"
+#include "experiments/suite.h"
 #include "io/atomic_file.h"
+#include "report/statistics.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/spec_error.h"
 #include "train/trainer.h"
 
@@ -37,18 +36,7 @@ VisionPreset vision_preset(const std::string& name) {
 }
 
 ModelShape vision_shape(const VisionPreset& p, const data::Task& task) {
-  ModelShape s;
-  s.kind = task.model_kind();
-  s.n_layers = p.layers;
-  s.d_model = p.d_model;
-  s.n_heads = p.heads;
-  s.head_dim = p.d_model / p.heads;
-  s.mlp_kind = MlpKind::kGelu;
-  s.mlp_width = 2 * p.d_model;
-  s.norm = NormKind::kLayerNorm;
-  s.bias = BiasKind::kAll;
-  s.tied_embeddings = false;
-  s.pos = PosScheme::kLearned;
+  ModelShape s = ModelShape::vision(task.model_kind(), p.layers, p.d_model, p.heads);
   s.max_context = task.seq_len();
   task.configure_model(s);
   s.validate();
@@ -83,59 +71,36 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
     }
     attns[a] = models[a][0].attn.to_string();
   }
-  struct Run {
-    size_t variant, task;
-    int64_t seed;
-    std::string dir;
-  };
-  std::vector<Run> runs;
+  Suite suite{"vision", o.preset, {}};
   for (size_t t = 0; t < tasks.size(); ++t) {
     for (size_t a = 0; a < attns.size(); ++a) {
       for (int64_t seed = 0; seed < o.seeds; ++seed) {
-        runs.push_back({a, t, seed,
-                        fmt::format("{}/runs/{}/{}/seed{}", o.out, kVisionTasks[t],
-                                    dir_name(attns[a]), seed)});
+        train::TrainOptions train =
+            suite_train_options(preset.steps, preset.batch, preset.lr, seed);
+        train.clip = 5.0;  // seed 003 A.3.2
+        suite.runs.push_back(
+            {attns[a],
+             kVisionTasks[t],
+             seed,
+             0,
+             fmt::format("{}/runs/{}/{}/seed{}", o.out, kVisionTasks[t], dir_name(attns[a]), seed),
+             models[a][t],
+             {kVisionTasks[t], 1, preset.eval_examples, o.data},
+             train});
       }
     }
   }
-  const SuiteLaunch launch = launch_suite(o.out, o.jobs, runs.size());
-  const bool writer = launch.writer;
-  const int jobs = launch.jobs;
   std::cerr << fmt::format(
-      "kvlab compare --suite vision: {} runs ({} variants × {} tasks × {} seeds), {} at a time\n",
-      runs.size(), attns.size(), tasks.size(), o.seeds, jobs);
-  std::vector<json> records(runs.size());
-  std::mutex mutex;
-  size_t done = 0;
-  const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
-    const Run& r = runs[i];
-    train::TrainOptions t = suite_train_options(preset.steps, preset.batch, preset.lr, r.seed);
-    t.clip = 5.0;  // seed 003 A.3.2
-    const std::optional<train::TrainResult> trained = train_suite_run(
-        models[r.variant][r.task], {kVisionTasks[r.task], 1, preset.eval_examples, o.data}, t,
-        r.dir, launch.data_parallel.get(), stop);
-    if (!trained) return false;
-    const train::TrainResult& result = *trained;
-    if (!writer) return true;
-    const json record = {
-        {"label", attns[r.variant]},
-        {"attn", attns[r.variant]},
-        {"task", kVisionTasks[r.task]},
-        {"seed", r.seed},
-        {"accuracy", result.eval.accuracy},
-        {"eval_loss", result.eval.loss},
-        {"steps", result.step},
-        {"seconds", result.seconds},
-        {"curve", read_loss_curve(r.dir, std::max<int64_t>(1, preset.steps / 50))}};
-    std::lock_guard<std::mutex> lock(mutex);
-    records[i] = record;
-    std::cerr << fmt::format("[{}/{}] {} {} seed {}: accuracy {:.4f} ({:.0f} s)\n", ++done,
-                             runs.size(), kVisionTasks[r.task], attns[r.variant], r.seed,
-                             result.eval.accuracy, result.seconds);
-    return true;
-  });
-  if (!suite_runs_complete(pool, runs.size())) return 130;
-  if (!writer) return 0;  // rank 0 reports for the job
+      "kvlab compare --suite vision: {} runs ({} variants × {} tasks × {} seeds)\n",
+      suite.runs.size(), attns.size(), tasks.size(), o.seeds);
+  const SuiteOutcome outcome = run_suite(suite, o.out, o.jobs, stop, std::cerr);
+  if (!outcome.complete) return 130;
+  if (!outcome.writer) return 0;  // rank 0 reports for the job
+  json records = json::array();
+  for (const json& r : outcome.records) {
+    records.push_back(record_fields(r, {"label", "attn", "task", "seed", "accuracy", "eval_loss",
+                                        "steps", "seconds", "curve"}));
+  }
   json results = {{"suite", "vision"},
                   {"preset", o.preset},
                   {"seeds", o.seeds},

@@ -1,4 +1,4 @@
-#include "cli/run_pool.h"
+#include "experiments/run_pool.h"
 
 #include <algorithm>
 #include <exception>

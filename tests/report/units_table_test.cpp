@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "cli/table.h"
-#include "cli/units.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <utility>
 #include <vector>
 
 namespace kvlab {
@@ -8,5 +9,9 @@ namespace kvlab {
 double median_of(std::vector<double> samples);
 double min_of(const std::vector<double>& samples);
 double max_of(const std::vector<double>& samples);
+
+// Mean and sample standard deviation (n − 1; 0 for one value; NaN, NaN for none): the
+// "mean ± std" over seeds of every suite's table.
+std::pair<double, double> mean_std(const std::vector<double>& xs);
 
 }  // namespace kvlab

@@ -14,16 +14,16 @@
 
 #include "cache/decode_params.h"
 #include "cache/paged_cache.h"
-#include "cli/attn_precision_flag.h"
-#include "cli/bench_command.h"
-#include "cli/table.h"
-#include "cli/units.h"
+#include "experiments/bench.h"
+#include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/huge_page_floats.h"
 #include "kernels/memory_bandwidth.h"
-#include "kernels/samples.h"
+#include "report/statistics.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/attention_spec.h"
 #include "spec/spec_error.h"
 
@@ -196,18 +196,10 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   }
   const DType dtype = parse_dtype(o.dtype);
   if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
-  ModelShape shape;
-  shape.n_layers = 1;
-  shape.n_heads = o.heads;
+  ModelShape shape = ModelShape::llama_decoder(/*n_layers=*/1, width, o.heads,
+                                               /*mlp_width=*/4 * width, /*vocab_size=*/1000,
+                                               /*max_context=*/0);
   shape.head_dim = o.head_dim;
-  shape.d_model = width;
-  shape.mlp_width = 4 * shape.d_model;
-  shape.vocab_size = 1000;
-  shape.max_context = 0;
-  shape.pos = PosScheme::kRope;
-  shape.norm = NormKind::kRmsNorm;
-  shape.bias = BiasKind::kNone;
-  shape.tied_embeddings = false;
   std::vector<AttentionSpec> specs;
   for (const std::string& text : o.attn) {
     try {
@@ -312,10 +304,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     }
   }
   for (DecodeRow& row : rows) {
-    std::sort(row.micros.begin(), row.micros.end());
-    row.median_us = row.micros[row.micros.size() / 2];
-    row.min_us = row.micros.front();
-    row.max_us = row.micros.back();
+    row.median_us = median_of(row.micros);
+    row.min_us = min_of(row.micros);
+    row.max_us = max_of(row.micros);
   }
   // The kernel's compute alone, per spec and precision (its rows share it).
   FastDecoder one_thread(1, decoder.isa());

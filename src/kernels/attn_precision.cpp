@@ -1,4 +1,4 @@
-#include "cli/attn_precision_flag.h"
+#include "kernels/attn_precision.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "cli/table.h"
+#include "report/table.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -5,19 +5,19 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
-#include <mutex>
 #include <random>
+#include <thread>
 
-#include "cli/compare_command.h"
-#include "cli/run_pool.h"
-#include "cli/suite_common.h"
-#include "cli/table.h"
-#include "cli/units.h"
+#include "experiments/compare.h"
+#include "experiments/suite.h"
 #include "infer/generator.h"
 #include "io/atomic_file.h"
 #include "nn/checkpoint.h"
+#include "nn/threads.h"
+#include "report/statistics.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/spec_error.h"
-#include "train/trainer.h"
 
 namespace kvlab {
 namespace {
@@ -65,21 +65,10 @@ std::vector<SuiteVariant> default_lm_variants() {
 }
 
 ModelShape lm_shape(const LmPreset& p) {
-  ModelShape s;
-  s.kind = ModelKind::kDecoder;
-  s.n_layers = p.layers;
-  s.d_model = p.d_model;
-  s.n_heads = p.heads;
-  s.head_dim = p.d_model / p.heads;
-  s.mlp_kind = MlpKind::kSwiglu;
-  s.mlp_width = (8 * p.d_model / 3 + 7) / 8 * 8;
-  s.vocab_size = 256;  // bytes
-  s.max_context = p.seq_len;
-  s.norm = NormKind::kRmsNorm;
-  s.bias = BiasKind::kNone;
-  s.tied_embeddings = false;
-  s.pos = PosScheme::kRope;  // gva and mla need it
-  return s;
+  // bytes; RoPE, which gva and mla need
+  return ModelShape::llama_decoder(p.layers, p.d_model, p.heads,
+                                   /*mlp_width=*/(8 * p.d_model / 3 + 7) / 8 * 8,
+                                   /*vocab_size=*/256, p.seq_len);
 }
 
 // Decode speed of a trained checkpoint through the paged cache (bf16) and the raw decode step:
@@ -104,8 +93,7 @@ double decode_ms_per_token(const std::string& checkpoint, int64_t context, int64
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median_of(ms);
 }
 
 }  // namespace
@@ -135,65 +123,33 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   const data::TaskOptions task_options{"kjv", preset.seq_len, preset.eval_windows, o.data};
   data::make_task(task_options);  // the text is there and splits, before anything trains
 
-  struct Run {
-    size_t variant;
-    int64_t seed;
-    std::string dir;
-  };
-  std::vector<Run> runs;
+  Suite suite{"lm", o.preset, {}};
   for (size_t v = 0; v < variants.size(); ++v) {
+    ModelConfig config = models[v];
+    config.attn.cache_dtype = DType::kF32;  // training keeps no cache; bf16 is for decode
     for (int64_t seed = 0; seed < o.seeds; ++seed) {
-      runs.push_back(
-          {v, seed, fmt::format("{}/runs/{}/seed{}", o.out, dir_name(variants[v].label), seed)});
+      suite.runs.push_back(
+          {variants[v].label, "kjv", seed, 0,
+           fmt::format("{}/runs/{}/seed{}", o.out, dir_name(variants[v].label), seed), config,
+           task_options, suite_train_options(preset.steps, preset.batch, preset.lr, seed)});
     }
   }
-  const int cores = machine_cores();
-  const SuiteLaunch launch = launch_suite(o.out, o.jobs, runs.size());
-  const bool writer = launch.writer;
-  const int jobs = launch.jobs;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::cerr << fmt::format(
-      "kvlab compare --suite lm: {} runs ({} variants × {} seeds), {} at a time; d {}, {} layers, "
+      "kvlab compare --suite lm: {} runs ({} variants × {} seeds); d {}, {} layers, "
       "{} heads, context {}, {} steps of {} sequences\n",
-      runs.size(), variants.size(), o.seeds, jobs, preset.d_model, preset.layers, preset.heads,
+      suite.runs.size(), variants.size(), o.seeds, preset.d_model, preset.layers, preset.heads,
       preset.seq_len, preset.steps, preset.batch);
-
-  std::vector<json> records(runs.size());
-  std::mutex mutex;
-  size_t done = 0;
-  const RunPoolResult pool = run_pool(runs.size(), jobs, stop, [&](size_t i) {
-    const Run& r = runs[i];
-    ModelConfig config = models[r.variant];
-    config.attn.cache_dtype = DType::kF32;  // training keeps no cache; bf16 is for decode
-    const std::optional<train::TrainResult> trained = train_suite_run(
-        config, task_options, suite_train_options(preset.steps, preset.batch, preset.lr, r.seed),
-        r.dir, launch.data_parallel.get(), stop);
-    if (!trained) return false;
-    const train::TrainResult& result = *trained;
-    if (!writer) return true;
-    const json record = {
-        {"label", variants[r.variant].label},
-        {"attn", variants[r.variant].attn},
-        {"task", "kjv"},
-        {"seed", r.seed},
-        {"eval_loss", result.eval.loss},
-        {"perplexity", result.eval.perplexity},
-        {"steps", result.step},
-        {"seconds", result.seconds},
-        {"tokens_per_s", result.tokens_per_s},
-        {"curve", read_loss_curve(r.dir, std::max<int64_t>(1, preset.steps / 50))}};
-    std::lock_guard<std::mutex> lock(mutex);
-    records[i] = record;
-    std::cerr << fmt::format(
-        "[{}/{}] {} seed {}: validation loss {:.4f}, perplexity {:.3f} ({:.0f} s)\n", ++done,
-        runs.size(), variants[r.variant].label, r.seed, result.eval.loss, result.eval.perplexity,
-        result.seconds);
-    return true;
-  });
-  if (!suite_runs_complete(pool, runs.size())) return 130;
-
-  if (!writer) return 0;  // rank 0 reports for the job
+  const SuiteOutcome outcome = run_suite(suite, o.out, o.jobs, stop, std::cerr);
+  if (!outcome.complete) return 130;
+  if (!outcome.writer) return 0;  // rank 0 reports for the job
+  json records = json::array();
+  for (const json& r : outcome.records) {
+    records.push_back(record_fields(r, {"label", "attn", "task", "seed", "eval_loss", "perplexity",
+                                        "steps", "seconds", "tokens_per_s", "curve"}));
+  }
   // Decode speed, one variant at a time on every core (runs in parallel would disturb it).
-  train::set_threads(cores);
+  nn::set_threads(cores);
   json results = {{"suite", "lm"},
                   {"preset", o.preset},
                   {"seeds", o.seeds},

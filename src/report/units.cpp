@@ -1,4 +1,4 @@
-#include "cli/units.h"
+#include "report/units.h"
 
 #include <fmt/format.h>
 

@@ -1,17 +1,17 @@
 // `kvlab eval --attn-precision P`: a text checkpoint's held-out data through the decode path,
 // token by token over a paged cache, once in f32 and once in precision P; loss, perplexity and
 // how often both pick the same greedy token.
-#include "cli/eval_decode.h"
+#include "experiments/eval_decode.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "cli/attn_precision_flag.h"
-#include "cli/table.h"
-#include "cli/units.h"
 #include "infer/generator.h"
+#include "kernels/attn_precision.h"
+#include "report/table.h"
+#include "report/units.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {

@@ -1,0 +1,416 @@
+#include "experiments/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "infer/generator.h"
+#include "kernels/attn_precision.h"
+#include "kernels/compute_peak.h"
+#include "kernels/memory_bandwidth.h"
+#include "nn/threads.h"
+#include "nn/transformer.h"
+#include "report/statistics.h"
+#include "report/table.h"
+#include "report/units.h"
+#include "spec/memory_budget.h"
+#include "spec/spec_error.h"
+#include "train/adamw.h"
+#include "train/trainer.h"
+
+namespace kvlab {
+
+namespace {
+
+ModelConfig bench_model(const BenchModelOptions& b, const std::string& attn, int64_t context) {
+  if (b.heads <= 0 || b.d_model % b.heads != 0) {
+    throw SpecError("heads", "--d-model must be a multiple of --heads");
+  }
+  ModelShape s =
+      ModelShape::llama_decoder(b.layers, b.d_model, b.heads,
+                                /*mlp_width=*/4 * b.d_model, /*vocab_size=*/256, context);
+  // linear attention keeps no RoPE inside its running state: it takes no positions
+  s.pos = attn.rfind("linear", 0) == 0 ? PosScheme::kNone : PosScheme::kRope;
+  s.tied_embeddings = true;
+  s.validate();  // a shape error names its own flag, not --attn
+  try {
+    return ModelConfig::make(s, attn, DType::kF32);
+  } catch (const SpecError& e) {
+    throw SpecError(e.field(), "invalid --attn \"" + attn + "\": " + e.what());
+  }
+}
+
+// Peak resident memory since the last reset, in bytes (Linux: VmHWM, reset through
+// /proc/self/clear_refs); -1 where the kernel does not allow the reset.
+bool reset_peak_memory() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  return static_cast<bool>(clear);
+}
+
+int64_t peak_memory_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
+  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  const int threads = nn::set_threads(b.threads);
+  int64_t longest = 0;
+  for (int64_t l : b.length) {
+    if (l <= 0) throw SpecError("length", "must be > 0");
+    longest = std::max(longest, l);
+  }
+  for (int64_t batch : b.batch) {
+    if (batch <= 0) throw SpecError("batch", "must be > 0");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"attn", "batch", "length", "tokens/s", "ms/forward", "peak memory"});
+  for (const std::string& attn : b.attn) {
+    const ModelConfig config = bench_model(b, attn, longest);
+    for (int64_t batch : b.batch) {
+      // one layer's activations and attention scores at a time (inference mode)
+      require_memory(
+          "length",
+          "a forward of batch " + std::to_string(batch) + " × length " + std::to_string(longest),
+          [&] {
+            return Exact(batch) * config.shape.n_heads * longest * longest * 8 +
+                   Exact(batch) * longest * (Exact(16) * b.d_model + 256) * 4 +
+                   config.param_count() * 4;
+          });
+    }
+    torch::manual_seed(0);
+    nn::TransformerModel model(config, torch::kFloat32);
+    for (int64_t batch : b.batch) {
+      for (int64_t length : b.length) {
+        c10::InferenceMode guard;
+        const torch::Tensor tokens = torch::randint(0, 256, {batch, length});
+        model->forward(tokens.narrow(1, 0, std::min<int64_t>(length, 16)));  // warm-up
+        const bool reset = reset_peak_memory();
+        std::vector<double> seconds;
+        for (int r = 0; r < 3; ++r) {
+          const auto start = std::chrono::steady_clock::now();
+          (void)model->forward(tokens).sum().item<float>();
+          seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        const double median = median_of(seconds);
+        const int64_t peak = reset ? peak_memory_bytes() : -1;
+        const double tps = static_cast<double>(batch * length) / median;
+        rows.push_back({{"attn", config.attn.to_string()},
+                        {"batch", batch},
+                        {"length", length},
+                        {"tokens_per_s", tps},
+                        {"ms_per_forward", 1e3 * median},
+                        {"peak_memory_bytes", peak},
+                        {"threads", threads}});
+        table.add_row({config.attn.to_string(), std::to_string(batch), std::to_string(length),
+                       fmt::format("{:.0f}", tps), fmt::format("{:.1f}", 1e3 * median),
+                       peak < 0 ? "n/a" : format_bytes(peak, ByteUnits::kIec)});
+      }
+    }
+  }
+  if (b.format == "json") {
+    out << nlohmann::json{{"rows", rows}}.dump(2) << "\n";
+  } else {
+    out << fmt::format(
+               "bench prefill: {} layers, D {}, {} heads, byte vocabulary, {} threads; "
+               "median of 3 forwards; peak = process resident high-water mark\n\n",
+               b.layers, b.d_model, b.heads, threads)
+        << table.to_markdown();
+  }
+  return 0;
+}
+
+int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
+  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  if (b.prompt <= 0 || b.generate <= 0 || b.long_prompt < 0) {
+    throw SpecError("prompt", "--prompt and --generate must be > 0, --long-prompt >= 0");
+  }
+  if (b.repeats < 1) throw SpecError("repeats", "must be >= 1");
+  const DType dtype = parse_dtype(b.cache_dtype);
+  const int threads = nn::set_threads(b.threads);
+  // the ceiling of a step that reads every weight and the cache once: measured here, with the
+  // decoder's thread count
+  const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, threads, 5);
+  const double gb_per_s = bandwidth.median();
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"attn", "precision", "prompt", "generated", "prefill tok/s", "decode tok/s",
+               "ms/token", "min–max ms", "roofline ms", "of roofline", "dense ms", "attention ms",
+               "other ms", "cache bytes"});
+  std::vector<int64_t> prompts = {b.prompt};
+  if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
+  std::string precision_used;
+  for (const std::string& attn : b.attn) {
+    for (int64_t prompt : prompts) {
+      const ModelConfig config = bench_model(b, attn, prompt + b.generate);
+      require_memory(
+          "prompt",
+          "a cache for --prompt + --generate = " + std::to_string(prompt + b.generate) + " tokens",
+          [&] { return config.cache_bytes(prompt + b.generate, 1); });
+      torch::manual_seed(0);
+      nn::TransformerModel model(config, torch::kFloat32);
+      infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
+      infer::DecodeModel& decode = gen.decode_model();
+      decode.set_attn_precision(
+          resolve_attn_precision(b.precision, decode.supports_bf16_precision()));
+      precision_used = attn_precision_name(decode.attn_precision());
+      std::vector<int64_t> tokens(static_cast<size_t>(prompt));
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7 % 256);
+      std::vector<float> logits(static_cast<size_t>(gen.vocab_size()));
+      // one generation: prefill then `generate` greedy steps through the raw decode step
+      // (allocation-free); returns {prefill s, decode s}
+      auto generation = [&]() {
+        const int32_t seq = gen.add_sequence();
+        const auto t0 = std::chrono::steady_clock::now();
+        const torch::Tensor prompt_logits = gen.feed(seq, tokens);
+        const auto t1 = std::chrono::steady_clock::now();
+        int64_t next = infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
+        for (int64_t i = 0; i < b.generate; ++i) {
+          gen.step(&seq, &next, 1, logits.data());
+          next = infer::greedy_token(logits.data(), gen.vocab_size());
+        }
+        const auto t2 = std::chrono::steady_clock::now();
+        gen.free_sequence(seq);
+        return std::pair<double, double>{std::chrono::duration<double>(t1 - t0).count(),
+                                         std::chrono::duration<double>(t2 - t1).count()};
+      };
+      generation();  // warm-up: caches, pages, the pool's threads
+      std::vector<double> prefill_s, decode_s;
+      for (int r = 0; r < b.repeats; ++r) {
+        const auto [p, d] = generation();
+        prefill_s.push_back(p);
+        decode_s.push_back(d);
+      }
+      // where a step's time goes: one more generation with the kernels timed (not in the
+      // medians: the clock reads cost a little)
+      infer::StepProfile profile;
+      decode.set_profile(&profile);
+      generation();
+      decode.set_profile(nullptr);
+      const double prefill_median = median_of(prefill_s);
+      const double decode_median = median_of(decode_s);
+      const double steps = static_cast<double>(b.generate);
+      const double ms_per_token = 1e3 * decode_median / steps;
+      // the roofline: every parameter (f32) and the cache at the run's mean context, read once
+      // per token at the measured bandwidth
+      const double weight_bytes = static_cast<double>(config.param_count().value()) * 4.0;
+      const int64_t cache_bytes = [&] {  // one sequence's cache at the end of a run
+        const int32_t seq = gen.add_sequence();
+        gen.feed(seq, tokens);
+        for (int64_t i = 0; i < b.generate; ++i) {
+          int64_t next = 0;
+          gen.step(&seq, &next, 1, logits.data());
+        }
+        const int64_t bytes = gen.cache().bytes_in_use();
+        gen.free_sequence(seq);
+        return bytes;
+      }();
+      const double mean_cache_bytes = static_cast<double>(cache_bytes) *
+                                      (static_cast<double>(prompt) + steps / 2) /
+                                      static_cast<double>(prompt + b.generate);
+      const double roofline_ms = (weight_bytes + mean_cache_bytes) / (gb_per_s * 1e6);
+      const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
+      const double dense_ms = profile.dense_us / per_step / 1e3;
+      const double attention_ms = profile.attention_us / per_step / 1e3;
+      const double other_ms =
+          (profile.step_us - profile.dense_us - profile.attention_us) / per_step / 1e3;
+      rows.push_back({{"attn", config.attn.to_string()},
+                      {"attn_precision", precision_used},
+                      {"prompt", prompt},
+                      {"generated", b.generate},
+                      {"repeats", b.repeats},
+                      {"prefill_tokens_per_s", static_cast<double>(prompt) / prefill_median},
+                      {"decode_tokens_per_s", steps / decode_median},
+                      {"ms_per_token", ms_per_token},
+                      {"ms_per_token_min", 1e3 * min_of(decode_s) / steps},
+                      {"ms_per_token_max", 1e3 * max_of(decode_s) / steps},
+                      {"weight_bytes", weight_bytes},
+                      {"mean_cache_bytes", mean_cache_bytes},
+                      {"roofline_ms", roofline_ms},
+                      {"roofline_fraction", roofline_ms / ms_per_token},
+                      {"profile_dense_ms", dense_ms},
+                      {"profile_attention_ms", attention_ms},
+                      {"profile_other_ms", other_ms},
+                      {"cache_bytes", cache_bytes}});
+      table.add_row({config.attn.to_string(), precision_used, std::to_string(prompt),
+                     std::to_string(b.generate),
+                     fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_median),
+                     fmt::format("{:.0f}", steps / decode_median),
+                     fmt::format("{:.3f}", ms_per_token),
+                     fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
+                                 1e3 * max_of(decode_s) / steps),
+                     fmt::format("{:.3f}", roofline_ms), format_percent(roofline_ms / ms_per_token),
+                     fmt::format("{:.3f}", dense_ms), fmt::format("{:.3f}", attention_ms),
+                     fmt::format("{:.3f}", other_ms), with_commas(cache_bytes)});
+    }
+  }
+  if (b.format == "json") {
+    out << nlohmann::json{{"bandwidth_gb_per_s", gb_per_s},
+                          {"threads", threads},
+                          {"cpu", cpu_model_name()},
+                          {"rows", rows}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format(
+               "bench generate: {}; {} layers, D {}, {} heads, {} cache, {} threads; the prompt "
+               "runs as one batched pass (libtorch modules over the cache's rows), decode "
+               "through the raw step (dense layers and attention kernels); one warm-up "
+               "generation, then the median of {} (min–max); roofline: every f32 parameter "
+               "and the cache at the mean context read once per token at {:.2f} GB/s (bench "
+               "memory's probe, measured now); dense / attention / other: one more generation "
+               "with the kernels timed\n\n",
+               cpu_model_name(), b.layers, b.d_model, b.heads, dtype_name(dtype), threads,
+               b.repeats, gb_per_s)
+        << table.to_markdown();
+  }
+  return 0;
+}
+
+int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
+  if (m.mib < 1) throw SpecError("mib", "must be >= 1");
+  if (m.repeats < 1) throw SpecError("repeats", "must be >= 1");
+  if (m.format != "table" && m.format != "json") throw SpecError("format", "table | json");
+  const int threads = m.threads > 0
+                          ? m.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const BandwidthResult r = measure_read_bandwidth(m.mib << 20, threads, m.repeats);
+  if (m.format == "json") {
+    out << nlohmann::json{{"bytes", r.bytes},
+                          {"threads", r.threads},
+                          {"gb_per_s_median", r.median()},
+                          {"gb_per_s_min", r.min()},
+                          {"gb_per_s_max", r.max()},
+                          {"gb_per_s", r.gb_per_s}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format(
+        "read bandwidth: {:.2f} GB/s median (min {:.2f}, max {:.2f}; {} passes over "
+        "{} MiB, {} threads; GB = 10^9 B)\n",
+        r.median(), r.min(), r.max(), r.gb_per_s.size(), m.mib, r.threads);
+  }
+  return 0;
+}
+
+int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
+  if (c.format != "table" && c.format != "json") throw SpecError("format", "table | json");
+  ThreadPool pool(c.threads);
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"precision", "instruction", "G multiply-adds/s", "min–max", "per thread", "vs f32"});
+  double f32 = 0;
+  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8}) {
+    const std::optional<ComputePeak> peak = measure_compute_peak(kind, pool, c.repeats);
+    const std::string name(mac_kind_name(kind));
+    if (!peak) {
+      rows.push_back({{"precision", name}, {"instruction", nullptr}, {"gmacs_median", nullptr}});
+      table.add_row({name, "none on this CPU", "-", "-", "-", "-"});
+      continue;
+    }
+    if (kind == MacKind::kF32) f32 = peak->median();
+    rows.push_back({{"precision", name},
+                    {"instruction", std::string(peak->isa)},
+                    {"gmacs_median", peak->median()},
+                    {"gmacs_min", peak->min()},
+                    {"gmacs_max", peak->max()},
+                    {"gmacs", peak->gmacs}});
+    table.add_row({name, std::string(peak->isa), fmt::format("{:.1f}", peak->median()),
+                   fmt::format("{:.1f}–{:.1f}", peak->min(), peak->max()),
+                   fmt::format("{:.1f}", peak->median() / pool.size()),
+                   f32 > 0 ? fmt::format("{:.2f}", peak->median() / f32) : "-"});
+  }
+  if (c.format == "json") {
+    out << nlohmann::json{{"cpu", cpu_model_name()}, {"threads", pool.size()}, {"peaks", rows}}
+               .dump(2)
+        << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "bench compute: {}, {} threads; register loops of independent multiply-add chains (no "
+      "memory traffic), {} timed passes each after one warm-up, medians; G = 10^9 multiply-adds "
+      "per second (one FMA lane, or one product of a dot-product instruction)\n\n",
+      cpu_model_name(), pool.size(), c.repeats);
+  out << table.to_markdown();
+  return 0;
+}
+
+int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
+  if (o.steps <= 0) throw SpecError("steps", "must be > 0");
+  if (o.warmup < 0) throw SpecError("warmup", "must be >= 0");
+  if (o.batch <= 0 || o.seq_len <= 0) throw SpecError("batch", "batch and seq-len must be > 0");
+  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  if (o.heads <= 0 || o.d_model % o.heads != 0) {
+    throw SpecError("heads", "--d-model must be a multiple of --heads");
+  }
+  const int threads = nn::set_threads(o.threads);
+  const ModelShape s = ModelShape::gpt_decoder(o.layers, o.d_model, o.heads,
+                                               /*vocab_size=*/256, o.seq_len);
+  const ModelConfig config = ModelConfig::make(s, o.attn, DType::kF32);
+  torch::manual_seed(0);
+  nn::TransformerModel model(config, torch::kFloat32);
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
+  train::AdamW optimizer(params, {});
+  const torch::Tensor windows = torch::randint(0, 256, {o.batch, o.seq_len + 1});
+  const torch::Tensor inputs = windows.narrow(1, 0, o.seq_len);
+  const torch::Tensor targets = windows.narrow(1, 1, o.seq_len);
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    const torch::Tensor logits = model->forward(inputs);
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    loss.backward();
+    optimizer.step(1e-4);
+    (void)loss.item<double>();
+    const double s_elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i >= o.warmup) seconds.push_back(s_elapsed);
+  }
+  const double median = median_of(seconds);
+  const double tokens = static_cast<double>(o.batch * o.seq_len);
+  if (o.format == "json") {
+    out << nlohmann::json{{"attn", config.attn.to_string()},
+                          {"d_model", o.d_model},
+                          {"layers", o.layers},
+                          {"heads", o.heads},
+                          {"seq_len", o.seq_len},
+                          {"batch", o.batch},
+                          {"threads", threads},
+                          {"params", model->parameter_count()},
+                          {"tokens_per_s", tokens / median},
+                          {"step_ms_median", 1e3 * median},
+                          {"step_ms_min", 1e3 * min_of(seconds)},
+                          {"step_ms_max", 1e3 * max_of(seconds)},
+                          {"steps", o.steps}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format(
+        "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
+        "thread(s), {} params\n",
+        config.attn.to_string(), o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads,
+        model->parameter_count());
+    out << fmt::format(
+        "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
+        "after {} warm-up)\n",
+        tokens / median, 1e3 * median, 1e3 * min_of(seconds), 1e3 * max_of(seconds), o.steps,
+        o.warmup);
+  }
+  return 0;
+}
+
+}  // namespace kvlab

@@ -20,6 +20,13 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   train->add_option("--steps", o.steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
+  train->add_flag("--composed-attention", o.composed_attention,
+                  "Attention from libtorch's composed ops (matmul, masked softmax, matmul), the "
+                  "reference, instead of the fused causal kernel");
+  train->add_flag("--profile", o.profile,
+                  "After the timed steps, one more under libtorch's profiler: time per phase "
+                  "(forward, loss, backward, optimizer) and the operators with the most self "
+                  "time (not in the medians: the profiler adds ~1 us an op)");
   train->add_option("--format", o.format, "table | json")->capture_default_str();
   CLI::App* memory = bench->add_subcommand(
       "memory", "Streaming read bandwidth (all threads, median of repeats): the decode ceiling");

@@ -1,5 +1,6 @@
 #include "experiments/bench.h"
 
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,8 +8,10 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "experiments/op_profile.h"
 #include "infer/generator.h"
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
@@ -346,6 +349,58 @@ int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
   return 0;
 }
 
+namespace {
+
+// The ops with the most self time (and every phase scope), as bench train prints them.
+constexpr size_t kProfileRows = 25;
+
+nlohmann::json profile_json(const OpProfile& p) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpTime& op : p.ops) {
+    ops.push_back({{"name", op.name},
+                   {"calls", op.calls},
+                   {"self_ms", op.self_us / 1e3},
+                   {"total_ms", op.total_us / 1e3}});
+  }
+  return {{"step_ms", p.wall_us / 1e3},
+          {"outside_ops_ms", (p.wall_us - p.traced_us) / 1e3},
+          {"ops", ops}};
+}
+
+std::string profile_table(const OpProfile& p) {
+  const auto share = [&](double us) { return format_percent(us / p.wall_us); };
+  Table phases({"phase", "ms", "of step"});
+  for (const OpTime& op : p.ops) {
+    if (op.name.rfind("phase: ", 0) != 0) continue;
+    phases.add_row(
+        {op.name.substr(7), fmt::format("{:.2f}", op.total_us / 1e3), share(op.total_us)});
+  }
+  phases.add_row({"(outside every phase)", fmt::format("{:.2f}", (p.wall_us - p.traced_us) / 1e3),
+                  share(p.wall_us - p.traced_us)});
+  Table ops({"op", "calls", "self ms", "of step", "with callees ms"});
+  size_t shown = 0;
+  double rest_us = 0;
+  for (const OpTime& op : p.ops) {
+    if (op.name.rfind("phase: ", 0) == 0) continue;
+    if (shown++ >= kProfileRows) {
+      rest_us += op.self_us;
+      continue;
+    }
+    ops.add_row({op.name, std::to_string(op.calls), fmt::format("{:.2f}", op.self_us / 1e3),
+                 share(op.self_us), fmt::format("{:.2f}", op.total_us / 1e3)});
+  }
+  if (shown > kProfileRows) {
+    ops.add_row({fmt::format("({} other ops)", shown - kProfileRows), "",
+                 fmt::format("{:.2f}", rest_us / 1e3), share(rest_us), ""});
+  }
+  return fmt::format(
+      "profile of one more step (libtorch's profiler, {:.1f} ms with its overhead; self time = "
+      "an op's time less the ops it called):\n\n{}\n{}",
+      p.wall_us / 1e3, phases.to_markdown(), ops.to_markdown());
+}
+
+}  // namespace
+
 int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   if (o.steps <= 0) throw SpecError("steps", "must be > 0");
   if (o.warmup < 0) throw SpecError("warmup", "must be >= 0");
@@ -360,26 +415,48 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   const ModelConfig config = ModelConfig::make(s, o.attn, DType::kF32);
   torch::manual_seed(0);
   nn::TransformerModel model(config, torch::kFloat32);
+  for (const auto& layer : *model->model->layers) {
+    layer->as<nn::TransformerBlockImpl>()->self_attn->use_fused_attention(!o.composed_attention);
+  }
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
   train::AdamW optimizer(params, {});
   const torch::Tensor windows = torch::randint(0, 256, {o.batch, o.seq_len + 1});
   const torch::Tensor inputs = windows.narrow(1, 0, o.seq_len);
   const torch::Tensor targets = windows.narrow(1, 1, o.seq_len);
+  // one training step, its phases named for the profile
+  const auto step = [&] {
+    torch::Tensor loss;
+    {
+      RECORD_USER_SCOPE("phase: zero_grad");
+      optimizer.zero_grad();
+    }
+    {
+      RECORD_USER_SCOPE("phase: forward + loss");
+      const torch::Tensor logits = model->forward(inputs);  // [B, T, V]
+      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                  targets.reshape({-1}));
+    }
+    {
+      RECORD_USER_SCOPE("phase: backward");
+      loss.backward();
+    }
+    {
+      RECORD_USER_SCOPE("phase: optimizer");
+      optimizer.step(1e-4);
+    }
+    (void)loss.item<double>();
+  };
   std::vector<double> seconds;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
-    const torch::Tensor logits = model->forward(inputs);
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-    loss.backward();
-    optimizer.step(1e-4);
-    (void)loss.item<double>();
+    step();
     const double s_elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i >= o.warmup) seconds.push_back(s_elapsed);
   }
+  std::optional<OpProfile> profile;
+  if (o.profile) profile = profile_ops(step);
   const double median = median_of(seconds);
   const double tokens = static_cast<double>(o.batch * o.seq_len);
   if (o.format == "json") {
@@ -390,25 +467,28 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
                           {"seq_len", o.seq_len},
                           {"batch", o.batch},
                           {"threads", threads},
+                          {"attention", o.composed_attention ? "composed" : "fused"},
                           {"params", model->parameter_count()},
                           {"tokens_per_s", tokens / median},
                           {"step_ms_median", 1e3 * median},
                           {"step_ms_min", 1e3 * min_of(seconds)},
                           {"step_ms_max", 1e3 * max_of(seconds)},
-                          {"steps", o.steps}}
+                          {"steps", o.steps},
+                          {"profile", profile ? profile_json(*profile) : nlohmann::json()}}
                .dump(2)
         << "\n";
   } else {
     out << fmt::format(
         "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
-        "thread(s), {} params\n",
+        "thread(s), {} params, {} attention\n",
         config.attn.to_string(), o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads,
-        model->parameter_count());
+        model->parameter_count(), o.composed_attention ? "composed" : "fused");
     out << fmt::format(
         "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
         "after {} warm-up)\n",
         tokens / median, 1e3 * median, 1e3 * min_of(seconds), 1e3 * max_of(seconds), o.steps,
         o.warmup);
+    if (profile) out << "\n" << profile_table(*profile);
   }
   return 0;
 }

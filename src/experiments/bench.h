@@ -15,6 +15,8 @@ struct BenchTrainOptions {
   int threads = 1;
   int64_t steps = 10;
   int64_t warmup = 3;
+  bool profile = false;  // one more step under libtorch's profiler: time per phase and per op
+  bool composed_attention = false;  // libtorch's composed ops instead of the fused kernel
   std::string format = "table";
 };
 

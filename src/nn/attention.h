@@ -61,6 +61,10 @@ class AttentionImpl : public torch::nn::Module {
   void keep_attention_maps(bool keep) { keep_maps_ = keep; }
   const torch::Tensor& last_attention_map() const { return last_map_; }
 
+  // Full causal forwards (training, prefill) of softmax layers run the fused kernel
+  // (nn/causal_attention.h) where it applies; off, libtorch's composed ops, its reference.
+  void use_fused_attention(bool fused) { fused_attention_ = fused; }
+
  protected:
   // Causal mask for Tq queries over Tk keys, the first query mask_offset positions after the
   // first key: true where masked.
@@ -71,6 +75,7 @@ class AttentionImpl : public torch::nn::Module {
 
   AttentionSpec spec_;
   bool keep_maps_ = false;
+  bool fused_attention_ = true;
   mutable torch::Tensor last_map_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "nn/causal_attention.h"
 #include "spec/attention_family.h"
 
 namespace kvlab::nn {
@@ -83,6 +84,10 @@ torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch:
                                             const torch::Tensor& v, int64_t mask_offset) {
   const int64_t G = spec_.n_groups;
   const double scale = 1.0 / std::sqrt(static_cast<double>(spec_.head_dim));
+  if (fused_attention_ && spec_.causal && !is_plus() && !keep_maps_ && mask_offset == 0 &&
+      q.size(1) == k.size(1) && fused_causal_attention_supports(q)) {
+    return o_proj(fused_causal_attention(q, k, v, scale).flatten(2));  // [B, T, H·d] -> [B, T, D]
+  }
   // [B, G, H/G, Tq, d] · [B, G, 1, d, Tk] -> [B, G, H/G, Tq, Tk]
   torch::Tensor scores =
       torch::matmul(group_queries(q, G), group_keys(k).transpose(-1, -2)) * scale;

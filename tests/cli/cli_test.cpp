@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -754,6 +755,41 @@ TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_GT(doc["tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(doc["threads"], 1);
+}
+
+// --profile: one more step under libtorch's profiler; the fused attention shows as its own ops
+// (one forward and one backward per layer), the composed reference as libtorch's softmax; self
+// times add up to at most the profiled step.
+TEST(CliBenchTest, TrainBenchmarkProfilesOneStepPerOp) {
+  for (const bool composed : {false, true}) {
+    const RunResult r = run_kvlab(
+        std::string("bench train --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 2 "
+                    "--steps 1 --warmup 0 --profile --format json") +
+        (composed ? " --composed-attention" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json doc = nlohmann::json::parse(r.out);
+    EXPECT_EQ(doc["attention"], composed ? "composed" : "fused");
+    const nlohmann::json& profile = doc["profile"];
+    std::map<std::string, int64_t> calls;
+    double self_ms = 0;
+    for (const auto& op : profile["ops"]) {
+      calls[op["name"].get<std::string>()] = op["calls"].get<int64_t>();
+      self_ms += op["self_ms"].get<double>();
+      EXPECT_GE(op["total_ms"].get<double>() + 1e-9, op["self_ms"].get<double>()) << op;
+    }
+    EXPECT_EQ(calls["phase: backward"], 1);
+    EXPECT_EQ(calls["phase: optimizer"], 1);
+    EXPECT_EQ(calls.count("kvlab::fused_causal_attention"), composed ? 0u : 1u);
+    if (!composed) {
+      EXPECT_EQ(calls["kvlab::fused_causal_attention"], 2);
+      EXPECT_EQ(calls["kvlab::fused_causal_attention_backward"], 2);
+    } else {
+      EXPECT_GE(calls["aten::_softmax"], 2);
+    }
+    EXPECT_GT(self_ms, 0);
+    EXPECT_LE(self_ms, profile["step_ms"].get<double>() * 1.001);
+    EXPECT_GE(profile["outside_ops_ms"].get<double>(), -1e-3);
+  }
 }
 
 // The wait policy the OpenMP runtime itself reports: OMP_DISPLAY_ENV=verbose makes libgomp print

@@ -1,0 +1,187 @@
+#include "kernels/causal_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+// Every inner loop is an axpy over contiguous elements (keys and values transposed once per
+// item so the score and dp loops run along keys), which the compiler vectorises without
+// reassociating sums; target_clones builds each entry point for AVX-512, AVX2 + FMA and the
+// baseline, picked at load time.
+#define KVLAB_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+namespace kvlab {
+
+namespace {
+
+template <class T>
+[[gnu::always_inline]] inline void axpy(T a, const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// e^x for x <= 0 (scores less their row's maximum), branch-free so that a loop of it vectorises:
+// x = n·ln 2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (relative error
+// < 2e-7, about one f32 ulp), times 2^n put into the exponent bits. Below −87 it returns 0
+// (e^−87 is under f32's normal range). f64 keeps std::exp.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);
+  const float n = std::floor(x * 1.44269504f + 0.5f);
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 in two parts
+  const float p =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
+                                          r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+[[gnu::always_inline]] inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// max and sum of a row with eight running values, so neither waits on one dependency chain
+template <class T>
+[[gnu::always_inline]] inline T row_max(const T* x, int64_t n) {
+  T lanes[8];
+  for (int64_t l = 0; l < 8; ++l) lanes[l] = x[0];
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int64_t l = 0; l < 8; ++l) lanes[l] = std::max(lanes[l], x[j + l]);
+  }
+  for (; j < n; ++j) lanes[0] = std::max(lanes[0], x[j]);
+  T m = lanes[0];
+  for (int64_t l = 1; l < 8; ++l) m = std::max(m, lanes[l]);
+  return m;
+}
+
+template <class T>
+[[gnu::always_inline]] inline T row_sum(const T* x, int64_t n) {
+  T lanes[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int64_t l = 0; l < 8; ++l) lanes[l] += x[j + l];
+  }
+  for (; j < n; ++j) lanes[0] += x[j];
+  T sum = 0;
+  for (int64_t l = 0; l < 8; ++l) sum += lanes[l];
+  return sum;
+}
+
+template <class T>
+[[gnu::always_inline]] inline T row_dot(const T* x, const T* y, int64_t n) {
+  T lanes[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int64_t l = 0; l < 8; ++l) lanes[l] += x[j + l] * y[j + l];
+  }
+  for (; j < n; ++j) lanes[0] += x[j] * y[j];
+  T sum = 0;
+  for (int64_t l = 0; l < 8; ++l) sum += lanes[l];
+  return sum;
+}
+
+// [T, d] rows with a stride -> [d, T]
+template <class T>
+[[gnu::always_inline]] inline void transpose_rows(const T* rows, int64_t stride, int64_t n,
+                                                  int64_t d, T* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < d; ++c) out[c * n + j] = rows[j * stride + c];
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void forward_item(const CausalAttentionShape& s, int64_t b, int64_t h,
+                                                double scale, const T* q, const T* k, const T* v,
+                                                T* out, T* probs, T* scratch) {
+  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk = s.key_dim, dv = s.value_dim;
+  const int64_t g = h / (H / G);
+  const T* k0 = k + (b * n * G + g) * dk;  // key j at k0 + j·G·dk
+  const T* v0 = v + (b * n * G + g) * dv;
+  T* keys_t = scratch;  // [dk, n]
+  transpose_rows(k0, G * dk, n, dk, keys_t);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* qi = q + ((b * n + i) * H + h) * dk;
+    T* p = probs + ((b * H + h) * n + i) * n;  // [i + 1]
+    std::fill(p, p + i + 1, T(0));
+    for (int64_t c = 0; c < dk; ++c) axpy(static_cast<T>(qi[c] * scale), keys_t + c * n, p, i + 1);
+    const T max = row_max(p, i + 1);
+    for (int64_t j = 0; j <= i; ++j) p[j] = exp_nonpositive(p[j] - max);
+    const T inv = T(1) / row_sum(p, i + 1);
+    for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
+    T* oi = out + ((b * n + i) * H + h) * dv;
+    std::fill(oi, oi + dv, T(0));
+    for (int64_t j = 0; j <= i; ++j) axpy(p[j], v0 + j * G * dv, oi, dv);
+  }
+}
+
+// dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = dS·K·scale, dK += dSᵀ·Q·scale, dV += Pᵀ·dO,
+// over j ≤ i.
+template <class T>
+[[gnu::always_inline]] inline void backward_item(const CausalAttentionShape& s, int64_t b,
+                                                 int64_t g, double scale, const T* q, const T* k,
+                                                 const T* v, const T* probs, const T* dout, T* dq,
+                                                 T* dk, T* dv, T* scratch) {
+  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk_ = s.key_dim, dv_ = s.value_dim;
+  const int64_t per_group = H / G;
+  const T* k0 = k + (b * n * G + g) * dk_;
+  const T* v0 = v + (b * n * G + g) * dv_;
+  T* dk0 = dk + (b * n * G + g) * dk_;
+  T* dv0 = dv + (b * n * G + g) * dv_;
+  for (int64_t j = 0; j < n; ++j) {
+    std::fill(dk0 + j * G * dk_, dk0 + j * G * dk_ + dk_, T(0));
+    std::fill(dv0 + j * G * dv_, dv0 + j * G * dv_ + dv_, T(0));
+  }
+  T* values_t = scratch;  // [dv, n]
+  T* dp = values_t + dv_ * n;
+  T* ds = dp + n;
+  transpose_rows(v0, G * dv_, n, dv_, values_t);
+  for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+    for (int64_t i = 0; i < n; ++i) {
+      const T* p = probs + ((b * H + h) * n + i) * n;
+      const T* doi = dout + ((b * n + i) * H + h) * dv_;
+      const T* qi = q + ((b * n + i) * H + h) * dk_;
+      T* dqi = dq + ((b * n + i) * H + h) * dk_;
+      std::fill(dp, dp + i + 1, T(0));
+      for (int64_t c = 0; c < dv_; ++c) axpy(doi[c], values_t + c * n, dp, i + 1);
+      const T row = row_dot(p, dp, i + 1);
+      for (int64_t j = 0; j <= i; ++j) ds[j] = static_cast<T>(p[j] * (dp[j] - row) * scale);
+      std::fill(dqi, dqi + dk_, T(0));
+      for (int64_t j = 0; j <= i; ++j) {
+        axpy(ds[j], k0 + j * G * dk_, dqi, dk_);
+        axpy(ds[j], qi, dk0 + j * G * dk_, dk_);
+        axpy(p[j], doi, dv0 + j * G * dv_, dv_);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+KVLAB_CLONES void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h,
+                                           double scale, const float* q, const float* k,
+                                           const float* v, float* out, float* probs,
+                                           float* scratch) {
+  forward_item(s, b, h, scale, q, k, v, out, probs, scratch);
+}
+
+KVLAB_CLONES void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h,
+                                           double scale, const double* q, const double* k,
+                                           const double* v, double* out, double* probs,
+                                           double* scratch) {
+  forward_item(s, b, h, scale, q, k, v, out, probs, scratch);
+}
+
+KVLAB_CLONES void causal_attention_backward(const CausalAttentionShape& s, int64_t b, int64_t g,
+                                            double scale, const float* q, const float* k,
+                                            const float* v, const float* probs, const float* dout,
+                                            float* dq, float* dk, float* dv, float* scratch) {
+  backward_item(s, b, g, scale, q, k, v, probs, dout, dq, dk, dv, scratch);
+}
+
+KVLAB_CLONES void causal_attention_backward(const CausalAttentionShape& s, int64_t b, int64_t g,
+                                            double scale, const double* q, const double* k,
+                                            const double* v, const double* probs,
+                                            const double* dout, double* dq, double* dk, double* dv,
+                                            double* scratch) {
+  backward_item(s, b, g, scale, q, k, v, probs, dout, dq, dk, dv, scratch);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+
+namespace kvlab {
+
+// Causal softmax attention over grouped heads for training, read and written in the layout the
+// projections produce (no transposes): q [B, T, H, d_k], k [B, T, G, d_k], v [B, T, G, d_v],
+// out [B, T, H, d_v], probabilities [B, H, T, T] (row i holds keys 0..i; the rest is never
+// written nor read). Head h reads group h / (H / G). Query i attends to keys 0..i only: the
+// masked half is never computed. The reference twin is nn's composed path (matmul, masked
+// softmax, matmul), which the tests hold these to.
+struct CausalAttentionShape {
+  int64_t batch = 0, tokens = 0, heads = 0, groups = 0, key_dim = 0, value_dim = 0;
+
+  int64_t forward_scratch() const { return key_dim * tokens; }
+  int64_t backward_scratch() const { return (value_dim + 2) * tokens; }
+};
+
+// One (batch, head) item: its probabilities and output rows. `scratch` holds
+// forward_scratch() elements.
+void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h, double scale,
+                              const float* q, const float* k, const float* v, float* out,
+                              float* probs, float* scratch);
+void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h, double scale,
+                              const double* q, const double* k, const double* v, double* out,
+                              double* probs, double* scratch);
+
+// One (batch, group) item of the backward: dq of the group's heads, and dk, dv of the group
+// (overwritten: each group's rows belong to one item). `scratch` holds backward_scratch()
+// elements.
+void causal_attention_backward(const CausalAttentionShape& s, int64_t b, int64_t g, double scale,
+                               const float* q, const float* k, const float* v, const float* probs,
+                               const float* dout, float* dq, float* dk, float* dv, float* scratch);
+void causal_attention_backward(const CausalAttentionShape& s, int64_t b, int64_t g, double scale,
+                               const double* q, const double* k, const double* v,
+                               const double* probs, const double* dout, double* dq, double* dk,
+                               double* dv, double* scratch);
+
+}  // namespace kvlab

@@ -1,0 +1,140 @@
+// The fused causal attention (kernels/causal_attention behind an autograd function) against its
+// reference twin, libtorch's composed ops: outputs and the gradients of q, k and v, f64 and f32,
+// odd shapes, every grouping; and whole attention layers with the fused path on and off.
+#include "nn/causal_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/nn_test_util.h"
+
+namespace kvlab::nn {
+namespace {
+
+using testing::max_abs_diff;
+using testing::small_shape;
+using testing::spec_of;
+
+struct Shape {
+  int64_t batch, tokens, heads, groups, key_dim, value_dim;
+};
+
+const std::vector<Shape> kShapes = {
+    {1, 1, 1, 1, 4, 4},  {2, 7, 6, 2, 12, 10},  {3, 33, 4, 4, 8, 8},
+    {2, 17, 5, 1, 6, 9}, {1, 64, 8, 2, 32, 32}, {2, 130, 3, 3, 5, 7},
+};
+
+struct Result {
+  torch::Tensor out, dq, dk, dv;
+};
+
+Result run(bool fused, const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
+           const torch::Tensor& upstream, double scale) {
+  const torch::Tensor q = q0.detach().clone().requires_grad_(true);
+  const torch::Tensor k = k0.detach().clone().requires_grad_(true);
+  const torch::Tensor v = v0.detach().clone().requires_grad_(true);
+  const torch::Tensor out =
+      fused ? fused_causal_attention(q, k, v, scale) : composed_causal_attention(q, k, v, scale);
+  (out * upstream).sum().backward();
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+void expect_close(const Result& fused, const Result& reference, double tolerance) {
+  for (const auto& [name, a, b] :
+       std::vector<std::tuple<std::string, torch::Tensor, torch::Tensor>>{
+           {"out", fused.out, reference.out},
+           {"dq", fused.dq, reference.dq},
+           {"dk", fused.dk, reference.dk},
+           {"dv", fused.dv, reference.dv}}) {
+    ASSERT_TRUE(a.defined()) << name;
+    EXPECT_EQ(a.sizes(), b.sizes()) << name;
+    EXPECT_TRUE(torch::isfinite(a).all().item<bool>()) << name;
+    // relative to the reference's largest element, so the bound means the same at every size
+    const double size = std::max(1.0, b.abs().max().item<double>());
+    EXPECT_LT(max_abs_diff(a, b) / size, tolerance) << name;
+  }
+}
+
+TEST(FusedCausalAttentionTest, EqualsTheComposedOpsWithGradients) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const double tolerance = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      const Shape& s = kShapes[i];
+      SCOPED_TRACE(std::string(dtype == torch::kFloat64 ? "f64" : "f32") + " shape #" +
+                   std::to_string(i));
+      torch::manual_seed(static_cast<uint64_t>(100 + i));
+      const auto opts = torch::TensorOptions().dtype(dtype);
+      // large enough scores that the softmax is peaked in places
+      const torch::Tensor q = 2 * torch::randn({s.batch, s.tokens, s.heads, s.key_dim}, opts);
+      const torch::Tensor k = 2 * torch::randn({s.batch, s.tokens, s.groups, s.key_dim}, opts);
+      const torch::Tensor v = torch::randn({s.batch, s.tokens, s.groups, s.value_dim}, opts);
+      const torch::Tensor up = torch::randn({s.batch, s.tokens, s.heads, s.value_dim}, opts);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(s.key_dim));
+      expect_close(run(true, q, k, v, up, scale), run(false, q, k, v, up, scale), tolerance);
+    }
+  }
+}
+
+TEST(FusedCausalAttentionTest, QueryNeverSeesLaterKeys) {
+  torch::manual_seed(7);
+  const torch::Tensor q = torch::randn({1, 9, 2, 4}, testing::kF64);
+  const torch::Tensor k = torch::randn({1, 9, 2, 4}, testing::kF64);
+  const torch::Tensor v = torch::randn({1, 9, 2, 4}, testing::kF64);
+  const torch::Tensor out = fused_causal_attention(q, k, v, 0.5);
+  torch::Tensor k2 = k.clone(), v2 = v.clone();
+  k2.narrow(1, 5, 4).normal_();
+  v2.narrow(1, 5, 4).normal_();
+  const torch::Tensor changed = fused_causal_attention(q, k2, v2, 0.5);
+  EXPECT_LT(max_abs_diff(out.narrow(1, 0, 5), changed.narrow(1, 0, 5)), 1e-15);
+  EXPECT_GT(max_abs_diff(out.narrow(1, 5, 4), changed.narrow(1, 5, 4)), 1e-3);
+}
+
+TEST(FusedCausalAttentionTest, RefusesWhatItCannotCompute) {
+  const torch::Tensor q = torch::randn({1, 4, 2, 4});
+  EXPECT_THROW(fused_causal_attention(q.to(torch::kBFloat16), q.to(torch::kBFloat16),
+                                      q.to(torch::kBFloat16), 1.0),
+               std::invalid_argument);
+  EXPECT_THROW(
+      fused_causal_attention(q, torch::randn({1, 4, 3, 4}), torch::randn({1, 4, 3, 4}), 1.0),
+      std::invalid_argument);  // 2 heads over 3 groups
+  EXPECT_THROW(
+      fused_causal_attention(q, torch::randn({1, 5, 2, 4}), torch::randn({1, 5, 2, 4}), 1.0),
+      std::invalid_argument);  // keys at other positions than the queries
+}
+
+// Whole layers: every causal softmax variant of the standard family, output and every
+// parameter's gradient, fused against composed.
+TEST(FusedCausalAttentionTest, LayersComputeTheSameWithTheFusedPathOnAndOff) {
+  const ModelShape rope = small_shape(PosScheme::kRope);
+  const ModelShape learned = small_shape(PosScheme::kLearned);
+  for (const std::string text :
+       {"mha", "gqa:2", "mqa", "qk-v", "q-kv", "q-kv:knorm", "qkv1", "q-gqa:2", "q-mqa"}) {
+    for (const ModelShape& shape : {rope, learned}) {
+      if (text.find("knorm") != std::string::npos && shape.pos != PosScheme::kRope) continue;
+      SCOPED_TRACE(text + (shape.pos == PosScheme::kRope ? " rope" : " learned"));
+      torch::manual_seed(3);
+      const auto module = make_attention(spec_of(text, shape), testing::kF64);
+      const torch::Tensor x = torch::randn({2, 13, shape.d_model}, testing::kF64);
+      const auto grads = [&](bool fused) {
+        module->use_fused_attention(fused);
+        module->zero_grad();
+        const torch::Tensor y = module->forward(x);
+        (y * y).sum().backward();
+        std::vector<torch::Tensor> all = {y.detach()};
+        for (const auto& p : module->parameters()) all.push_back(p.grad().clone());
+        return all;
+      };
+      const std::vector<torch::Tensor> fused = grads(true), composed = grads(false);
+      ASSERT_EQ(fused.size(), composed.size());
+      for (size_t i = 0; i < fused.size(); ++i) {
+        EXPECT_LT(max_abs_diff(fused[i], composed[i]), 1e-11) << "tensor #" << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab::nn

@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "experiments/op_profile.h"
@@ -353,6 +354,10 @@ namespace {
 
 // The ops with the most self time (and every phase scope), as bench train prints them.
 constexpr size_t kProfileRows = 25;
+// The step's phases are profiler scopes named with this prefix.
+constexpr std::string_view kPhase = "phase: ";
+
+bool is_phase(const std::string& name) { return name.rfind(kPhase, 0) == 0; }
 
 nlohmann::json profile_json(const OpProfile& p) {
   nlohmann::json ops = nlohmann::json::array();
@@ -371,9 +376,9 @@ std::string profile_table(const OpProfile& p) {
   const auto share = [&](double us) { return format_percent(us / p.wall_us); };
   Table phases({"phase", "ms", "of step"});
   for (const OpTime& op : p.ops) {
-    if (op.name.rfind("phase: ", 0) != 0) continue;
-    phases.add_row(
-        {op.name.substr(7), fmt::format("{:.2f}", op.total_us / 1e3), share(op.total_us)});
+    if (!is_phase(op.name)) continue;
+    phases.add_row({op.name.substr(kPhase.size()), fmt::format("{:.2f}", op.total_us / 1e3),
+                    share(op.total_us)});
   }
   phases.add_row({"(outside every phase)", fmt::format("{:.2f}", (p.wall_us - p.traced_us) / 1e3),
                   share(p.wall_us - p.traced_us)});
@@ -381,7 +386,7 @@ std::string profile_table(const OpProfile& p) {
   size_t shown = 0;
   double rest_us = 0;
   for (const OpTime& op : p.ops) {
-    if (op.name.rfind("phase: ", 0) == 0) continue;
+    if (is_phase(op.name)) continue;
     if (shown++ >= kProfileRows) {
       rest_us += op.self_us;
       continue;

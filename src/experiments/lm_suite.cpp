@@ -192,8 +192,7 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
 
 std::string render_lm_report(const json& results, const std::string& dir) {
   const json& c = results.at("config");
-  std::vector<std::string> labels;
-  for (const json& v : results.at("variants")) labels.push_back(v.at("label").get<std::string>());
+  const std::vector<std::string> labels = variant_labels(results, "label");
   auto losses = [&](const std::string& label) {
     std::vector<double> xs;
     for (const json& r : results.at("runs")) {

@@ -30,6 +30,13 @@ nlohmann::json record_fields(const nlohmann::json& record, const std::vector<std
   return fields;
 }
 
+std::vector<std::string> variant_labels(const nlohmann::json& results, const std::string& key) {
+  std::vector<std::string> labels;
+  for (const nlohmann::json& v : results.at("variants"))
+    labels.push_back(v.at(key).get<std::string>());
+  return labels;
+}
+
 std::string dir_name(const std::string& text) {
   std::string out;
   for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '_';

@@ -62,6 +62,9 @@ SuiteOutcome run_suite(const Suite& suite, const std::string& out_dir, int reque
 // The named fields of a run's record (each must be there), as a suite's results.json lists it.
 nlohmann::json record_fields(const nlohmann::json& record, const std::vector<std::string>& keys);
 
+// The variants a results.json lists, in its order: each one's `key` ("label", or "attn").
+std::vector<std::string> variant_labels(const nlohmann::json& results, const std::string& key);
+
 // The training options every suite run uses: warm-up of min(50, steps/10), the run's seed.
 train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr, int64_t seed);
 

@@ -259,8 +259,7 @@ std::string render_synthetic_report(const json& results, const std::string& dir)
       c0.at("heads").get<int64_t>(), c0.at("seq_len").get<int64_t>(), c0.at("steps").get<int64_t>(),
       c0.at("batch").get<int64_t>());
   md += table.to_markdown();
-  std::vector<std::string> labels;
-  for (const json& v : results.at("variants")) labels.push_back(v.at("attn").get<std::string>());
+  const std::vector<std::string> labels = variant_labels(results, "attn");
   md += "\nLoss curves (mean over seeds and configurations):";
   for (const std::string& task : tasks) {
     const std::string name = "loss_curves_" + dir_name(task) + ".svg";

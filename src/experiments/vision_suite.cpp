@@ -128,8 +128,7 @@ int run_compare_vision(const CompareOptions& o, const std::atomic<bool>* stop, s
 
 std::string render_vision_report(const json& results, const std::string& dir) {
   const json& c = results.at("config");
-  std::vector<std::string> labels;
-  for (const json& v : results.at("variants")) labels.push_back(v.at("label").get<std::string>());
+  const std::vector<std::string> labels = variant_labels(results, "label");
   auto accuracies = [&](const std::string& label, const std::string& task) {
     std::vector<double> xs;
     for (const json& r : results.at("runs")) {

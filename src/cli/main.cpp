@@ -18,6 +18,7 @@
 #include "cli/interrupt.h"
 #include "cli/launch_command.h"
 #include "cli/summary_command.h"
+#include "cli/tokenize_command.h"
 #include "cli/train_command.h"
 #include "io/json_document.h"
 #include "spec/version.h"
@@ -100,6 +101,8 @@ int main(int argc, char** argv) {
   CLI::App* analyze = kvlab::add_analyze_command(app, analyze_options);
   kvlab::ReportOptions report_options;
   CLI::App* report = kvlab::add_report_command(app, report_options);
+  kvlab::TokenizeOptions tokenize_options;
+  CLI::App* tokenize = kvlab::add_tokenize_command(app, tokenize_options);
   kvlab::GenerateOptions generate_options;
   CLI::App* generate = kvlab::add_generate_command(app, generate_options);
   kvlab::BenchTrainOptions bench_train_options;
@@ -155,6 +158,9 @@ int main(int argc, char** argv) {
     } else if (report->parsed()) {
       command = "kvlab report";
       return kvlab::run_report(report_options, std::cout);
+    } else if (tokenize->parsed()) {
+      command = "kvlab tokenize";
+      return kvlab::run_tokenize(tokenize_options, std::cin, std::cout);
     } else if (bench.train->parsed()) {
       command = "kvlab bench train";
       return kvlab::run_bench_train(bench_train_options, std::cout);

@@ -55,6 +55,96 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// A SentencePiece-style tokenizer.json (byte fallback, "▁" for spaces, <s> from its template).
+std::string write_tokenizer_folder() {
+  const std::string dir = "/tmp/kvlab_cli_tokenizer_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  vocab["\xE2\x96\x81"] = 259;
+  vocab["h"] = 260;
+  vocab["i"] = 261;
+  vocab["hi"] = 262;
+  vocab["\xE2\x96\x81hi"] = 263;
+  const nlohmann::json tokenizer = {
+      {"added_tokens", nlohmann::json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers", nlohmann::json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                                               {{"type", "Replace"},
+                                                {"pattern", {{"String", " "}}},
+                                                {"content", "\xE2\x96\x81"}}})}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", nlohmann::json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+        {"pair", nlohmann::json::array()},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         nlohmann::json::array(
+             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array({"h i", "\xE2\x96\x81 hi"})}}}};
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  return dir;
+}
+
+TEST(CliTest, TokenizeEncodesDecodesAndRefusesBadInput) {
+  const std::string dir = write_tokenizer_folder();
+  const std::string flag = "tokenize --tokenizer " + dir;
+  std::ofstream(dir + "/text.txt") << "hi hi\xC3\xA9";
+  RunResult r = run_kvlab(flag + " < " + dir + "/text.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "263 263 198 172\n");  // "▁hi" twice, then é's bytes 0xC3 0xA9 (+3)
+  r = run_kvlab(flag + "/tokenizer.json --add-special-tokens < " + dir + "/text.txt");
+  EXPECT_EQ(r.out, "1 263 263 198 172\n") << r.err;
+  r = run_kvlab(flag + " --tokens < " + dir + "/text.txt");
+  EXPECT_EQ(r.out,
+            "263\t\xE2\x96\x81hi\thi\n263\t\xE2\x96\x81hi\thi\n"
+            "198\t<0xC3>\t\xEF\xBF\xBD\n172\t<0xA9>\t\xEF\xBF\xBD\n")
+      << r.err;
+  std::ofstream(dir + "/ids.txt") << "263 263\n198 172\n";
+  r = run_kvlab(flag + " --decode < " + dir + "/ids.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hi hi\xC3\xA9");
+
+  std::ofstream(dir + "/bad_ids.txt") << "263 x1";
+  r = run_kvlab(flag + " --decode < " + dir + "/bad_ids.txt");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "'x1' (word 2) is not a token id")) << r.err;
+  std::ofstream(dir + "/big_id.txt") << "264";
+  r = run_kvlab(flag + " --decode < " + dir + "/big_id.txt");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "id 264 is not in the vocabulary")) << r.err;
+  std::ofstream(dir + "/latin1.txt") << "caf\xE9";
+  r = run_kvlab(flag + " < " + dir + "/latin1.txt");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "not valid UTF-8 (byte 3 of 4)")) << r.err;
+  r = run_kvlab("tokenize --tokenizer " + dir + "/missing < /dev/null");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, dir + "/missing")) << r.err;
+  r = run_kvlab(flag + " --ids --decode < /dev/null");
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_kvlab(flag + " --skip-special-tokens < /dev/null");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--skip-special-tokens: applies only with --decode")) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, NoArgumentsPrintsTheDefaultComparison) {
   const RunResult r = run_kvlab("cache");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,5 +1,7 @@
 #include "cli/generate_command.h"
 
+#include <filesystem>
+#include <optional>
 #include <random>
 
 #include "infer/generator.h"
@@ -8,6 +10,7 @@
 #include "nn/threads.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvlab {
 
@@ -17,7 +20,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       "Continue a prompt with a byte-level text checkpoint (kvlab train --task text or kjv)");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--prompt", o.prompt, "Text to continue")->required();
-  cmd->add_option("--max-tokens", o.max_tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option(
+         "--max-tokens", o.max_tokens,
+         "Tokens to generate (bytes for byte-level models); stops early at the tokenizer's EOS")
+      ->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "0: greedy")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
@@ -52,11 +58,26 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   nn::TransformerModel model = nn::load_model(dir);
   const ModelShape& shape = model->config().shape;
-  if (!shape.causal() || shape.vocab_size != 256) {
-    throw SpecError("checkpoint",
-                    dir + " is not a byte-level decoder (train one with --task text)");
+  // A folder's tokenizer.json (Hugging Face folders, kvlab exports) turns text into tokens;
+  // without one, the model must read bytes.
+  std::optional<tok::Tokenizer> tokenizer;
+  if (std::filesystem::exists(dir + "/tokenizer.json"))
+    tokenizer.emplace(tok::Tokenizer::load(dir));
+  if (!shape.causal() || (!tokenizer && shape.vocab_size != 256)) {
+    throw SpecError("checkpoint", dir +
+                                      " is not a language model with a tokenizer.json or a "
+                                      "byte vocabulary (train one with --task text)");
   }
-  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.max_tokens;
+  std::vector<int64_t> tokens;
+  if (tokenizer) {
+    for (const int32_t id : tokenizer->encode(o.prompt, /*add_special_tokens=*/true)) {
+      tokens.push_back(id);
+    }
+  } else {
+    for (const unsigned char ch : o.prompt) tokens.push_back(ch);
+  }
+  const std::optional<int32_t> eos = tokenizer ? tokenizer->eos_id() : std::nullopt;
+  const int64_t total = static_cast<int64_t>(tokens.size()) + o.max_tokens;
   if (!o.no_cache) {
     require_memory("max_tokens",
                    "a cache for prompt + max-tokens = " + std::to_string(total) + " tokens",
@@ -68,18 +89,17 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
                                       " exceeds the model's " + std::to_string(shape.max_context) +
                                       " learned positions");
   }
-  std::vector<int64_t> tokens;
-  for (unsigned char ch : o.prompt) tokens.push_back(ch);
   std::mt19937_64 rng(o.seed);
   const infer::SamplingOptions sampling{o.temperature, o.top_k, o.top_p};
-  std::string text;
+  std::vector<int32_t> generated;
+  const auto finished = [&] { return eos && !generated.empty() && generated.back() == *eos; };
   if (o.no_cache) {
     c10::InferenceMode guard;
-    for (int64_t i = 0; i < o.max_tokens && !stopped(); ++i) {
+    for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
       const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, -1});
       const torch::Tensor logits = model->forward(input)[0][-1];
       tokens.push_back(infer::sample(logits, sampling, rng));
-      text += static_cast<char>(tokens.back());
+      generated.push_back(static_cast<int32_t>(tokens.back()));
     }
   } else {
     infer::Generator gen(model, dtype, total, 1, threads);
@@ -93,12 +113,18 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     const int32_t seq = gen.add_sequence();
     if (o.max_tokens > 0) {
       torch::Tensor logits = gen.feed(seq, tokens);
-      for (int64_t i = 0; i < o.max_tokens && !stopped(); ++i) {
+      for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
         const int64_t next = infer::sample(logits, sampling, rng);
-        text += static_cast<char>(next);
-        if (i + 1 < o.max_tokens) logits = gen.step({seq}, {next})[0];
+        generated.push_back(static_cast<int32_t>(next));
+        if (i + 1 < o.max_tokens && !finished()) logits = gen.step({seq}, {next})[0];
       }
     }
+  }
+  std::string text;
+  if (tokenizer) {
+    text = tokenizer->decode(generated, /*skip_special_tokens=*/true);
+  } else {
+    for (const int32_t id : generated) text += static_cast<char>(id);
   }
   out << text << "\n";
   return stopped() ? 130 : 0;

@@ -13,6 +13,7 @@
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
+#include "cli/export_command.h"
 #include "cli/flag_checks.h"
 #include "cli/generate_command.h"
 #include "cli/interrupt.h"
@@ -101,6 +102,8 @@ int main(int argc, char** argv) {
   CLI::App* analyze = kvlab::add_analyze_command(app, analyze_options);
   kvlab::ReportOptions report_options;
   CLI::App* report = kvlab::add_report_command(app, report_options);
+  kvlab::ExportOptions export_options;
+  CLI::App* export_cmd = kvlab::add_export_command(app, export_options);
   kvlab::TokenizeOptions tokenize_options;
   CLI::App* tokenize = kvlab::add_tokenize_command(app, tokenize_options);
   kvlab::GenerateOptions generate_options;
@@ -158,6 +161,9 @@ int main(int argc, char** argv) {
     } else if (report->parsed()) {
       command = "kvlab report";
       return kvlab::run_report(report_options, std::cout);
+    } else if (export_cmd->parsed()) {
+      command = "kvlab export";
+      return kvlab::run_export(export_options, std::cout);
     } else if (tokenize->parsed()) {
       command = "kvlab tokenize";
       return kvlab::run_tokenize(tokenize_options, std::cin, std::cout);

@@ -5,17 +5,21 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/interrupt.h"
 #include "experiments/eval_decode.h"
+#include "experiments/eval_text.h"
+#include "io/atomic_file.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/table.h"
 #include "report/units.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
+#include "tokenizer/tokenizer.h"
 #include "train/data_parallel.h"
 
 namespace kvlab {
@@ -304,7 +308,11 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "eval",
       "Evaluate a checkpoint on its task's held-out data: accuracy (synthetic and vision "
-      "tasks) or loss and perplexity (text, kjv; at several lengths with --context).");
+      "tasks) or loss and perplexity (text, kjv; at several lengths with --context).\n"
+      "A model folder without a task (a Hugging Face folder, or `kvlab export`'s output): "
+      "perplexity over the text file --data, tokenized by the folder's tokenizer.json, with a "
+      "sliding window of --context tokens advancing by --stride.\n"
+      "  kvlab eval --checkpoint path/to/hf-model --data book.txt --context 1024");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
   cmd->add_option("--format", o.format, "table | json")->capture_default_str();
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
@@ -317,6 +325,10 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
   cmd->add_option("--data", o.data,
                   "The task's data file or folder, when it moved since training (its content "
                   "must be the recorded one)");
+  cmd->add_option("--stride", o.stride,
+                  "Model folders: tokens the window advances (default: context / 2)");
+  cmd->add_option("--batch", o.batch, "Model folders: windows per forward pass")
+      ->capture_default_str();
   cmd->add_flag("--allow-different-data", o.allow_different_data,
                 "Evaluate on --data even when its content differs from the training data");
   cmd->add_option("--attn-precision", o.precision,
@@ -380,6 +392,90 @@ int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_re
   return 0;
 }
 
+// A model folder without a task: sliding-window perplexity over a text file.
+int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std::ostream& out) {
+  if (o.data.empty()) {
+    throw SpecError("data", dir +
+                                " is a model folder without a task: give the text to evaluate "
+                                "on with --data FILE");
+  }
+  if (!o.precision.empty()) {
+    throw SpecError("attn-precision", "applies to a run's task; not yet to a model folder");
+  }
+  if (o.contexts.size() > 1) throw SpecError("context", "one context for a model folder");
+  nn::TransformerModel model = nn::load_model(dir);
+  const ModelShape& shape = model->config().shape;
+  if (!shape.causal()) throw SpecError("checkpoint", dir + " is not a language model (decoder)");
+  const int64_t context =
+      o.contexts.empty() ? std::min<int64_t>(shape.max_context > 0 ? shape.max_context : 1024, 1024)
+                         : o.contexts.front();
+  if (context > shape.max_context && shape.max_context > 0) {
+    throw SpecError("context", std::to_string(context) + " exceeds the model's " +
+                                   std::to_string(shape.max_context) + " positions");
+  }
+  const int64_t stride = o.stride > 0 ? o.stride : std::max<int64_t>(1, context / 2);
+  const std::string text = read_file(o.data, uint64_t{1} << 31);
+  std::vector<int64_t> tokens;
+  std::string tokenizer_name = "bytes";
+  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    const tok::Tokenizer tokenizer = tok::Tokenizer::load(dir);
+    if (tokenizer.vocab_size() > shape.vocab_size) {
+      throw SpecError("tokenizer", dir + "/tokenizer.json has " +
+                                       std::to_string(tokenizer.vocab_size()) +
+                                       " tokens, the model " + std::to_string(shape.vocab_size));
+    }
+    for (const int32_t id : tokenizer.encode(text, /*add_special_tokens=*/true))
+      tokens.push_back(id);
+    tokenizer_name = "tokenizer.json";
+  } else if (shape.vocab_size == 256) {
+    for (const unsigned char c : text) tokens.push_back(c);
+  } else {
+    throw SpecError("checkpoint", dir + " has no tokenizer.json and its vocabulary is not bytes");
+  }
+  require_memory("batch",
+                 "evaluating " + std::to_string(o.batch) + " windows of " +
+                     std::to_string(context) + " tokens",
+                 [&] {
+                   return Exact(o.batch) * shape.n_heads * context * context * 8 +
+                          Exact(o.batch) * context * shape.vocab_size * 16;
+                 });
+  const bool show_progress = ::isatty(2) != 0;
+  const TextEvalResult r =
+      evaluate_text(*model, tokens, context, stride, o.batch, [&](int64_t done, int64_t total) {
+        if (show_progress)
+          std::cerr << "\rkvlab eval: window " << done << "/" << total << std::flush;
+      });
+  if (show_progress) std::cerr << "\n";
+  const double bits_per_byte = r.loss_nats / std::log(2.0) / static_cast<double>(text.size());
+  const double tokens_per_s = r.seconds > 0 ? static_cast<double>(r.scored_tokens) / r.seconds : 0;
+  if (o.format == "json") {
+    out << nlohmann::json{{"checkpoint", dir},
+                          {"attn", model->config().attn.to_string()},
+                          {"data", o.data},
+                          {"tokenizer", tokenizer_name},
+                          {"bytes", text.size()},
+                          {"tokens", tokens.size()},
+                          {"scored_tokens", r.scored_tokens},
+                          {"context", context},
+                          {"stride", stride},
+                          {"windows", r.windows},
+                          {"loss", r.mean_loss()},
+                          {"perplexity", r.perplexity()},
+                          {"bits_per_byte", bits_per_byte},
+                          {"tokens_per_s", tokens_per_s}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format(
+        "{} on {}: perplexity {:.4f} (loss {:.4f} nats/token, {:.4f} bits/byte) over {} tokens "
+        "({} bytes, {}); context {}, stride {}, {} windows; {:.0f} tokens/s\n",
+        model->config().attn.to_string(), o.data, r.perplexity(), r.mean_loss(), bits_per_byte,
+        with_commas(r.scored_tokens), with_commas(static_cast<int64_t>(text.size())),
+        tokenizer_name, context, stride, r.windows, tokens_per_s);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_eval(const EvalCommandOptions& o, std::ostream& out) {
@@ -389,7 +485,7 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   nn::set_threads(o.threads);
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const nlohmann::json config = nn::read_checkpoint_config(dir);
-  if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
+  if (!config.contains("task")) return run_eval_text_file(o, dir, out);
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;

@@ -53,6 +53,8 @@ struct EvalCommandOptions {
   bool allow_different_data = false;
   std::string precision;  // set: evaluate through the decode path in f32 and this precision
   std::string cache_dtype = "bf16";
+  int64_t stride = 0;  // model folders without a task: window step (0: context / 2)
+  int64_t batch = 1;   // and windows per forward pass
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

@@ -48,6 +48,7 @@ json model_config_to_json(const ModelConfig& config) {
                 {"classes", s.n_classes},
                 {"max_context", s.max_context},
                 {"norm", std::string(norm_kind_name(s.norm))},
+                {"norm_eps", s.norm_eps},
                 {"bias", std::string(bias_kind_name(s.bias))},
                 {"tied_embeddings", s.tied_embeddings},
                 {"pos", std::string(pos_scheme_name(s.pos))},
@@ -84,6 +85,11 @@ ModelConfig model_config_from_json(const json& doc, const std::string& source) {
     s.n_classes = int_field(m, "classes", p);
     s.max_context = int_field(m, "max_context", p);
     s.norm = parse_norm_kind(string_field(m, "norm", p));
+    // Runs written before norm_eps was recorded used 1e-5.
+    if (m.contains("norm_eps")) {
+      if (!m.at("norm_eps").is_number()) throw SpecError("model.norm_eps", "expected a number");
+      s.norm_eps = m.at("norm_eps").get<double>();
+    }
     s.bias = parse_bias_kind(string_field(m, "bias", p));
     s.tied_embeddings = bool_field(m, "tied_embeddings", p);
     s.pos = parse_model_pos(string_field(m, "pos", p));

@@ -1,14 +1,18 @@
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "io/atomic_file.h"
-#include "spec/memory_budget.h"
 
 namespace kvlab {
 namespace {
@@ -61,22 +65,41 @@ int64_t TensorInfo::numel() const {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  std::string bytes;
-  try {
-    struct stat info {};
-    if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) {
-      throw std::runtime_error("'" + path + "' is not a regular file");
-    }
-    // the whole file is held in memory: no larger than the machine's memory
-    const uint64_t memory = physical_memory_bytes();
-    bytes = read_file(path, memory > 0 ? memory : UINT64_MAX);
-  } catch (const std::runtime_error& e) {
-    throw SafetensorsError(e.what());
+  // Mapped, not read: a shard of a published model is gigabytes, and each tensor's bytes are
+  // touched once, when they are converted into the model.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw SafetensorsError("cannot open '" + path + "': " + std::strerror(errno));
   }
-  return parse(std::move(bytes), path);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    throw SafetensorsError("'" + path + "' is not a regular file");
+  }
+  const auto size = static_cast<size_t>(info.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return parse_view(nullptr, {}, path);
+  }
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED) {
+    throw SafetensorsError("cannot map '" + path + "': " + std::strerror(errno));
+  }
+  std::shared_ptr<const char> owner(static_cast<const char*>(mapped), [size](const char* p) {
+    ::munmap(const_cast<char*>(p), size);
+  });
+  return parse_view(owner, std::string_view(owner.get(), size), path);
 }
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& source) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  const std::string_view view(*owned);
+  return parse_view(std::shared_ptr<const char>(owned, owned->data()), view, source);
+}
+
+SafetensorsFile SafetensorsFile::parse_view(std::shared_ptr<const char> owner,
+                                            std::string_view bytes, const std::string& source) {
   SafetensorsFile file;
   file.source_ = source;
   if (bytes.size() < 8) {
@@ -197,7 +220,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& sou
     fail(source, "tensors cover " + std::to_string(cursor) + " bytes but the data buffer holds " +
                      std::to_string(data_len));
   }
-  file.bytes_ = std::move(bytes);
+  file.storage_ = std::move(owner);
+  file.bytes_ = bytes;
   return file;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,6 +41,7 @@ struct TensorInfo {
 // checks — header length ≤ 100 MB and inside the file, valid UTF-8 JSON object, offsets
 // contiguous from 0 without gaps or overlaps, size == numel × dtype size (overflow-checked),
 // last offset == data length — and also rejects duplicate names.
+// read() maps the file (read-only, private): its tensors' bytes are paged in when used.
 class SafetensorsFile {
  public:
   static constexpr uint64_t kMaxHeaderBytes = 100'000'000;
@@ -56,8 +58,12 @@ class SafetensorsFile {
   const std::string& source() const { return source_; }
 
  private:
+  static SafetensorsFile parse_view(std::shared_ptr<const char> owner, std::string_view bytes,
+                                    const std::string& source);
+
   std::string source_;
-  std::string bytes_;
+  std::shared_ptr<const char> storage_;  // keeps bytes_ alive: a string or a mapping
+  std::string_view bytes_;
   uint64_t data_start_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

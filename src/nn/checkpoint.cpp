@@ -7,9 +7,11 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "io/hf_model_config.h"
 #include "io/json_document.h"
 #include "io/model_config_json.h"
 #include "io/safetensors.h"
+#include "nn/hf_checkpoint.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "spec/version.h"
@@ -82,7 +84,22 @@ std::string shape_text(torch::IntArrayRef shape) {
   return out + "]";
 }
 
+// Hugging Face names every tensor "<module>.weight" (or ".bias"); kvlab keeps the embedding
+// tables as plain parameters of the trunk, so their names in the file gain ".weight". Runs
+// written earlier used the bare names; load_model reads both.
+constexpr std::pair<const char*, const char*> kFileNames[] = {
+    {"model.embed_tokens", "model.embed_tokens.weight"},
+    {"model.embed_positions", "model.embed_positions.weight"},
+};
+
 }  // namespace
+
+std::string file_tensor_name(const std::string& parameter) {
+  for (const auto& [bare, file] : kFileNames) {
+    if (parameter == bare) return file;
+  }
+  return parameter;
+}
 
 void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
   std::vector<torch::Tensor> keep;  // contiguous CPU copies outlive the write
@@ -135,7 +152,9 @@ void save_model(const TransformerModelImpl& model, const std::string& dir,
                 const nlohmann::json& extra) {
   make_dir(dir);
   std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : model.named_parameters()) tensors.emplace(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    tensors.emplace(file_tensor_name(item.key()), item.value());
+  }
   save_tensors(dir + "/model.safetensors", tensors);
   nlohmann::json config = model_config_to_json(model.config());
   config["kvlab_version"] = kVersion;
@@ -156,16 +175,27 @@ nlohmann::json read_checkpoint_config(const std::string& dir) {
 }
 
 TransformerModel load_model(const std::string& dir, const torch::TensorOptions& options) {
-  const ModelConfig config =
-      model_config_from_json(read_checkpoint_config(dir), dir + "/config.json");
+  const nlohmann::json document = read_checkpoint_config(dir);
+  if (is_hf_config(document)) return load_hf_model(dir, document, options);
+  const ModelConfig config = model_config_from_json(document, dir + "/config.json");
   // the weights, and the file's copy of them while they are read
   require_memory("checkpoint", "the model in " + dir + "/config.json",
                  [&] { return config.param_count() * 8; });
   TransformerModel model(config, options);
   std::map<std::string, torch::Tensor> targets;
-  for (const auto& item : model->named_parameters()) targets.emplace(item.key(), item.value());
+  for (const auto& item : model->named_parameters()) {
+    targets.emplace(file_tensor_name(item.key()), item.value());
+  }
   const std::string path = dir + "/model.safetensors";
-  copy_by_name(load_tensors(path), targets, path);
+  std::map<std::string, torch::Tensor> source = load_tensors(path);
+  for (const auto& [bare, file] : kFileNames) {
+    const auto old = source.find(bare);
+    if (old != source.end() && source.count(file) == 0) {
+      source.emplace(file, old->second);
+      source.erase(old);
+    }
+  }
+  copy_by_name(source, targets, path);
   return model;
 }
 

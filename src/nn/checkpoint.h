@@ -27,6 +27,10 @@ std::string checkpoint_dir(const std::string& dir);
 // config.json of a checkpoint folder, parsed (throws when unreadable or not JSON).
 nlohmann::json read_checkpoint_config(const std::string& dir);
 
+// The name a parameter has in model.safetensors: Hugging Face's ("model.embed_tokens.weight"
+// for the parameter "model.embed_tokens"; every other name is the parameter's own).
+std::string file_tensor_name(const std::string& parameter);
+
 // Named tensors <-> safetensors, for model and optimizer state alike.
 void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path);

@@ -22,10 +22,11 @@ torch::Tensor embedding(torch::nn::Module& owner, const char* name, int64_t rows
 TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& config, int64_t layer,
                                            const torch::TensorOptions& options) {
   const ModelShape& s = config.shape;
-  input_layernorm = register_module("input_layernorm", Norm(s.norm, s.d_model, options));
+  input_layernorm =
+      register_module("input_layernorm", Norm(s.norm, s.d_model, options, s.norm_eps));
   self_attn = register_module("self_attn", make_attention(config.attn, options));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", Norm(s.norm, s.d_model, options));
+      register_module("post_attention_layernorm", Norm(s.norm, s.d_model, options, s.norm_eps));
   mlp = register_module("mlp", make_feed_forward(s, layer, options));
 }
 
@@ -64,7 +65,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, const torch::TensorO
   for (int64_t layer = 0; layer < shape.n_layers; ++layer) {
     layers->push_back(TransformerBlock(config, layer, options));
   }
-  norm = register_module("norm", Norm(shape.norm, D, options));
+  norm = register_module("norm", Norm(shape.norm, D, options, shape.norm_eps));
 }
 
 torch::Tensor TransformerImpl::embed(const torch::Tensor& input, int64_t start_pos) {

@@ -123,6 +123,9 @@ void ModelShape::validate() const {
     throw SpecError("pos", "a model's own positions are learned, sinusoidal, rope or none, not " +
                                std::string(pos_scheme_name(pos)));
   }
+  if (!(norm_eps > 0 && norm_eps < 1)) {
+    throw SpecError("norm_eps", "must be in (0, 1), got " + std::to_string(norm_eps));
+  }
   if (pos == PosScheme::kRope && !(rope_theta > 0 && std::isfinite(rope_theta))) {
     throw SpecError("rope_theta", "must be a finite number > 0, got " + std::to_string(rope_theta));
   }

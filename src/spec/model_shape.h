@@ -47,6 +47,7 @@ struct ModelShape {
   int64_t n_classes = 0;    // output classes (encoder per token, vit); 0 = vocab_size
   int64_t max_context = 0;  // size of a learned position table; the model's context length
   NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;  // the blocks' and the final norm's epsilon (config.json rms_norm_eps)
   BiasKind bias = BiasKind::kAll;
   bool tied_embeddings = true;          // LM head (or per-token classifier) shares the embedding
   PosScheme pos = PosScheme::kLearned;  // the model's own: learned, sinusoidal, rope or none

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "svg_check.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -142,6 +143,62 @@ TEST(CliTest, TokenizeEncodesDecodesAndRefusesBadInput) {
   r = run_kvlab(flag + " --skip-special-tokens < /dev/null");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "--skip-special-tokens: applies only with --decode")) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, ExportToHuggingFaceAndBack) {
+  const std::string dir = "/tmp/kvlab_cli_export_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/corpus.txt");
+    for (int i = 0; i < 300; ++i) text << "in the beginning god created the heaven and the earth. ";
+  }
+  const RunResult train = run_kvlab(
+      "train --task text --data " + dir +
+      "/corpus.txt --seq-len 32 --layers 1 --d-model 16 "
+      "--heads 4 --attn gqa:2 --mlp-kind swiglu --mlp 32 --norm rmsnorm --bias none --pos rope "
+      "--steps 20 --batch 8 --threads 1 --no-progress --out " +
+      dir + "/run");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const RunResult exported = run_kvlab("export --checkpoint " + dir + "/run --out " + dir + "/hf");
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_TRUE(contains(exported.out, "as LlamaForCausalLM to " + dir + "/hf")) << exported.out;
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json",
+                           "tokenizer_config.json", "generation_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/hf/" + file)) << file;
+  }
+  // the same greedy text from the run and from its Hugging Face folder
+  const std::string gen = " --prompt 'in the ' --max-tokens 24 --threads 1";
+  const RunResult from_run = run_kvlab("generate --checkpoint " + dir + "/run" + gen);
+  const RunResult from_hf = run_kvlab("generate --checkpoint " + dir + "/hf" + gen);
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.err;
+  EXPECT_EQ(from_run.out.size(), 25u);  // 24 bytes and a newline
+  // the folder's tokenizer decodes bytes that are not UTF-8 to U+FFFD, as transformers does
+  EXPECT_EQ(kvlab::tok::utf8_with_replacement(from_run.out), from_hf.out);
+  // perplexity over a text file through the folder's tokenizer.json, sliding window
+  const RunResult eval =
+      run_kvlab("eval --checkpoint " + dir + "/hf --data " + dir +
+                "/corpus.txt --context 32 --stride 16 --format json --threads 1");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const nlohmann::json e = nlohmann::json::parse(eval.out);
+  EXPECT_EQ(e["tokenizer"], "tokenizer.json");
+  EXPECT_EQ(e["tokens"], e["bytes"]);  // the byte vocabulary
+  EXPECT_EQ(e["scored_tokens"], e["tokens"].get<int64_t>() - 1);
+  EXPECT_GT(e["perplexity"].get<double>(), 1.0);
+  EXPECT_LT(e["perplexity"].get<double>(), 256.0);
+
+  RunResult r = run_kvlab("export --checkpoint " + dir + "/run --out " + dir + "/hf");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "already exists and is not an empty folder")) << r.err;
+  r = run_kvlab("export --checkpoint " + dir + "/run --format gguf --out " + dir + "/g");
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_kvlab("eval --checkpoint " + dir + "/hf");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "give the text to evaluate on with --data FILE")) << r.err;
+  r = run_kvlab("eval --checkpoint " + dir + "/hf --data " + dir + "/corpus.txt --context 64");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "64 exceeds the model's 32 positions")) << r.err;
   std::filesystem::remove_all(dir);
 }
 

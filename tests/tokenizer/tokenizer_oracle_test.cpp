@@ -45,7 +45,7 @@ std::vector<std::string> hostile_strings() {
       "Cafe\xCC\x81 vs Caf\xC3\xA9; a\xCC\x88\xCC\x84 Z\xCD\x91\xCD\xAB\xCC\x93\xCD\xAA\xCC\x82 "
       "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8",
       repeat("1234567890", 20) + " 3.14159 1,000,000 ١٢٣٤ ⅻ ½ ①②③",
-      "a" + repeat(" ", 100) + "b\t\t\n\n\n  \r\n c",
+      std::string("a").append(repeat(" ", 100)).append("b\t\t\n\n\n  \r\n c"),
       "   leading and trailing   ",
       "\n\n\n",
       "x\xC2\xA0y\xE2\x80\x83z\xE3\x80\x80w\xE2\x80\xA8v\xC2\x85u\xEF\xBB\xBFt\xE1\xA0\x8Es",

@@ -294,3 +294,33 @@ TEST(CheckpointTest, RoundTripAndBrokenFiles) {
 
 }  // namespace
 }  // namespace kvlab::train
+
+namespace kvlab::train {
+namespace {
+
+TEST(CheckpointTest, EmbeddingsCarryHuggingFaceNamesAndOldNamesStillLoad) {
+  ModelShape shape = tiny_encoder(8);
+  shape.pos = PosScheme::kLearned;
+  const ModelConfig config = ModelConfig::make(shape, "gqa:1", DType::kF32);
+  nn::TransformerModel model(config, torch::kFloat32);
+  const std::string dir = temp_dir("ckpt_names");
+  nn::save_model(*model, dir);
+  std::map<std::string, torch::Tensor> tensors = nn::load_tensors(dir + "/model.safetensors");
+  ASSERT_EQ(tensors.count("model.embed_tokens.weight"), 1u);
+  ASSERT_EQ(tensors.count("model.embed_positions.weight"), 1u);
+  EXPECT_EQ(tensors.count("model.embed_tokens"), 0u);
+  EXPECT_TRUE(tensors.at("model.embed_tokens.weight").equal(model->model->embed_tokens));
+
+  // a run written before the rename
+  for (const char* name : {"model.embed_tokens", "model.embed_positions"}) {
+    auto node = tensors.extract(std::string(name) + ".weight");
+    node.key() = name;
+    tensors.insert(std::move(node));
+  }
+  nn::save_tensors(dir + "/model.safetensors", tensors);
+  nn::TransformerModel loaded = nn::load_model(dir);
+  EXPECT_TRUE(bitwise_equal(params_of(*model), params_of(*loaded)));
+}
+
+}  // namespace
+}  // namespace kvlab::train

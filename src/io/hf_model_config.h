@@ -1,0 +1,33 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "spec/model_config.h"
+
+namespace kvlab {
+
+// A Hugging Face model folder's config.json read for loading its weights (stricter than
+// read_hf_config, which only counts): `architectures` must name a model kvlab runs, every field
+// must be one kvlab applies or one known not to change the model's function, and each value
+// must be one kvlab implements. Throws SpecError naming the field.
+//
+// Loaded: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, and KvlabForCausalLM (what
+// `kvlab export` writes for variants transformers has no class for: its "kvlab" block holds the
+// whole kvlab config).
+struct HfModel {
+  std::string architecture;
+  ModelConfig config;
+};
+
+bool is_hf_config(const nlohmann::json& config);  // a config.json with "architectures"
+HfModel hf_model_from_config(const nlohmann::json& config, const std::string& source);
+
+// The Hugging Face config.json of a kvlab model: Llama's fields (Qwen2's when q/k/v carry
+// biases) for a Llama-style decoder with mha/gqa/mqa, else KvlabForCausalLM. Both carry a
+// "kvlab" block (spec text, cache dtype, the full kvlab config) so that the import is exact.
+nlohmann::json hf_config_for(const ModelConfig& config);
+// "LlamaForCausalLM", "Qwen2ForCausalLM" or "KvlabForCausalLM".
+std::string hf_architecture_for(const ModelConfig& config);
+
+}  // namespace kvlab

@@ -1,0 +1,241 @@
+// Hugging Face model folders in and out: a kvlab model exported and read back through the
+// Hugging Face path has bit-identical weights, identical logits, greedy generation and
+// sliding-window perplexity; folders written the way transformers writes them (bf16 shards
+// with an index, tied embeddings with or without a stored lm_head) load; everything kvlab does
+// not implement is refused by name before any weight is read.
+#include "nn/hf_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "experiments/eval_text.h"
+#include "infer/generator.h"
+#include "io/atomic_file.h"
+#include "io/hf_model_config.h"
+#include "io/safetensors.h"
+#include "nn/checkpoint.h"
+#include "nn/nn_test_util.h"
+#include "spec/spec_error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvlab::nn {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/kvlab_hf_test_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+ModelShape byte_llama(bool tied, BiasKind bias) {
+  ModelShape s = testing::small_shape(PosScheme::kRope);
+  testing::make_llama(s);
+  s.vocab_size = 256;
+  s.tied_embeddings = tied;
+  s.bias = bias;
+  s.norm_eps = 1e-6;
+  s.rope_theta = 500000.0;
+  return s;
+}
+
+std::map<std::string, torch::Tensor> parameters(TransformerModelImpl& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : m.named_parameters()) out.emplace(item.key(), item.value());
+  return out;
+}
+
+std::vector<int64_t> greedy(TransformerModel& model, std::vector<int64_t> prompt, int64_t n) {
+  infer::Generator gen(model, DType::kF32, static_cast<int64_t>(prompt.size()) + n, 1, 1);
+  const int32_t seq = gen.add_sequence();
+  torch::Tensor logits = gen.feed(seq, prompt);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out.push_back(logits.argmax().item<int64_t>());
+    logits = gen.step({seq}, {out.back()})[0];
+  }
+  return out;
+}
+
+struct RoundTrip {
+  const char* attn;
+  bool tied;
+  BiasKind bias;
+  const char* architecture;
+};
+
+TEST(HfCheckpointTest, ExportThenImportIsExact) {
+  const RoundTrip cases[] = {
+      {"gqa:2", false, BiasKind::kNone, "LlamaForCausalLM"},
+      {"mha", true, BiasKind::kNone, "LlamaForCausalLM"},
+      {"mqa", false, BiasKind::kQkv, "Qwen2ForCausalLM"},
+      {"gva:2,dr=2,qnorm", false, BiasKind::kNone, "KvlabForCausalLM"},
+      {"mla:dc=12,dr=4,dq=10", false, BiasKind::kNone, "KvlabForCausalLM"},
+      {"q-gqa:2,knorm", true, BiasKind::kNone, "KvlabForCausalLM"},
+  };
+  for (const RoundTrip& c : cases) {
+    SCOPED_TRACE(c.attn);
+    torch::manual_seed(7);
+    const ModelShape shape = byte_llama(c.tied, c.bias);
+    TransformerModel model(ModelConfig::make(shape, c.attn, DType::kBf16), torch::kFloat32);
+    const std::string dir = temp_dir(std::string("rt_") + c.attn);
+    EXPECT_EQ(save_hf_model(*model, dir), c.architecture);
+    const json config = json::parse(read_file(dir + "/config.json", 1 << 20));
+    EXPECT_EQ(config.at("architectures")[0], c.architecture);
+
+    TransformerModel loaded = load_model(dir);
+    EXPECT_EQ(loaded->config().attn.to_string(), model->config().attn.to_string());
+    EXPECT_EQ(loaded->config().shape, model->config().shape);
+    const auto before = parameters(*model), after = parameters(*loaded);
+    ASSERT_EQ(before.size(), after.size());
+    for (const auto& [name, tensor] : before) {
+      EXPECT_TRUE(tensor.equal(after.at(name))) << name;  // bit-identical
+    }
+    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
+    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
+    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
+    EXPECT_EQ(greedy(model, prompt, 6), greedy(loaded, prompt, 6));
+    std::vector<int64_t> text;
+    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
+    const TextEvalResult a = evaluate_text(*model, text, 16, 8, 2);
+    const TextEvalResult b = evaluate_text(*loaded, text, 16, 8, 2);
+    EXPECT_EQ(a.loss_nats, b.loss_nats);
+    EXPECT_EQ(a.scored_tokens, 39);
+  }
+}
+
+TEST(HfCheckpointTest, ExportedTokenizerEncodesTextToItsBytes) {
+  const ModelShape shape = byte_llama(false, BiasKind::kNone);
+  TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
+  const std::string dir = temp_dir("tokenizer");
+  save_hf_model(*model, dir);
+  const tok::Tokenizer tokenizer = tok::Tokenizer::load(dir);
+  const std::string text = "In the beginning \xE2\x96\x81 caf\xC3\xA9 \xF0\x9F\x91\x8D\n\t<s> 123";
+  const std::vector<int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/true);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < text.size(); ++i) EXPECT_EQ(ids[i], static_cast<uint8_t>(text[i]));
+  EXPECT_EQ(tokenizer.decode(ids), text);
+  EXPECT_EQ(tokenizer.vocab_size(), 256);
+}
+
+// The files transformers writes: bf16 tensors, two shards with an index, no lm_head for a tied
+// model (or one equal to the embedding).
+TEST(HfCheckpointTest, ShardedBf16FoldersLoadConvertedOnce) {
+  torch::manual_seed(3);
+  const ModelShape shape = byte_llama(true, BiasKind::kNone);
+  TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
+  const std::string dir = temp_dir("sharded");
+  save_hf_model(*model, dir);
+  fs::remove(dir + "/model.safetensors");
+  std::map<std::string, torch::Tensor> shard[2];
+  json weight_map = json::object();
+  int i = 0;
+  for (const auto& item : model->named_parameters()) {
+    const std::string name = file_tensor_name(item.key());
+    const int s = i++ % 2;
+    shard[s].emplace(name, item.value().to(torch::kBFloat16));
+    weight_map[name] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+  }
+  save_tensors(dir + "/model-00001-of-00002.safetensors", shard[0]);
+  save_tensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
+  write_file_atomic(dir + "/model.safetensors.index.json",
+                    json{{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}.dump());
+  TransformerModel loaded = load_model(dir);
+  for (const auto& [name, tensor] : parameters(*model)) {
+    EXPECT_TRUE(tensor.to(torch::kBFloat16).to(torch::kFloat32).equal(parameters(*loaded).at(name)))
+        << name;
+  }
+
+  // a tied model that stores lm_head.weight too: read as a check
+  shard[1].emplace("lm_head.weight", model->model->embed_tokens.to(torch::kBFloat16));
+  weight_map["lm_head.weight"] = "model-00002-of-00002.safetensors";
+  save_tensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
+  write_file_atomic(dir + "/model.safetensors.index.json", json{{"weight_map", weight_map}}.dump());
+  EXPECT_NO_THROW(load_model(dir));
+  shard[1]["lm_head.weight"] = torch::zeros_like(shard[1]["lm_head.weight"]);
+  save_tensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
+  try {
+    load_model(dir);
+    FAIL() << "accepted an lm_head that differs from the tied embedding";
+  } catch (const SafetensorsError& e) {
+    EXPECT_NE(std::string(e.what()).find("lm_head.weight differs"), std::string::npos) << e.what();
+  }
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    load_model(dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {
+  const ModelShape shape = byte_llama(false, BiasKind::kNone);
+  TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
+  const std::string dir = temp_dir("refusals");
+  save_hf_model(*model, dir);
+  const json good = json::parse(read_file(dir + "/config.json", 1 << 20));
+  const auto with = [&](const std::function<void(json&)>& edit) {
+    json config = good;
+    config.erase("kvlab");
+    edit(config);
+    write_file_atomic(dir + "/config.json", config.dump());
+    return load_error(dir);
+  };
+  const auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  EXPECT_EQ(with([](json&) {}), "(loaded)");  // Llama's own fields suffice without the kvlab block
+  std::string e = with([](json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; });
+  EXPECT_TRUE(has(e, "architectures: ") && has(e, "'Qwen3ForCausalLM' is not loaded yet") &&
+              has(e, "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, KvlabForCausalLM"))
+      << e;
+  e = with([](json& c) { c["architectures"] = {"GPTJForCausalLM"}; });
+  EXPECT_TRUE(has(e, "'GPTJForCausalLM' is not an architecture kvlab loads")) << e;
+  e = with([](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
+  EXPECT_TRUE(has(
+      e, "rope_scaling: rope type 'llama3' is a known RoPE scaling that kvlab does not apply yet"))
+      << e;
+  e = with([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
+  EXPECT_TRUE(has(e, "rope type 'linear'")) << e;
+  e = with([](json& c) { c["rope_scaling"] = {{"type", "default"}}; });
+  EXPECT_EQ(e, "(loaded)");
+  e = with([](json& c) { c["quantization_config"] = json::object(); });
+  EXPECT_TRUE(has(e, "quantization_config: is not a field kvlab understands")) << e;
+  e = with([](json& c) { c["hidden_act"] = "gelu"; });
+  EXPECT_TRUE(has(e, "hidden_act: 'gelu'")) << e;
+  e = with([](json& c) { c["model_type"] = "mistral"; });
+  EXPECT_TRUE(has(e, "model_type: expected \"llama\"")) << e;
+  e = with([](json& c) { c["num_key_value_heads"] = 3; });
+  EXPECT_TRUE(has(e, "num_key_value_heads")) << e;
+  e = with([](json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+    c["sliding_window"] = 4;
+  });
+  EXPECT_TRUE(has(e, "sliding_window: 4 is shorter than max_position_embeddings 16")) << e;
+  e = with([](json& c) { c["hidden_size"] = 32; });  // weights of the wrong width
+  EXPECT_TRUE(has(e,
+                  "wrong shapes: lm_head.weight [256, 16] (expected [256, 32]), "
+                  "model.embed_tokens.weight [256, 16] (expected [256, 32])") &&
+              has(e, " in all)"))
+      << e;
+  e = with([](json& c) { c["tie_word_embeddings"] = true; });
+  EXPECT_TRUE(has(e, "tie_word_embeddings is true but lm_head.weight differs")) << e;
+  e = with([](json& c) { c["num_hidden_layers"] = 3; });
+  EXPECT_TRUE(has(e, "missing tensors: model.layers.2.")) << e;
+  write_file_atomic(dir + "/config.json", good.dump());
+  fs::remove(dir + "/model.safetensors");
+  EXPECT_TRUE(
+      has(load_error(dir), "holds neither model.safetensors nor model.safetensors.index.json"));
+}
+
+}  // namespace
+}  // namespace kvlab::nn

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "nn/checkpoint.h"
+#include "nn/gguf_export.h"
 #include "nn/hf_checkpoint.h"
 #include "spec/spec_error.h"
 
@@ -18,18 +19,31 @@ CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
       "every other variant as KvlabForCausalLM, which only kvlab loads (its config.json carries a "
       "\"kvlab\" block with the spec). `--checkpoint DIR` of eval, generate and analyze reads "
       "either kind back.\n"
-      "  kvlab export --checkpoint runs/text/gqa --out exported/gqa");
+      "--format gguf writes one GGUF v3 file for llama.cpp (architecture llama: Llama-style "
+      "decoders with mha/gqa/mqa and the byte vocabulary; other variants are refused with the "
+      "reason).\n"
+      "  kvlab export --checkpoint runs/text/gqa --out exported/gqa\n"
+      "  kvlab export --checkpoint runs/text/gqa --format gguf --out gqa.gguf");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
-  cmd->add_option("--format", o.format, "hf (a Hugging Face model folder)")
-      ->check(CLI::IsMember({"hf"}))
+  cmd->add_option("--format", o.format, "hf (a Hugging Face model folder) | gguf (llama.cpp)")
+      ->check(CLI::IsMember({"hf", "gguf"}))
       ->capture_default_str();
-  cmd->add_option("--out", o.out, "Folder to create (must not exist, or be empty)")->required();
+  cmd->add_option("--out", o.out,
+                  "hf: folder to create (must not exist, or be empty); gguf: the file to write "
+                  "(must not exist)")
+      ->required();
+  cmd->add_option("--dtype", o.dtype, "gguf: f32 | f16 | bf16 for the matrices (norms stay f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
   return cmd;
 }
 
 int run_export(const ExportOptions& o, std::ostream& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (o.format == "gguf" && fs::exists(o.out, ec)) {
+    throw SpecError("out", "'" + o.out + "' already exists");
+  }
   if (fs::exists(o.out, ec) && !(fs::is_directory(o.out, ec) && fs::is_empty(o.out, ec))) {
     throw SpecError("out", "'" + o.out + "' already exists and is not an empty folder");
   }
@@ -37,6 +51,16 @@ int run_export(const ExportOptions& o, std::ostream& out) {
   const nn::TransformerModel model = nn::load_model(dir);
   if (model->config().shape.kind != ModelKind::kDecoder) {
     throw SpecError("checkpoint", dir + " is not a decoder (only language models are exported)");
+  }
+  if (o.format == "gguf") {
+    const GgmlType type = o.dtype == "f32"   ? GgmlType::kF32
+                          : o.dtype == "f16" ? GgmlType::kF16
+                                             : GgmlType::kBF16;
+    const GgufWriter file = nn::gguf_for(*model, type);
+    file.write(o.out);
+    out << "exported " << dir << " as GGUF (llama, " << o.dtype << ", " << file.tensors().size()
+        << " tensors) to " << o.out << "\n";
+    return 0;
   }
   const std::string architecture = nn::save_hf_model(*model, o.out);
   out << "exported " << dir << " as " << architecture << " to " << o.out << "\n";

@@ -10,6 +10,7 @@ struct ExportOptions {
   std::string checkpoint;
   std::string format = "hf";
   std::string out;
+  std::string dtype = "f16";  // gguf: the matrices' type
 };
 
 CLI::App* add_export_command(CLI::App& app, ExportOptions& options);

@@ -191,8 +191,16 @@ TEST(CliTest, ExportToHuggingFaceAndBack) {
   RunResult r = run_kvlab("export --checkpoint " + dir + "/run --out " + dir + "/hf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "already exists and is not an empty folder")) << r.err;
-  r = run_kvlab("export --checkpoint " + dir + "/run --format gguf --out " + dir + "/g");
+  const std::string gguf =
+      "export --checkpoint " + dir + "/run --format gguf --out " + dir + "/m.gguf";
+  r = run_kvlab(gguf + " --dtype bf16");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "as GGUF (llama, bf16, 12 tensors)")) << r.out;
+  EXPECT_EQ(run_kvlab(gguf).exit_code, 2);  // never overwrites
+  r = run_kvlab("export --checkpoint " + dir + "/run --format gguf --dtype q4 --out " + dir +
+                "/q.gguf");
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--dtype")) << r.err;
   r = run_kvlab("eval --checkpoint " + dir + "/hf");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "give the text to evaluate on with --data FILE")) << r.err;

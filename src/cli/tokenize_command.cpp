@@ -4,6 +4,7 @@
 #include <iterator>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "io/json_document.h"
 #include "spec/spec_error.h"
 #include "tokenizer/tokenizer.h"
@@ -83,6 +84,9 @@ CLI::App* add_tokenize_command(CLI::App& app, TokenizeOptions& o) {
                   "tokenizer.json, or a model folder holding it (its tokenizer_config.json is read "
                   "for the BOS/EOS tokens)")
       ->required();
+  cmd->add_option("--input", o.input,
+                  "Read the text (or with --decode the ids) from this file "
+                  "instead of stdin");
   auto* ids = cmd->add_flag("--ids", o.ids, "print the ids of the text (the default)");
   auto* tokens = cmd->add_flag("--tokens", o.tokens,
                                "print one line per token: id, the vocabulary's string, the text it "
@@ -106,7 +110,16 @@ int run_tokenize(const TokenizeOptions& o, std::istream& in, std::ostream& out) 
     throw SpecError("--add-special-tokens", "applies only when encoding (not with --decode)");
   }
   const tok::Tokenizer tokenizer = tok::Tokenizer::load(o.tokenizer);
-  const std::string input = read_all(in);
+  std::string input;
+  if (o.input.empty()) {
+    input = read_all(in);
+  } else {
+    try {
+      input = read_file(o.input, kMaxInputBytes);
+    } catch (const std::runtime_error& e) {
+      throw SpecError("input", e.what());
+    }
+  }
   if (o.decode) {
     const std::vector<int32_t> ids = parse_ids(input);
     out << tokenizer.decode(ids, o.skip_special_tokens);

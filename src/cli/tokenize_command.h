@@ -9,6 +9,7 @@ namespace kvlab {
 
 struct TokenizeOptions {
   std::string tokenizer;  // tokenizer.json or the folder holding it
+  std::string input;      // read this file instead of stdin
   bool ids = false;       // text -> ids (the default)
   bool tokens = false;    // text -> one "id<TAB>token<TAB>text" line per token
   bool decode = false;    // ids -> text

@@ -413,6 +413,7 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
     throw SpecError("context", std::to_string(context) + " exceeds the model's " +
                                    std::to_string(shape.max_context) + " positions");
   }
+  if (o.stride < 0) throw SpecError("stride", "must be >= 1 (or 0: context / 2)");
   const int64_t stride = o.stride > 0 ? o.stride : std::max<int64_t>(1, context / 2);
   const std::string text = read_file(o.data, uint64_t{1} << 31);
   std::vector<int64_t> tokens;

@@ -79,7 +79,7 @@ class Fixtures {
     static Fixtures f;
     return f;
   }
-  std::string root, text_run, synthetic_run, corpus;
+  std::string root, text_run, synthetic_run, corpus, hf_export;
 
  private:
   Fixtures() {
@@ -106,6 +106,9 @@ class Fixtures {
     if (a.exit_code != 0 || b.exit_code != 0) {
       throw std::runtime_error("fixture training failed: " + a.err + b.err);
     }
+    hf_export = root + "/hf";
+    const RunResult c = run_shell("export --checkpoint " + text_run + " --out " + hf_export, root);
+    if (c.exit_code != 0) throw std::runtime_error("fixture export failed: " + c.err);
   }
   ~Fixtures() {
     std::error_code ignored;
@@ -151,6 +154,19 @@ Setup link_to(const std::string& name, const std::string& target) {
 
 Setup folder(const std::string& name) {
   return [name](const std::string& dir) { fs::create_directories(dir + "/" + name); };
+}
+
+// A copy of the exported Hugging Face folder ({d}/hf) with `name` replaced by `content` (or
+// removed when content is empty).
+Setup hf_folder_with(const std::string& name, std::string content) {
+  return [name, content](const std::string& dir) {
+    fs::copy(Fixtures::get().hf_export, dir + "/hf", fs::copy_options::recursive);
+    if (content.empty()) {
+      fs::remove(dir + "/hf/" + name);
+    } else {
+      write(dir + "/hf/" + name, content);
+    }
+  };
 }
 
 // A valid Hugging Face config with one field replaced (null removes it).
@@ -626,6 +642,108 @@ std::vector<HostileCase> cases() {
   add("BenchGenerate_cache_dtype", "bench generate --attn mha --cache-dtype q3", "dtype");
   add("BenchGenerate_huge", "bench generate --attn mha --prompt 100000000 --generate 100000000",
       "prompt");
+  // --- tokenizer.json (kvlab tokenize, and every model folder that has one)
+  const std::string tokenize = "tokenize --tokenizer {d}/t.json";
+  add("Tokenize_missing", "tokenize --tokenizer {d}/none.json", "none.json");
+  add("Tokenize_folder_without_one", "tokenize --tokenizer {d}/sub", "tokenizer.json",
+      folder("sub"));
+  add("Tokenize_dev_zero", tokenize, "tokenizer", link_to("t.json", "/dev/zero"));
+  add("Tokenize_not_json", tokenize, "tokenizer", file("t.json", "{\"model\": "));
+  add("Tokenize_binary", tokenize, "tokenizer", file("t.json", std::string("\x00\xff\xfe{", 4)));
+  add("Tokenize_deep", tokenize, "tokenizer", file("t.json", std::string(100000, '[')));
+  add("Tokenize_array", tokenize, "tokenizer", file("t.json", "[]"));
+  add("Tokenize_no_model", tokenize, "model", file("t.json", "{}"));
+  add("Tokenize_wordpiece", tokenize, "model.type",
+      file("t.json", R"({"model": {"type": "WordPiece", "vocab": {}}})"));
+  add("Tokenize_vocab_not_object", tokenize, "model.vocab",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": [], "merges": []}})"));
+  add("Tokenize_id_negative", tokenize, "model.vocab",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})"));
+  add("Tokenize_id_huge", tokenize, "model.vocab",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": {"a": 99999999999}, "merges": []}})"));
+  add("Tokenize_id_float", tokenize, "model.vocab",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": {"a": 1.5}, "merges": []}})"));
+  add("Tokenize_merge_unknown", tokenize, "model.merges[0]",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"));
+  add("Tokenize_merge_shape", tokenize, "model.merges[0]",
+      file("t.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[1, 2, 3]]}})"));
+  add("Tokenize_bad_regex", tokenize, "pre_tokenizer.pattern",
+      file("t.json",
+           R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?<"}, )"
+           R"("behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"));
+  add("Tokenize_unknown_normalizer", tokenize, "normalizer.type",
+      file(
+          "t.json",
+          R"({"normalizer": {"type": "NFKD"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"));
+  add("Tokenize_added_token_empty", tokenize, "added_tokens[0].content",
+      file("t.json", R"({"added_tokens": [{"id": 0, "content": ""}], )"
+                     R"("model": {"type": "BPE", "vocab": {}, "merges": []}})"));
+  add("Tokenize_char_not_in_vocab", "tokenize --tokenizer {d}/t.json --input {d}/in.txt", "text",
+      [](const std::string& dir) {
+        write(dir + "/t.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+        write(dir + "/in.txt", "ab");
+      });
+  add("Tokenize_latin1_input", "tokenize --tokenizer {d}/hf --input {d}/in.txt", "UTF-8",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().hf_export, dir + "/hf", fs::copy_options::recursive);
+        write(dir + "/in.txt", "caf\xe9");
+      });
+  add("Tokenize_decode_garbage", "tokenize --tokenizer {d}/hf --decode --input {d}/in.txt", "ids",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().hf_export, dir + "/hf", fs::copy_options::recursive);
+        write(dir + "/in.txt", "1 2 99999999999999999999");
+      });
+  add("Tokenize_input_missing", "tokenize --tokenizer {d}/hf --input {d}/none.txt", "none.txt",
+      [](const std::string& dir) {
+        fs::copy(Fixtures::get().hf_export, dir + "/hf", fs::copy_options::recursive);
+      });
+  add("Tokenize_decode_out_of_vocab", "tokenize --tokenizer {d}/hf --decode --input {d}/in.txt",
+      "ids", [](const std::string& dir) {
+        fs::copy(Fixtures::get().hf_export, dir + "/hf", fs::copy_options::recursive);
+        write(dir + "/in.txt", "1 256");
+      });
+
+  // --- Hugging Face model folders (eval, generate, export read them)
+  const std::string hf_eval = "eval --checkpoint {d}/hf --data {d}/hf/config.json";
+  add("HfFolder_truncated_weights", hf_eval, "model.safetensors",
+      hf_folder_with("model.safetensors", "\x08\x00\x00\x00\x00\x00\x00\x00{}"));
+  add("HfFolder_no_weights", hf_eval, "model.safetensors.index.json",
+      hf_folder_with("model.safetensors", ""));
+  add("HfFolder_index_escapes", hf_eval, "weight_map", [](const std::string& dir) {
+    hf_folder_with("model.safetensors", "")(dir);
+    write(dir + "/hf/model.safetensors.index.json",
+          R"({"weight_map": {"model.norm.weight": "../../etc/passwd"}})");
+  });
+  add("HfFolder_index_missing_shard", hf_eval, "shard.safetensors", [](const std::string& dir) {
+    hf_folder_with("model.safetensors", "")(dir);
+    write(dir + "/hf/model.safetensors.index.json",
+          R"({"weight_map": {"model.norm.weight": "shard.safetensors"}})");
+  });
+  add("HfFolder_index_not_json", hf_eval, "model.safetensors.index.json",
+      [](const std::string& dir) {
+        hf_folder_with("model.safetensors", "")(dir);
+        write(dir + "/hf/model.safetensors.index.json", "{");
+      });
+  add("HfFolder_bad_tokenizer", hf_eval, "tokenizer", hf_folder_with("tokenizer.json", "{}"));
+  add("HfFolder_architecture_list", hf_eval, "architectures",
+      hf_folder_with("config.json", R"({"architectures": "LlamaForCausalLM"})"));
+  add("HfFolder_architecture_unknown", hf_eval, "architectures",
+      hf_folder_with("config.json", R"({"architectures": ["BertForMaskedLM"]})"));
+  add("HfFolder_kvlab_block_missing", hf_eval, "kvlab.config",
+      hf_folder_with("config.json", R"({"architectures": ["KvlabForCausalLM"]})"));
+  add("HfFolder_eval_stride_zero", "eval --checkpoint {d}/hf --data {d}/hf/config.json --stride -1",
+      "stride", hf_folder_with("generation_config.json", "{}"));
+  add("HfFolder_eval_batch_zero", "eval --checkpoint {d}/hf --data {d}/hf/config.json --batch 0",
+      "batch", hf_folder_with("generation_config.json", "{}"));
+  add("HfFolder_eval_no_data", "eval --checkpoint {d}/hf", "data",
+      hf_folder_with("generation_config.json", "{}"));
+  add("HfFolder_generate_bad_tokenizer", "generate --checkpoint {d}/hf --prompt x", "tokenizer",
+      hf_folder_with("tokenizer.json", "[1, 2"));
+  add("Export_out_exists", "export --checkpoint {ckpt} --out {d}/file", "out", file("file", "x"));
+  add("Export_gguf_of_gpt2_blocks", "export --checkpoint {ckpt} --format gguf --out {d}/m.gguf",
+      "format");
+  add("Export_unknown_format", "export --checkpoint {ckpt} --format onnx --out {d}/x", "--format");
+  add("Export_synthetic", "export --checkpoint {syn} --out {d}/x", "checkpoint");
   return c;
 }
 

@@ -46,7 +46,29 @@ StDtype to_st(torch::ScalarType t) {
   }
 }
 
-torch::ScalarType from_st(StDtype t) {
+void make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw std::runtime_error("cannot create folder '" + dir + "': " + std::strerror(errno));
+  }
+}
+
+std::string shape_text(torch::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Hugging Face names every tensor "<module>.weight" (or ".bias"); kvlab keeps the embedding
+// tables as plain parameters of the trunk, so their names in the file gain ".weight". Runs
+// written earlier used the bare names; load_model reads both.
+constexpr std::pair<const char*, const char*> kFileNames[] = {
+    {"model.embed_tokens", "model.embed_tokens.weight"},
+    {"model.embed_positions", "model.embed_positions.weight"},
+};
+
+}  // namespace
+
+torch::ScalarType torch_dtype(StDtype t) {
   switch (t) {
     case StDtype::kF64:
       return torch::kFloat64;
@@ -72,28 +94,6 @@ torch::ScalarType from_st(StDtype t) {
   return torch::kFloat32;
 }
 
-void make_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw std::runtime_error("cannot create folder '" + dir + "': " + std::strerror(errno));
-  }
-}
-
-std::string shape_text(torch::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-// Hugging Face names every tensor "<module>.weight" (or ".bias"); kvlab keeps the embedding
-// tables as plain parameters of the trunk, so their names in the file gain ".weight". Runs
-// written earlier used the bare names; load_model reads both.
-constexpr std::pair<const char*, const char*> kFileNames[] = {
-    {"model.embed_tokens", "model.embed_tokens.weight"},
-    {"model.embed_positions", "model.embed_positions.weight"},
-};
-
-}  // namespace
-
 std::string file_tensor_name(const std::string& parameter) {
   for (const auto& [bare, file] : kFileNames) {
     if (parameter == bare) return file;
@@ -118,7 +118,8 @@ std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::read(path);
   std::map<std::string, torch::Tensor> out;
   for (const TensorInfo& info : file.tensors()) {
-    torch::Tensor t = torch::empty(info.shape, torch::TensorOptions().dtype(from_st(info.dtype)));
+    torch::Tensor t =
+        torch::empty(info.shape, torch::TensorOptions().dtype(torch_dtype(info.dtype)));
     if (info.nbytes() > 0) std::memcpy(t.data_ptr(), file.data(info), info.nbytes());
     out.emplace(info.name, t);
   }

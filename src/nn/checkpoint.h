@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/safetensors.h"
 #include "nn/transformer.h"
 
 namespace kvlab::nn {
@@ -30,6 +31,9 @@ nlohmann::json read_checkpoint_config(const std::string& dir);
 // The name a parameter has in model.safetensors: Hugging Face's ("model.embed_tokens.weight"
 // for the parameter "model.embed_tokens"; every other name is the parameter's own).
 std::string file_tensor_name(const std::string& parameter);
+
+// The torch dtype of a safetensors dtype.
+torch::ScalarType torch_dtype(StDtype dtype);
 
 // Named tensors <-> safetensors, for model and optimizer state alike.
 void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);

@@ -38,19 +38,12 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 torch::ScalarType float_type(StDtype dtype, const std::string& what) {
-  switch (dtype) {
-    case StDtype::kF32:
-      return torch::kFloat32;
-    case StDtype::kF16:
-      return torch::kFloat16;
-    case StDtype::kBF16:
-      return torch::kBFloat16;
-    case StDtype::kF64:
-      return torch::kFloat64;
-    default:
-      throw SafetensorsError(what + " is " + std::string(st_dtype_name(dtype)) +
-                             ", not a floating-point type (F32, F16, BF16, F64)");
+  const torch::ScalarType type = torch_dtype(dtype);
+  if (!at::isFloatingType(type)) {
+    throw SafetensorsError(what + " is " + std::string(st_dtype_name(dtype)) +
+                           ", not a floating-point type (F32, F16, BF16, F64)");
   }
+  return type;
 }
 
 // Every tensor of the folder, by name, in whichever file holds it (each file mapped once).

@@ -72,4 +72,10 @@ void throw_unsupported_type(const std::string& type, const std::string& supporte
                   "'" + type + "' is not supported (kvlab reads: " + supported + ")");
 }
 
+void throw_not_an_array(const std::string& where) { throw SpecError(where, "expected an array"); }
+
+void throw_not_an_object(const std::string& where, const nlohmann::json& value) {
+  throw SpecError(where, "expected an object, got " + json_excerpt(value));
+}
+
 }  // namespace kvlab::tok

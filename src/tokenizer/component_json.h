@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tokenizer/regex.h"
 
@@ -41,6 +42,24 @@ std::unique_ptr<Component> build_component(const ComponentFactories<Component>& 
 
 void throw_unsupported_type(const std::string& type, const std::string& supported,
                             const std::string& where);
+void throw_not_an_array(const std::string& where);
+void throw_not_an_object(const std::string& where, const nlohmann::json& value);
+
+// The components of a Sequence: object[key] must be an array of objects, each built by
+// make(element, "where.key[i]").
+template <typename Component, typename Make>
+std::vector<std::unique_ptr<Component>> read_steps(const nlohmann::json& object, const char* key,
+                                                   const std::string& where, Make make) {
+  const nlohmann::json& list = member(object, key, where);
+  if (!list.is_array()) throw_not_an_array(where + "." + key);
+  std::vector<std::unique_ptr<Component>> steps;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string step_where = where + "." + key + "[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) throw_not_an_object(step_where, list[i]);
+    steps.push_back(make(list[i], step_where));
+  }
+  return steps;
+}
 
 template <typename Component>
 std::unique_ptr<Component> build_component(const ComponentFactories<Component>& factories,

@@ -69,14 +69,7 @@ std::unique_ptr<Normalizer> replace_from(const json& config, const std::string& 
 
 std::unique_ptr<Normalizer> sequence_from(const json& config, const std::string& where) {
   check_members(config, {"type", "normalizers"}, where);
-  const json& list = member(config, "normalizers", where);
-  if (!list.is_array()) throw SpecError(where + ".normalizers", "expected an array");
-  std::vector<std::unique_ptr<Normalizer>> steps;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string step_where = where + ".normalizers[" + std::to_string(i) + "]";
-    if (list[i].is_null()) throw SpecError(step_where, "expected an object, got null");
-    steps.push_back(make_normalizer(list[i], step_where));
-  }
+  auto steps = read_steps<Normalizer>(config, "normalizers", where, &make_normalizer);
   return std::make_unique<Sequence>(std::move(steps));
 }
 

@@ -100,14 +100,7 @@ std::unique_ptr<PreTokenizer> byte_level_from(const json& config, const std::str
 
 std::unique_ptr<PreTokenizer> sequence_from(const json& config, const std::string& where) {
   check_members(config, {"type", "pretokenizers"}, where);
-  const json& list = member(config, "pretokenizers", where);
-  if (!list.is_array()) throw SpecError(where + ".pretokenizers", "expected an array");
-  std::vector<std::unique_ptr<PreTokenizer>> steps;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string step_where = where + ".pretokenizers[" + std::to_string(i) + "]";
-    if (list[i].is_null()) throw SpecError(step_where, "expected an object, got null");
-    steps.push_back(make_pre_tokenizer(list[i], step_where));
-  }
+  auto steps = read_steps<PreTokenizer>(config, "pretokenizers", where, &make_pre_tokenizer);
   return std::make_unique<Sequence>(std::move(steps));
 }
 

@@ -184,14 +184,10 @@ std::unique_ptr<TokenDecoder> make_token_decoder(const json& config, const std::
   }
   if (type == "Sequence") {
     check_members(config, {"type", "decoders"}, where);
-    const json& list = member(config, "decoders", where);
-    if (!list.is_array()) throw SpecError(where + ".decoders", "expected an array");
-    std::vector<std::unique_ptr<TokenDecoder>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string step_where = where + ".decoders[" + std::to_string(i) + "]";
-      if (list[i].is_null()) throw SpecError(step_where, "expected an object, got null");
-      steps.push_back(make_token_decoder(list[i], step_where, added_tokens));
-    }
+    auto steps = read_steps<TokenDecoder>(
+        config, "decoders", where, [&](const json& step, const std::string& step_where) {
+          return make_token_decoder(step, step_where, added_tokens);
+        });
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }
   throw_unsupported_type(type, "ByteFallback, ByteLevel, Fuse, Replace, Sequence, Strip", where);

@@ -10,11 +10,14 @@
 namespace kvlab::tok {
 namespace {
 
-// Length of the well-formed sequence starting at text[i] (Unicode Table 3-7), 0 when ill-formed.
-size_t sequence_length(std::string_view text, size_t i) {
+// Scans the sequence starting at text[i] (Unicode Table 3-7). Returns its length when it is
+// well-formed (*valid = true); else the length of its maximal subpart, the bytes a WHATWG
+// decoder replaces by one U+FFFD (*valid = false).
+size_t scan_sequence(std::string_view text, size_t i, bool* valid) {
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
   const uint8_t b0 = byte(i);
-  if (b0 < 0x80) return 1;
+  *valid = b0 < 0x80;
+  if (*valid) return 1;
   size_t n = 0;
   uint8_t lo = 0x80, hi = 0xBF;
   if (b0 >= 0xC2 && b0 <= 0xDF) {
@@ -26,42 +29,16 @@ size_t sequence_length(std::string_view text, size_t i) {
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
     n = 4;
     if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  for (size_t k = 1; k < n; ++k) {
-    if (i + k >= text.size()) return 0;
-    const uint8_t b = byte(i + k);
-    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
-  }
-  return n;
-}
-
-// How many bytes after text[i] continue a valid prefix (the "maximal subpart" of an ill-formed
-// sequence that a WHATWG decoder replaces by one U+FFFD).
-size_t maximal_subpart(std::string_view text, size_t i) {
-  const uint8_t b0 = static_cast<uint8_t>(text[i]);
-  size_t n = 0;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
+    if (b0 == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
   } else {
     return 1;
   }
   size_t k = 1;
   for (; k < n && i + k < text.size(); ++k) {
-    const uint8_t b = static_cast<uint8_t>(text[i + k]);
+    const uint8_t b = byte(i + k);
     if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
   }
+  *valid = k == n;
   return k;
 }
 
@@ -69,8 +46,9 @@ size_t maximal_subpart(std::string_view text, size_t i) {
 
 size_t first_invalid_utf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
-    const size_t n = sequence_length(text, i);
-    if (n == 0) return i;
+    bool valid = false;
+    const size_t n = scan_sequence(text, i, &valid);
+    if (!valid) return i;
     i += n;
   }
   return std::string_view::npos;
@@ -126,14 +104,14 @@ std::string utf8_with_replacement(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    const size_t n = sequence_length(bytes, i);
-    if (n > 0) {
+    bool valid = false;
+    const size_t n = scan_sequence(bytes, i, &valid);
+    if (valid) {
       out.append(bytes.substr(i, n));
-      i += n;
     } else {
       out += "\xEF\xBF\xBD";
-      i += maximal_subpart(bytes, i);
     }
+    i += n;
   }
   return out;
 }

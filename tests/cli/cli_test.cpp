@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "svg_check.h"
+#include "tokenizer/tiny_tokenizers.h"
 #include "tokenizer/utf8.h"
 
 namespace {
@@ -60,46 +61,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 std::string write_tokenizer_folder() {
   const std::string dir = "/tmp/kvlab_cli_tokenizer_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
-  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 3 + b;
-  }
-  vocab["\xE2\x96\x81"] = 259;
-  vocab["h"] = 260;
-  vocab["i"] = 261;
-  vocab["hi"] = 262;
-  vocab["\xE2\x96\x81hi"] = 263;
-  const nlohmann::json tokenizer = {
-      {"added_tokens", nlohmann::json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers", nlohmann::json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                               {{"type", "Replace"},
-                                                {"pattern", {{"String", " "}}},
-                                                {"content", "\xE2\x96\x81"}}})}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", nlohmann::json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                                          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"pair", nlohmann::json::array()},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         nlohmann::json::array(
-             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-              {{"type", "ByteFallback"}},
-              {{"type", "Fuse"}},
-              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"byte_fallback", true},
-        {"vocab", vocab},
-        {"merges", nlohmann::json::array({"h i", "\xE2\x96\x81 hi"})}}}};
+  const nlohmann::json tokenizer = kvlab::tok::sentencepiece_tokenizer(/*byte_fallback=*/true);
   std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
   return dir;
 }

@@ -12,6 +12,7 @@
 #include "spec/spec_error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/tiny_tokenizers.h"
 #include "tokenizer/utf8.h"
 
 namespace kvlab::tok {
@@ -46,55 +47,6 @@ json byte_level_tokenizer() {
        {{"type", "BPE"},
         {"vocab", vocab},
         {"merges", json::array({"b c", "a b", json::array({"a", "bc"}), "a a"})}}}};
-}
-
-// SentencePiece-style BPE (Llama 2): "▁" for spaces, byte fallback, <s> from the template.
-json sentencepiece_tokenizer(bool byte_fallback) {
-  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
-  if (byte_fallback) {
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      vocab[name] = 3 + b;
-    }
-  }
-  vocab["\xE2\x96\x81"] = 259;
-  vocab["h"] = 260;
-  vocab["i"] = 261;
-  vocab["hi"] = 262;
-  vocab["\xE2\x96\x81hi"] = 263;
-  return {
-      {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                     {{"type", "Replace"},
-                                      {"pattern", {{"String", " "}}},
-                                      {"content", "\xE2\x96\x81"}}})}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"pair", json::array()},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         json::array(
-             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-              {{"type", "ByteFallback"}},
-              {{"type", "Fuse"}},
-              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"fuse_unk", true},
-        {"byte_fallback", byte_fallback},
-        {"vocab", vocab},
-        {"merges", json::array({"h i", "\xE2\x96\x81 hi"})}}}};
 }
 
 Tokenizer make(const json& tokenizer, const json& config = json::object()) {

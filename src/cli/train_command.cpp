@@ -13,6 +13,7 @@
 #include "experiments/eval_decode.h"
 #include "experiments/eval_text.h"
 #include "io/atomic_file.h"
+#include "io/hf_model_config.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/table.h"
@@ -392,7 +393,7 @@ int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_re
   return 0;
 }
 
-// A model folder without a task: sliding-window perplexity over a text file.
+// A Hugging Face model folder (no task): sliding-window perplexity over a text file.
 int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std::ostream& out) {
   if (o.data.empty()) {
     throw SpecError("data", dir +
@@ -486,7 +487,8 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   nn::set_threads(o.threads);
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const nlohmann::json config = nn::read_checkpoint_config(dir);
-  if (!config.contains("task")) return run_eval_text_file(o, dir, out);
+  if (is_hf_config(config)) return run_eval_text_file(o, dir, out);
+  if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;

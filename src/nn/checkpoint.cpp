@@ -172,7 +172,9 @@ nlohmann::json read_checkpoint_config(const std::string& dir) {
     throw SpecError("checkpoint",
                     std::string(e.what()) + " (is '" + dir + "' a checkpoint folder?)");
   }
-  return parse_json_document(text, path, "checkpoint");
+  nlohmann::json config = parse_json_document(text, path, "checkpoint");
+  if (!config.is_object()) throw SpecError("checkpoint", path + " holds no JSON object");
+  return config;
 }
 
 TransformerModel load_model(const std::string& dir, const torch::TensorOptions& options) {

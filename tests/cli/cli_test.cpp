@@ -523,7 +523,8 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
   const std::string synthetic = fresh_dir("synthetic");
   ASSERT_EQ(run_kvlab(kTinyTrain + " --steps 1 --out " + synthetic).exit_code, 0);
   const BadInvocation cases[] = {
-      {"generate --checkpoint " + synthetic + " --prompt x", "not a byte-level decoder"},
+      {"generate --checkpoint " + synthetic + " --prompt x",
+       "not a language model with a tokenizer.json or a byte vocabulary"},
       {"generate --checkpoint " + dir + " --prompt x --top-p 0", "top_p"},
       {"generate --checkpoint " + dir + " --prompt x --cache-dtype fp8", "counted, not stored"},
       // bf16 arithmetic needs a bf16 cache (or, elsewhere, a CPU with AVX-512 BF16)

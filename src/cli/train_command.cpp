@@ -416,7 +416,12 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
   }
   if (o.stride < 0) throw SpecError("stride", "must be >= 1 (or 0: context / 2)");
   const int64_t stride = o.stride > 0 ? o.stride : std::max<int64_t>(1, context / 2);
-  const std::string text = read_file(o.data, uint64_t{1} << 31);
+  std::string text;
+  try {
+    text = read_file(o.data, data::kMaxTextBytes);
+  } catch (const std::runtime_error& e) {
+    throw SpecError("data", e.what());
+  }
   std::vector<int64_t> tokens;
   std::string tokenizer_name = "bytes";
   if (std::filesystem::exists(dir + "/tokenizer.json")) {

@@ -1,7 +1,8 @@
 // Reference ids for kvlab's tokenizer tests, from @lenml/tokenizers (a fork of transformers.js).
-// usage: node tokenizer_oracle.js ORACLES_DIR VOCAB CASES.json KJV.txt OUT.json
-// CASES.json: an array of strings. OUT.json: {"kjv": ids, "cases": [{"ids", "with_special",
-// "decoded"}]}; "decoded" is decode(ids) without clean-up of tokenization spaces.
+// usage: node tokenizer_oracle.js ORACLES_DIR VOCAB CASES.json KJV.json OUT.json
+// CASES.json: an array of strings; KJV.json: the KJV text as an array of pieces (one, or
+// chunks). OUT.json: {"kjv": [ids per piece], "cases": [{"ids", "with_special", "decoded"}]};
+// "decoded" is decode(ids) without clean-up of tokenization spaces.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -17,6 +18,6 @@ const cases = JSON.parse(fs.readFileSync(casesPath, "utf8")).map((text) => {
       : tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }),
   };
 });
-const kjv = encode(fs.readFileSync(kjvPath, "utf8"), false);
+const kjv = JSON.parse(fs.readFileSync(kjvPath, "utf8")).map((piece) => encode(piece, false));
 fs.writeFileSync(outPath + ".tmp", JSON.stringify({ kjv, cases }));
 fs.renameSync(outPath + ".tmp", outPath);

@@ -133,15 +133,18 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
                                       std::string(arch.name) + ", got " +
                                       json_excerpt(config.value("model_type", json())));
   }
-  const std::string act = config.value("hidden_act", std::string("silu"));
-  if (act != "silu") throw SpecError("hidden_act", "'" + act + "' (kvlab's gated MLP is SiLU)");
+  if (present(config, "hidden_act") && config.at("hidden_act") != "silu") {
+    throw SpecError("hidden_act", json_excerpt(config.at("hidden_act")) +
+                                      " (kvlab's gated MLP is SiLU: \"silu\")");
+  }
   if (present(config, "pretraining_tp") && config.at("pretraining_tp") != 1) {
     throw SpecError("pretraining_tp", "must be 1 (sliced projections are not implemented)");
   }
-  if (config.value("use_sliding_window", false)) {
+  if (present(config, "use_sliding_window") && config.at("use_sliding_window") != false) {
     throw SpecError("use_sliding_window", "sliding-window attention is not implemented");
   }
-  const int64_t context = config.value("max_position_embeddings", int64_t{0});
+  const json& context_field = config.value("max_position_embeddings", json());
+  const int64_t context = context_field.is_number_integer() ? context_field.get<int64_t>() : 0;
   if (present(config, "sliding_window") &&
       (!config.at("sliding_window").is_number_integer() ||
        config.at("sliding_window").get<int64_t>() < context) &&
@@ -153,6 +156,7 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
                                           ": sliding-window attention is not implemented");
   }
   if (present(config, "layer_types")) {
+    if (!config.at("layer_types").is_array()) throw SpecError("layer_types", "expected an array");
     for (const json& t : config.at("layer_types")) {
       if (t != "full_attention") {
         throw SpecError("layer_types",

@@ -210,7 +210,13 @@ TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {
   e = with([](json& c) { c["quantization_config"] = json::object(); });
   EXPECT_TRUE(has(e, "quantization_config: is not a field kvlab understands")) << e;
   e = with([](json& c) { c["hidden_act"] = "gelu"; });
-  EXPECT_TRUE(has(e, "hidden_act: 'gelu'")) << e;
+  EXPECT_TRUE(has(e, "hidden_act: \"gelu\" (kvlab's gated MLP is SiLU")) << e;
+  e = with([](json& c) { c["hidden_act"] = 7; });  // a wrong type is named, not a JSON exception
+  EXPECT_TRUE(has(e, "hidden_act: 7")) << e;
+  e = with([](json& c) { c["use_sliding_window"] = "yes"; });
+  EXPECT_TRUE(has(e, "use_sliding_window: sliding-window attention is not implemented")) << e;
+  e = with([](json& c) { c["max_position_embeddings"] = "long"; });
+  EXPECT_TRUE(has(e, "max_position_embeddings")) << e;
   e = with([](json& c) { c["model_type"] = "mistral"; });
   EXPECT_TRUE(has(e, "model_type: expected \"llama\"")) << e;
   e = with([](json& c) { c["num_key_value_heads"] = 3; });

@@ -415,6 +415,7 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
                                    std::to_string(shape.max_context) + " positions");
   }
   if (o.stride < 0) throw SpecError("stride", "must be >= 1 (or 0: context / 2)");
+  if (o.batch < 1) throw SpecError("batch", "must be >= 1, got " + std::to_string(o.batch));
   const int64_t stride = o.stride > 0 ? o.stride : std::max<int64_t>(1, context / 2);
   std::string text;
   try {

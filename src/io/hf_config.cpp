@@ -86,7 +86,10 @@ std::string model_type(const json& config) {
 }  // namespace
 
 Preset parse_hf_config(std::string_view json_text, const std::string& source) {
-  const json config = parse_json_document(json_text, source, "hf-config");
+  return hf_preset(parse_json_document(json_text, source, "hf-config"), source);
+}
+
+Preset hf_preset(const json& config, const std::string& source) {
   if (!config.is_object()) throw SpecError("hf-config", source + " holds no JSON object");
 
   const std::string type = model_type(config);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -12,5 +13,7 @@ namespace kvlab {
 // Throws SpecError naming the JSON field for a missing, mistyped or contradictory value.
 Preset read_hf_config(const std::string& path);
 Preset parse_hf_config(std::string_view json_text, const std::string& source);
+// The same from a parsed config.json.
+Preset hf_preset(const nlohmann::json& config, const std::string& source);
 
 }  // namespace kvlab

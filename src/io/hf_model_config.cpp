@@ -166,7 +166,7 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
   }
   check_rope_scaling(config);
 
-  Preset preset = parse_hf_config(config.dump(), source);
+  Preset preset = hf_preset(config, source);
   ModelShape shape = preset.shape;
   if (present(config, "rms_norm_eps")) {
     const json& eps = config.at("rms_norm_eps");

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -223,6 +225,53 @@ TEST(TokenizerTest, BadTextAndBadIdsAreErrorsNotCrashes) {
   }
   const std::vector<int32_t> negative = {-1};
   EXPECT_THROW(t.decode(negative), SpecError);
+}
+
+// The heap merge against its plain twin: repeatedly merge the adjacent pair of lowest rank,
+// leftmost among equals, by scanning the whole list each time. Random merge tables (including
+// one string reachable by two different merges) and random strings, seeded.
+TEST(TokenizerTest, HeapMergeEqualsTheQuadraticReferenceOnRandomTables) {
+  std::mt19937 rng(2026);
+  for (int table = 0; table < 20; ++table) {
+    std::vector<std::string> tokens = {"a", "b", "c", "d"};
+    json vocab = {{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}};
+    json merges = json::array();
+    std::map<std::pair<std::string, std::string>, size_t> rank;
+    for (int m = 0; m < 40; ++m) {
+      const std::string left = tokens[rng() % tokens.size()];
+      const std::string right = tokens[rng() % tokens.size()];
+      if (left.size() + right.size() > 6 || rank.count({left, right}) != 0) continue;
+      rank.emplace(std::make_pair(left, right), merges.size());
+      merges.push_back(json::array({left, right}));
+      if (!vocab.contains(left + right)) {
+        vocab[left + right] = tokens.size();
+        tokens.push_back(left + right);
+      }
+    }
+    const Tokenizer t = make({{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}});
+    for (int text = 0; text < 50; ++text) {
+      std::string s;
+      for (size_t n = rng() % 60; n > 0; --n) s += static_cast<char>('a' + rng() % 4);
+      std::vector<std::string> symbols;
+      for (const char c : s) symbols.emplace_back(1, c);
+      for (;;) {
+        size_t best = symbols.size(), best_rank = SIZE_MAX;
+        for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+          const auto it = rank.find({symbols[i], symbols[i + 1]});
+          if (it != rank.end() && it->second < best_rank) {
+            best = i;
+            best_rank = it->second;
+          }
+        }
+        if (best == symbols.size()) break;
+        symbols[best] += symbols[best + 1];
+        symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+      }
+      std::vector<int32_t> expected;
+      for (const std::string& symbol : symbols) expected.push_back(vocab.at(symbol).get<int32_t>());
+      ASSERT_EQ(t.encode(s), expected) << "table " << table << ", text '" << s << "'";
+    }
+  }
 }
 
 TEST(TokenizerTest, LongPiecesMergeInOrderNLogN) {

@@ -35,8 +35,9 @@ DecodeParams decode_params_for(const AttentionSpec& spec, const PagedKvCache& ca
   p.value_width = value->head_width;
   p.rope_width = rope != nullptr ? rope->head_width : 0;
   p.dtype = layout.dtype;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.qk_dim())));
+  p.scale = static_cast<float>(spec.softmax_scale());
   p.rope_theta = spec.rope_theta;
+  p.rope_scaling = spec.rope_scaling;
   p.rope_on_read = layout.rope_on_read || rebuild;
   return p;
 }

@@ -1,6 +1,9 @@
 #include "cli/generate_command.h"
 
+#include <chrono>
 #include <filesystem>
+#include <iomanip>
+#include <iostream>
 #include <optional>
 #include <random>
 
@@ -39,6 +42,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                   "or auto (bf16 where the CPU has it)")
       ->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
+  cmd->add_flag("--timings", o.timings,
+                "Print the load time, the prompt's and the generated tokens' times and tokens/s "
+                "to stderr");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
@@ -55,6 +61,11 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   const DType dtype = parse_dtype(o.cache_dtype);
   if (dtype == DType::kFp8) throw SpecError("cache_dtype", "fp8 caches are counted, not stored");
   const int threads = nn::set_threads(o.threads);
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto load_start = Clock::now();
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   nn::TransformerModel model = nn::load_model(dir);
   const ModelShape& shape = model->config().shape;
@@ -92,8 +103,12 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   std::mt19937_64 rng(o.seed);
   const infer::SamplingOptions sampling{o.temperature, o.top_k, o.top_p};
   std::vector<int32_t> generated;
+  const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+  double load_s = 0, prompt_s = 0, generate_s = 0;
   const auto finished = [&] { return eos && !generated.empty() && generated.back() == *eos; };
   if (o.no_cache) {
+    load_s = seconds_since(load_start);
+    const auto start = Clock::now();
     c10::InferenceMode guard;
     for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
       const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, -1});
@@ -101,8 +116,10 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
       tokens.push_back(infer::sample(logits, sampling, rng));
       generated.push_back(static_cast<int32_t>(tokens.back()));
     }
+    generate_s = seconds_since(start);
   } else {
     infer::Generator gen(model, dtype, total, 1, threads);
+    load_s = seconds_since(load_start);  // the decode engine's weights are part of loading
     const AttnPrecision precision =
         resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision());
     if (precision == AttnPrecision::kBf16 && dtype != DType::kBf16 && o.precision == "bf16") {
@@ -112,12 +129,16 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     gen.decode_model().set_attn_precision(precision);
     const int32_t seq = gen.add_sequence();
     if (o.max_tokens > 0) {
+      auto start = Clock::now();
       torch::Tensor logits = gen.feed(seq, tokens);
+      prompt_s = seconds_since(start);
+      start = Clock::now();
       for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
         const int64_t next = infer::sample(logits, sampling, rng);
         generated.push_back(static_cast<int32_t>(next));
         if (i + 1 < o.max_tokens && !finished()) logits = gen.step({seq}, {next})[0];
       }
+      generate_s = seconds_since(start);
     }
   }
   std::string text;
@@ -127,6 +148,18 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     for (const int32_t id : generated) text += static_cast<char>(id);
   }
   out << text << "\n";
+  if (o.timings) {
+    // with the cache, the last token's logits come with the one before it: n tokens cost n − 1
+    // steps; without it, every token is one full forward
+    const int64_t steps = o.no_cache
+                              ? static_cast<int64_t>(generated.size())
+                              : std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);
+    std::cerr << std::fixed << std::setprecision(2) << "load " << load_s << " s; prompt "
+              << prompt_tokens << " tokens " << prompt_s << " s ("
+              << (prompt_s > 0 ? static_cast<double>(prompt_tokens) / prompt_s : 0.0)
+              << " tokens/s); " << steps << " decode steps " << generate_s << " s ("
+              << (generate_s > 0 ? static_cast<double>(steps) / generate_s : 0.0) << " tokens/s)\n";
+  }
   return stopped() ? 130 : 0;
 }
 

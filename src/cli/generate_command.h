@@ -18,6 +18,7 @@ struct GenerateOptions {
   std::string cache_dtype = "f32";
   std::string precision = "f32";  // attention arithmetic of the decode step
   bool no_cache = false;
+  bool timings = false;  // load, prompt and generation times on stderr
   int threads = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -55,7 +56,7 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   const CacheLayout& layout = cache_.layout();
   const int64_t D = shape.d_model, B = max_batch;
   int64_t proj_a = 0, proj_b = 0, proj_c = 0, query = 0, query_rope = 0, attended = 0;
-  int64_t expanded = 0, mlp_width = 0, rope_width = 0, experts = 0, chosen = 0;
+  int64_t expanded = 0, mlp_width = 0, rope_width = 0, experts = 0, chosen = 0, groups = 0;
   for (const BlockWeights& b : w_.layers) {
     const AttentionWeights& a = b.attention;
     const AttentionSpec& s = a.spec;
@@ -77,7 +78,8 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
     for (const MlpWeights& e : f.experts) mlp_width = max_of({mlp_width, e.up.out});
     for (const MlpWeights& e : f.shared_experts) mlp_width = max_of({mlp_width, e.up.out});
     experts = max_of({experts, f.router.out});
-    chosen = max_of({chosen, f.experts_per_token});
+    chosen = max_of({chosen, f.routing.experts_per_token});
+    groups = max_of({groups, f.routing.n_expert_groups});
   }
   hidden_.resize(static_cast<size_t>(B * D));
   normed_.resize(hidden_.size());
@@ -95,6 +97,10 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   expert_out_.resize(static_cast<size_t>(D));
   router_.resize(static_cast<size_t>(B * experts));
   chosen_experts_.resize(static_cast<size_t>(chosen));
+  expert_weights_.resize(static_cast<size_t>(chosen));
+  route_choice_.resize(static_cast<size_t>(experts));
+  group_scores_.resize(static_cast<size_t>(groups));
+  chosen_groups_.resize(static_cast<size_t>(groups));
   rope_row_.resize(static_cast<size_t>(rope_width + 2));
   batch_seqs_.reserve(static_cast<size_t>(B));
   positions_.resize(static_cast<size_t>(B));
@@ -107,7 +113,8 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   if (layout.rope_on_read || layout.kernel == DecodeKernel::kReconstructKeys) {
     const PageTable no_sequences;
     const DecodeParams widths = decode_params_for(spec, cache_, 0, no_sequences);
-    decoder_.prepare_rope(max_tokens + cache_.page_size(), widths.key_width, spec.rope_theta);
+    decoder_.prepare_rope(max_tokens + cache_.page_size(), widths.key_width, spec.rope_theta,
+                          spec.rope_scaling);
   }
 }
 
@@ -155,13 +162,15 @@ void DecodeModel::per_head(const float* weights, const float* bias, int64_t out,
   }
 }
 
-void DecodeModel::rotate(float* x, int64_t width, int64_t pos, double theta) {
+void DecodeModel::rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec) {
   const int64_t half = width / 2;
-  if (pos != rope_pos_ || width != rope_width_ || theta != rope_theta_) {
-    rope_row(pos, width, theta, rope_row_.data());
+  if (pos != rope_pos_ || width != rope_width_ || spec.rope_theta != rope_theta_ ||
+      spec.rope_scaling != rope_scaling_) {
+    rope_row(pos, width, spec.rope_theta, spec.rope_scaling, rope_row_.data());
     rope_pos_ = pos;
     rope_width_ = width;
-    rope_theta_ = theta;
+    rope_theta_ = spec.rope_theta;
+    rope_scaling_ = spec.rope_scaling;
   }
   const float* cos = rope_row_.data();
   const float* sin = rope_row_.data() + half;
@@ -199,36 +208,78 @@ void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) 
   dense(m.down, mlp_a_.data(), width, y, D, n);  // [n, D]
 }
 
+void DecodeModel::route(const FeedForwardWeights& f, float* scores) {
+  const MoeShape& r = f.routing;
+  const int64_t E = f.router.out, k = r.experts_per_token;
+  if (r.scoring == MoeScoring::kSoftmax) {
+    const float top = *std::max_element(scores, scores + E);
+    double total = 0;
+    for (int64_t e = 0; e < E; ++e) total += (scores[e] = std::exp(scores[e] - top));
+    for (int64_t e = 0; e < E; ++e) scores[e] = static_cast<float>(scores[e] / total);
+  } else {
+    for (int64_t e = 0; e < E; ++e) scores[e] = 1.0f / (1.0f + std::exp(-scores[e]));
+  }
+  float* choice = route_choice_.data();  // what is ranked: the score (+ the correction bias)
+  for (int64_t e = 0; e < E; ++e) {
+    choice[e] = scores[e] + (f.score_correction.empty() ? 0.0f : f.score_correction[e]);
+  }
+  // top-k of values[0, n) into out (the first index wins a tie, as torch's topk on CPU)
+  const auto top_k = [](const float* values, int64_t n, int64_t count, int64_t* out) {
+    for (int64_t c = 0; c < count; ++c) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < n; ++e) {
+        if (std::find(out, out + c, e) == out + c && (best < 0 || values[e] > values[best])) {
+          best = e;
+        }
+      }
+      out[c] = best;
+    }
+  };
+  if (r.n_expert_groups > 1) {
+    const int64_t G = r.n_expert_groups, size = E / G;
+    for (int64_t g = 0; g < G; ++g) {
+      const float* group = choice + g * size;
+      int64_t best[2] = {0, 0};
+      const int64_t ranked = r.group_score == MoeGroupScore::kMax ? 1 : 2;
+      top_k(group, size, ranked, best);
+      group_scores_[static_cast<size_t>(g)] =
+          group[best[0]] + (ranked == 2 ? group[best[1]] : 0.0f);
+    }
+    top_k(group_scores_.data(), G, r.groups_per_token, chosen_groups_.data());
+    for (int64_t g = 0; g < G; ++g) {
+      if (std::find(chosen_groups_.begin(), chosen_groups_.begin() + r.groups_per_token, g) ==
+          chosen_groups_.begin() + r.groups_per_token) {
+        std::fill(choice + g * size, choice + (g + 1) * size,
+                  -std::numeric_limits<float>::infinity());
+      }
+    }
+  }
+  top_k(choice, E, k, chosen_experts_.data());
+  double total = 0;
+  for (int64_t c = 0; c < k; ++c) total += scores[chosen_experts_[static_cast<size_t>(c)]];
+  for (int64_t c = 0; c < k; ++c) {
+    double w = scores[chosen_experts_[static_cast<size_t>(c)]];
+    if (r.normalize_top_k) w /= total + 1e-20;
+    expert_weights_[static_cast<size_t>(c)] = static_cast<float>(w * r.routed_scale);
+  }
+}
+
 void DecodeModel::feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n) {
   const int64_t D = w_.shape.d_model;
   if (!f.is_moe()) {
     mlp(f.dense, x, y, n);
     return;
   }
-  const int64_t E = f.router.out, k = f.experts_per_token;
+  const int64_t E = f.router.out, k = f.routing.experts_per_token;
   dense(f.router, x, D, router_.data(), E, n);  // [n, E]
   std::fill(y, y + n * D, 0.0f);
   for (int64_t b = 0; b < n; ++b) {
-    float* probs = router_.data() + b * E;
-    const float top = *std::max_element(probs, probs + E);
-    double total = 0;
-    for (int64_t e = 0; e < E; ++e) total += (probs[e] = std::exp(probs[e] - top));
-    for (int64_t e = 0; e < E; ++e) probs[e] = static_cast<float>(probs[e] / total);
-    // top-k by probability (the first index wins a tie, as torch's topk on CPU)
-    for (int64_t c = 0; c < k; ++c) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        const bool taken = std::find(chosen_experts_.begin(), chosen_experts_.begin() + c, e) !=
-                           chosen_experts_.begin() + c;
-        if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-      }
-      chosen_experts_[static_cast<size_t>(c)] = best;
-    }
+    route(f, router_.data() + b * E);
     for (int64_t c = 0; c < k; ++c) {
       const int64_t e = chosen_experts_[static_cast<size_t>(c)];
+      const float weight = expert_weights_[static_cast<size_t>(c)];
       mlp(f.experts[static_cast<size_t>(e)], x + b * D, expert_out_.data(), 1);
-      for (int64_t i = 0; i < D; ++i)
-        y[b * D + i] += probs[e] * expert_out_[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < D; ++i) y[b * D + i] += weight * expert_out_[static_cast<size_t>(i)];
     }
   }
   for (const MlpWeights& shared : f.shared_experts) {
@@ -281,7 +332,6 @@ void DecodeModel::gva_attention(int64_t layer, const AttentionWeights& a, const 
                                 int64_t n) {
   const AttentionSpec& s = a.spec;
   const int64_t D = w_.shape.d_model, H = s.n_heads, d = s.head_dim;
-  const double theta = s.rope_theta;
   auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
   DecodeParams p = decode_params_for(s, cache_, layer, table_);
   p.q = query_.data();
@@ -295,17 +345,17 @@ void DecodeModel::gva_attention(int64_t layer, const AttentionWeights& a, const 
       float* q = proj_a_.data() + (b * H + h) * q_width;
       if (!a.query_norm.empty()) apply_norm(a.query_norm, q, q);
       if (dr > 0) {
-        rotate(q + dn, dr, pos(b), theta);
+        rotate(q + dn, dr, pos(b), s);
         std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
       } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
-        rotate(q, dn, pos(b), theta);
+        rotate(q, dn, pos(b), s);
         std::copy(q, q + dn, query_.data() + (b * H + h) * dn);
       }
     }
   }
   if (dr > 0) {
     dense(a.rope_key, x, D, proj_b_.data(), dr, n);  // [n, d_r], shared by all heads
-    for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), theta);
+    for (int64_t b = 0; b < n; ++b) rotate(proj_b_.data() + b * dr, dr, pos(b), s);
     store_rows(layer, StreamRole::kRope, proj_b_.data(), dr, n);
     if (a.key_maps.empty()) {  // gta: M_h selects the first d_n channels, q̃_h = [q_h^nope ; 0]
       for (int64_t bh = 0; bh < n * H; ++bh) {
@@ -330,7 +380,6 @@ void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const 
                                 int64_t n) {
   const AttentionSpec& s = a.spec;
   const int64_t D = w_.shape.d_model, H = s.n_heads;
-  const double theta = s.rope_theta;
   auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
   DecodeParams p = decode_params_for(s, cache_, layer, table_);
   p.q = query_.data();
@@ -350,7 +399,7 @@ void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const 
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       float* q = proj_a_.data() + (b * H + h) * q_width;
-      rotate(q + dn, dr, pos(b), theta);
+      rotate(q + dn, dr, pos(b), s);
       std::copy(q + dn, q + q_width, query_rope_.data() + (b * H + h) * dr);
     }
   }
@@ -360,7 +409,7 @@ void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const 
   for (int64_t b = 0; b < n; ++b) {
     float* row = proj_b_.data() + b * (dc + dr);
     apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
-    rotate(row + dc, dr, pos(b), theta);
+    rotate(row + dc, dr, pos(b), s);
   }
   store_rows(layer, StreamRole::kContent, proj_c_.data(), dc, n);
   const int64_t rope_stream = cache_.stream(StreamRole::kRope);
@@ -386,7 +435,6 @@ void DecodeModel::gla_attention(int64_t layer, const AttentionWeights& a, const 
   const int64_t D = w_.shape.d_model, H = s.n_heads, C = s.n_groups;
   const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
   const int64_t q_width = dn + dr, row = dc + dr;
-  const double theta = s.rope_theta;
   auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
   DecodeParams p = decode_params_for(s, cache_, layer, table_);
   p.q = query_.data();
@@ -397,7 +445,7 @@ void DecodeModel::gla_attention(int64_t layer, const AttentionWeights& a, const 
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       float* q = proj_a_.data() + (b * H + h) * q_width;
-      rotate(q + dn, dr, pos(b), theta);
+      rotate(q + dn, dr, pos(b), s);
       float* q_tilde = query_.data() + (b * H + h) * row;  // [d_c + d_r]
       const float* absorbed = expanded_.data() + (b * H + h) * dc;
       std::copy(absorbed, absorbed + dc, q_tilde);
@@ -409,7 +457,7 @@ void DecodeModel::gla_attention(int64_t layer, const AttentionWeights& a, const 
     float* projected = proj_b_.data() + bg * row;
     float* cached = proj_c_.data() + bg * row;
     apply_norm(a.latent_norm, projected, cached);
-    rotate(projected + dc, dr, pos(bg / C), theta);
+    rotate(projected + dc, dr, pos(bg / C), s);
     std::copy(projected + dc, projected + row, cached + dc);
   }
   store_rows(layer, StreamRole::kContent, proj_c_.data(), C * row, n);
@@ -425,7 +473,6 @@ void DecodeModel::standard_attention(int64_t layer, const AttentionWeights& a, c
                                      float* y, int64_t n) {
   const AttentionSpec& s = a.spec;
   const int64_t D = w_.shape.d_model, H = s.n_heads, d = s.head_dim;
-  const double theta = s.rope_theta;
   auto pos = [&](int64_t b) { return positions_[static_cast<size_t>(b)]; };
   DecodeParams p = decode_params_for(s, cache_, layer, table_);
   p.q = query_.data();
@@ -451,8 +498,12 @@ void DecodeModel::standard_attention(int64_t layer, const AttentionWeights& a, c
     if (!a.key.empty()) {
       dense(a.key, x, D, proj_b_.data(), a.key.out, n);
       const int64_t G = a.key.out / d;
-      for (int64_t b = 0; b < n && rope; ++b) {
-        for (int64_t g = 0; g < G; ++g) rotate(proj_b_.data() + (b * G + g) * d, d, pos(b), theta);
+      for (int64_t b = 0; b < n; ++b) {
+        for (int64_t g = 0; g < G; ++g) {
+          float* k = proj_b_.data() + (b * G + g) * d;
+          if (s.qk_norm) apply_norm(a.key_norm, k, k);
+          if (rope) rotate(k, d, pos(b), s);
+        }
       }
       store_rows(layer, StreamRole::kKey, proj_b_.data(), a.key.out, n);
     }
@@ -461,7 +512,8 @@ void DecodeModel::standard_attention(int64_t layer, const AttentionWeights& a, c
     for (int64_t h = 0; h < H; ++h) {
       float* q = query_.data() + (b * H + h) * d;
       std::copy(proj_a_.data() + (b * H + h) * d, proj_a_.data() + (b * H + h + 1) * d, q);
-      if (rope) rotate(q, d, pos(b), theta);
+      if (s.qk_norm) apply_norm(a.query_norm, q, q);
+      if (rope) rotate(q, d, pos(b), s);
     }
   }
   if (a.key.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys

@@ -66,6 +66,9 @@ class DecodeModel {
                 int64_t x_width, float* y, int64_t n, int64_t H);
   void mlp(const MlpWeights& m, const float* x, float* y, int64_t n);
   void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
+  // One token's routing from its router logits (overwritten with the scores): fills
+  // chosen_experts_ and expert_weights_ with routing.experts_per_token entries.
+  void route(const FeedForwardWeights& f, float* scores);
   // Attention of `layer` for the normed inputs x [n][D]: rows written, output [n][D] in y.
   void attention(int64_t layer, const float* x, float* y, int64_t n);
   // The family adapters attention() dispatches to (the same contract).
@@ -80,8 +83,8 @@ class DecodeModel {
   void run_attention_kernel(DecodeParams& p);
   void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
   // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
-  // (pos, width, theta) are kept, so the heads of one token share them.
-  void rotate(float* x, int64_t width, int64_t pos, double theta);
+  // (pos, width, θ, scaling) are kept, so the heads of one token share them.
+  void rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec);
 
   DecodeWeights w_;
   PagedKvCache& cache_;
@@ -98,10 +101,12 @@ class DecodeModel {
   std::vector<float> proj_a_, proj_b_, proj_c_;  // projections of the attention layer
   std::vector<float> query_, query_rope_, attended_, expanded_;
   std::vector<float> mlp_a_, mlp_b_, mlp_out_, expert_out_, router_;
-  std::vector<int64_t> chosen_experts_;
+  std::vector<float> route_choice_, group_scores_, expert_weights_;
+  std::vector<int64_t> chosen_experts_, chosen_groups_;
   std::vector<float> rope_row_;  // [cos ; sin] of the position rotate() last turned
   int64_t rope_pos_ = -1, rope_width_ = 0;
   double rope_theta_ = 0;
+  RopeScaling rope_scaling_;
 };
 
 }  // namespace kvlab::infer

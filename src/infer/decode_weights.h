@@ -38,20 +38,22 @@ struct MlpWeights {
   DenseWeights down;
 };
 
-// Dense MLP, or DeepSeek's mixture: softmax router, top-k routed experts weighted by their
-// (unrenormalised) router probabilities, plus always-on shared experts.
+// Dense MLP, or DeepSeek's mixture: the router, top-k routed experts chosen and weighted as
+// `routing` says (spec/model_shape.h's MoeShape), plus the always-on shared experts.
 struct FeedForwardWeights {
   MlpWeights dense;     // when router is empty
   DenseWeights router;  // [n_routed][D], no bias
-  int64_t experts_per_token = 0;
-  std::vector<MlpWeights> experts;  // routed
+  MoeShape routing;
+  std::vector<float> score_correction;  // [n_routed] (V3), or empty
+  std::vector<MlpWeights> experts;      // routed
   std::vector<MlpWeights> shared_experts;
   bool is_moe() const { return !router.empty(); }
 };
 
 // One attention layer. Which fields are set depends on the variant family:
 //  standard (mha ... q-mqa): query (q_proj | qk_proj | qkv_proj), key (k_proj), value
-//    (v_proj), content (kv_proj: the shared K=V stream), key_norm (knorm);
+//    (v_proj), content (kv_proj: the shared K=V stream), key_norm (knorm, or
+//    with query_norm qknorm);
 //  gva: query (q_proj, H·(d_n + d_r)), value (v_proj), rope_key (r_proj), query_norm (qnorm),
 //    key_maps M [H][d_h][d_n];
 //  mla: query (q_proj or q_b_proj), query_down (q_a_proj) + query_down_norm, latent

@@ -51,11 +51,10 @@ FeedForwardWeights feed_forward(nn::FeedForwardImpl& ff) {
   }
   auto& moe = dynamic_cast<nn::MoeMlpImpl&>(ff);
   w.router = dense(moe.gate);
-  w.experts_per_token = moe.experts_per_token;
+  w.routing = moe.moe;
+  if (moe.score_correction.defined()) w.score_correction = floats(moe.score_correction);
   for (const auto& e : *moe.experts) w.experts.push_back(mlp(*e->as<nn::DenseMlpImpl>()));
-  for (const auto& e : *moe.shared_experts) {
-    w.shared_experts.push_back(mlp(*e->as<nn::DenseMlpImpl>()));
-  }
+  if (moe.shared_experts) w.shared_experts.push_back(mlp(*moe.shared_experts));
   return w;
 }
 
@@ -79,6 +78,7 @@ void standard_weights(nn::StandardAttentionImpl& a, AttentionWeights& w) {
   w.value = dense(a.v_proj);
   w.content = dense(a.kv_proj);
   w.key_norm = norm(a.k_norm);
+  w.query_norm = norm(a.q_norm);
   w.output = dense(a.o_proj);
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/hf_fields.h"
 #include "io/json_document.h"
 #include "spec/spec_error.h"
 
@@ -10,47 +11,7 @@ namespace kvlab {
 namespace {
 
 using nlohmann::json;
-
-bool present(const json& config, const char* key) {
-  return config.contains(key) && !config.at(key).is_null();
-}
-
-int64_t positive_int(const json& config, const char* key) {
-  if (!present(config, key)) throw SpecError(key, "missing from the config (required)");
-  const json& value = config.at(key);
-  if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
-    throw SpecError(key, "expected a positive integer, got " + json_excerpt(value));
-  }
-  return value.get<int64_t>();
-}
-
-int64_t non_negative_int_or(const json& config, const char* key, int64_t fallback) {
-  if (!present(config, key)) return fallback;
-  const json& value = config.at(key);
-  if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-    throw SpecError(key, "expected a non-negative integer, got " + json_excerpt(value));
-  }
-  return value.get<int64_t>();
-}
-
-int64_t positive_int_or(const json& config, const char* key, int64_t fallback) {
-  return present(config, key) ? positive_int(config, key) : fallback;
-}
-
-bool bool_or(const json& config, const char* key, bool fallback) {
-  if (!present(config, key)) return fallback;
-  if (!config.at(key).is_boolean()) {
-    throw SpecError(key, "expected true or false, got " + json_excerpt(config.at(key)));
-  }
-  return config.at(key).get<bool>();
-}
-
-double positive_number(const json& value, const std::string& key) {
-  if (!value.is_number() || value.get<double>() <= 0) {
-    throw SpecError(key, "expected a positive number, got " + json_excerpt(value));
-  }
-  return value.get<double>();
-}
+using namespace hf_fields;
 
 // rope_theta sits at the top level (older configs) or inside rope_parameters (newer).
 double read_rope_theta(const json& config) {
@@ -158,6 +119,7 @@ Preset hf_preset(const json& config, const std::string& source) {
     attn = kv_heads == s.n_heads ? "mha"
            : kv_heads == 1       ? "mqa"
                                  : "gqa:" + std::to_string(kv_heads);
+    if (type == "qwen3") attn += ",qknorm";  // per-head q_norm / k_norm
   }
 
   if (present(config, "n_routed_experts")) {
@@ -166,6 +128,7 @@ Preset hf_preset(const json& config, const std::string& source) {
     s.moe.experts_per_token = positive_int(config, "num_experts_per_tok");
     s.moe.expert_mlp_width = positive_int(config, "moe_intermediate_size");
     s.moe.n_dense_layers = non_negative_int_or(config, "first_k_dense_replace", 0);
+    s.moe.score_correction = type == "deepseek_v3";  // the router's e_score_correction_bias
     if (positive_int_or(config, "moe_layer_freq", 1) != 1) {
       throw SpecError("moe_layer_freq", "only 1 (every layer after the dense ones) is supported");
     }

@@ -5,6 +5,8 @@
 #include <string_view>
 
 #include "io/hf_config.h"
+#include "io/hf_fields.h"
+#include "io/hf_rope_scaling.h"
 #include "io/json_document.h"
 #include "io/model_config_json.h"
 #include "spec/spec_error.h"
@@ -14,25 +16,24 @@ namespace kvlab {
 namespace {
 
 using nlohmann::json;
+using namespace hf_fields;
 
 struct Architecture {
   std::string_view name;
   std::string_view model_type;
 };
 
-constexpr std::array<Architecture, 3> kLlamaFamily = {{
+constexpr std::array<Architecture, 4> kLlamaFamily = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},  // + per-head q_norm / k_norm before RoPE
+}};
+constexpr std::array<Architecture, 2> kDeepseekFamily = {{
+    {"DeepseekV2ForCausalLM", "deepseek_v2"},
+    {"DeepseekV3ForCausalLM", "deepseek_v3"},
 }};
 constexpr std::string_view kKvlabArchitecture = "KvlabForCausalLM";
-
-// Architectures people will bring that kvlab does not load yet, with what is missing.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kNotYet = {{
-    {"Qwen3ForCausalLM", "its per-head q_norm / k_norm"},
-    {"DeepseekV2ForCausalLM", "DeepSeek's MoE routing and MLA weight layout"},
-    {"DeepseekV3ForCausalLM", "DeepSeek's MoE routing and MLA weight layout"},
-}};
 
 // Fields of a Llama-family config.json that kvlab applies.
 constexpr std::array<std::string_view, 24> kApplied = {"architectures",
@@ -85,38 +86,8 @@ bool listed(std::string_view key, auto const& list) {
 std::string supported_list() {
   std::string out;
   for (const Architecture& a : kLlamaFamily) out += std::string(a.name) + ", ";
+  for (const Architecture& a : kDeepseekFamily) out += std::string(a.name) + ", ";
   return out + std::string(kKvlabArchitecture);
-}
-
-bool present(const json& config, const char* key) {
-  return config.contains(key) && !config.at(key).is_null();
-}
-
-std::string rope_type(const json& scaling, const std::string& field) {
-  if (!scaling.is_object())
-    throw SpecError(field, "expected an object, got " + json_excerpt(scaling));
-  for (const char* key : {"rope_type", "type"}) {
-    if (scaling.contains(key)) {
-      if (!scaling.at(key).is_string()) throw SpecError(field + "." + key, "expected a string");
-      return scaling.at(key).get<std::string>();
-    }
-  }
-  throw SpecError(field, "has neither rope_type nor type");
-}
-
-void check_rope_scaling(const json& config) {
-  const auto check = [](const json& scaling, const std::string& field) {
-    const std::string type = rope_type(scaling, field);
-    if (type == "default") return;
-    if (type == "linear" || type == "llama3" || type == "yarn" || type == "dynamic") {
-      throw SpecError(field, "rope type '" + type +
-                                 "' is a known RoPE scaling that kvlab does not apply yet (it "
-                                 "reads 'default'); loading would change the model's positions");
-    }
-    throw SpecError(field, "unknown rope type '" + type + "'");
-  };
-  if (present(config, "rope_scaling")) check(config.at("rope_scaling"), "rope_scaling");
-  if (present(config, "rope_parameters")) check(config.at("rope_parameters"), "rope_parameters");
 }
 
 HfModel llama_family(const json& config, const Architecture& arch, const std::string& source) {
@@ -148,8 +119,8 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
   if (present(config, "sliding_window") &&
       (!config.at("sliding_window").is_number_integer() ||
        config.at("sliding_window").get<int64_t>() < context) &&
-      arch.model_type !=
-          "qwen2") {  // Qwen2 keeps sliding_window but applies it only with use_sliding_window
+      // Qwen2 and Qwen3 keep sliding_window but apply it only with use_sliding_window
+      arch.model_type != "qwen2" && arch.model_type != "qwen3") {
     throw SpecError("sliding_window", json_excerpt(config.at("sliding_window")) +
                                           " is shorter than max_position_embeddings " +
                                           std::to_string(context) +
@@ -164,17 +135,16 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
       }
     }
   }
-  check_rope_scaling(config);
-
   Preset preset = hf_preset(config, source);
   ModelShape shape = preset.shape;
+  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
+  shape.rope_scaling = read_hf_rope_scaling(config, shape.max_context, /*deepseek=*/false);
   if (present(config, "rms_norm_eps")) {
     const json& eps = config.at("rms_norm_eps");
     if (!eps.is_number())
       throw SpecError("rms_norm_eps", "expected a number, got " + json_excerpt(eps));
     shape.norm_eps = eps.get<double>();
   }
-  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
   std::string attn = preset.attn;
   DType cache_dtype = DType::kBf16;
   if (present(config, "kvlab")) {
@@ -194,6 +164,148 @@ HfModel llama_family(const json& config, const Architecture& arch, const std::st
     throw SpecError("kvlab.attn", "'" + attn + "' disagrees with num_key_value_heads");
   }
   return {std::string(arch.name), model};
+}
+
+// DeepSeek's fields beyond the shared ones (the MLA widths, the MoE and its router).
+constexpr std::array<std::string_view, 20> kDeepseekApplied = {"kv_lora_rank",
+                                                               "q_lora_rank",
+                                                               "qk_rope_head_dim",
+                                                               "qk_nope_head_dim",
+                                                               "v_head_dim",
+                                                               "n_routed_experts",
+                                                               "n_shared_experts",
+                                                               "num_experts_per_tok",
+                                                               "moe_intermediate_size",
+                                                               "first_k_dense_replace",
+                                                               "moe_layer_freq",
+                                                               "n_group",
+                                                               "topk_group",
+                                                               "topk_method",
+                                                               "scoring_func",
+                                                               "norm_topk_prob",
+                                                               "routed_scaling_factor",
+                                                               "rope_interleave",
+                                                               "head_dim",
+                                                               "num_key_value_heads"};
+// Training-time or remote-code fields that do not change inference.
+constexpr std::array<std::string_view, 5> kDeepseekInert = {"aux_loss_alpha", "seq_aux", "ep_size",
+                                                            "auto_map", "num_nextn_predict_layers"};
+
+// The router of DeepSeek-V2 (softmax; greedy or group-limited by the best expert; renormalised
+// or scaled) and V3 (sigmoid; a correction bias for the choice; groups ranked by their best two;
+// renormalised, then scaled), as their reference code routes.
+void read_router(const json& config, bool v3, MoeShape& moe) {
+  const std::string scoring = string_or(config, "scoring_func", v3 ? "sigmoid" : "softmax");
+  const std::string method = string_or(config, "topk_method", v3 ? "noaux_tc" : "greedy");
+  const bool norm = bool_or(config, "norm_topk_prob", false) && moe.experts_per_token > 1;
+  const double scale =
+      present(config, "routed_scaling_factor")
+          ? positive_number(config.at("routed_scaling_factor"), "routed_scaling_factor")
+          : 1.0;
+  const int64_t groups = positive_int_or(config, "n_group", 1);
+  const int64_t groups_per_token = positive_int_or(config, "topk_group", 1);
+  const bool grouped = v3 || method == "group_limited_greedy";
+  if (grouped && moe.n_routed_experts % groups != 0) {
+    throw SpecError("n_group", std::to_string(moe.n_routed_experts) +
+                                   " routed experts do not split into " + std::to_string(groups) +
+                                   " groups");
+  }
+  if (grouped && groups_per_token > groups) {
+    throw SpecError("topk_group",
+                    std::to_string(groups_per_token) + " of " + std::to_string(groups) + " groups");
+  }
+  if (v3) {
+    if (scoring != "sigmoid") {
+      throw SpecError("scoring_func", "DeepSeek-V3 routes by \"sigmoid\", got \"" + scoring + "\"");
+    }
+    if (method != "noaux_tc") {
+      throw SpecError("topk_method", "DeepSeek-V3 routes by \"noaux_tc\", got \"" + method + "\"");
+    }
+    moe.scoring = MoeScoring::kSigmoid;
+    moe.score_correction = true;
+    moe.group_score = MoeGroupScore::kTopTwoSum;
+    moe.n_expert_groups = groups;
+    moe.groups_per_token = groups_per_token;
+    moe.normalize_top_k = norm;
+    moe.routed_scale = scale;
+    return;
+  }
+  if (scoring != "softmax") {
+    throw SpecError("scoring_func", "DeepSeek-V2 routes by \"softmax\", got \"" + scoring + "\"");
+  }
+  if (method == "group_limited_greedy") {
+    moe.n_expert_groups = groups;
+    moe.groups_per_token = groups_per_token;
+  } else if (method != "greedy") {
+    throw SpecError("topk_method",
+                    "DeepSeek-V2 routes by \"greedy\" or "
+                    "\"group_limited_greedy\", got \"" +
+                        method + "\"");
+  }
+  // DeepSeek-V2's code renormalises the chosen weights or scales them, never both
+  if (norm && scale != 1.0) {
+    throw SpecError("routed_scaling_factor",
+                    "with norm_topk_prob true, DeepSeek-V2's code ignores the factor and other "
+                    "implementations apply it; kvlab will not guess (set it to 1.0)");
+  }
+  moe.normalize_top_k = norm;
+  moe.routed_scale = norm ? 1.0 : scale;
+}
+
+HfModel deepseek_family(const json& config, const Architecture& arch, const std::string& source) {
+  const bool v3 = arch.model_type == "deepseek_v3";
+  for (const auto& [key, value] : config.items()) {
+    if (!listed(key, kApplied) && !listed(key, kInert) && !listed(key, kDeepseekApplied) &&
+        !listed(key, kDeepseekInert)) {
+      throw SpecError(key, "is not a field kvlab understands for " + std::string(arch.name) +
+                               " (an unknown field could change the model; remove it if it "
+                               "does not)");
+    }
+  }
+  if (!present(config, "model_type") || config.at("model_type") != arch.model_type) {
+    throw SpecError("model_type", "expected \"" + std::string(arch.model_type) + "\" for " +
+                                      std::string(arch.name) + ", got " +
+                                      json_excerpt(config.value("model_type", json())));
+  }
+  if (!present(config, "kv_lora_rank")) {
+    throw SpecError("kv_lora_rank", "missing: " + std::string(arch.name) + " is MLA");
+  }
+  if (present(config, "hidden_act") && config.at("hidden_act") != "silu") {
+    throw SpecError("hidden_act", json_excerpt(config.at("hidden_act")) +
+                                      " (kvlab's gated MLP is SiLU: \"silu\")");
+  }
+  if (bool_or(config, "attention_bias", false) || bool_or(config, "mlp_bias", false)) {
+    throw SpecError("attention_bias", "DeepSeek's projections carry no bias");
+  }
+  if (present(config, "pretraining_tp") && config.at("pretraining_tp") != 1) {
+    throw SpecError("pretraining_tp", "must be 1 (sliced projections are not implemented)");
+  }
+  if (!bool_or(config, "rope_interleave", true)) {
+    throw SpecError("rope_interleave",
+                    "false (rotate-half RoPE rows) is not a layout DeepSeek publishes; kvlab reads "
+                    "the interleaved one");
+  }
+  Preset preset = hf_preset(config, source);
+  ModelShape shape = preset.shape;
+  if (present(config, "rms_norm_eps")) {
+    const json& eps = config.at("rms_norm_eps");
+    if (!eps.is_number())
+      throw SpecError("rms_norm_eps", "expected a number, got " + json_excerpt(eps));
+    shape.norm_eps = eps.get<double>();
+  }
+  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
+  shape.rope_scaling = read_hf_rope_scaling(config, shape.max_context, /*deepseek=*/true);
+  if (shape.moe.enabled()) read_router(config, v3, shape.moe);
+  std::string attn = preset.attn;
+  DType cache_dtype = DType::kBf16;
+  if (present(config, "kvlab") && config.at("kvlab").is_object() &&
+      config.at("kvlab").contains("cache_dtype") &&
+      config.at("kvlab").at("cache_dtype").is_string()) {
+    cache_dtype = parse_dtype(config.at("kvlab").at("cache_dtype").get<std::string>());
+  }
+  HfModel out{std::string(arch.name), ModelConfig::make(shape, attn, cache_dtype)};
+  out.interleaved_rope = true;
+  return out;
 }
 
 }  // namespace
@@ -220,12 +332,8 @@ HfModel hf_model_from_config(const json& config, const std::string& source) {
       return {name,
               model_config_from_json(config.at("kvlab").at("config"), source + " (kvlab.config)")};
     }
-    for (const auto& [other, missing] : kNotYet) {
-      if (other == name) {
-        throw SpecError("architectures",
-                        "'" + name + "' is not loaded yet (" + std::string(missing) +
-                            " are not implemented); kvlab loads " + supported_list());
-      }
+    for (const Architecture& arch : kDeepseekFamily) {
+      if (arch.name == name) return deepseek_family(config, arch, source);
     }
     throw SpecError(
         "architectures",
@@ -242,9 +350,26 @@ std::string hf_architecture_for(const ModelConfig& config) {
                         a.variant == AttnVariant::kMqa;
   const bool llama_blocks = s.kind == ModelKind::kDecoder && s.norm == NormKind::kRmsNorm &&
                             s.mlp_kind == MlpKind::kSwiglu && s.pos == PosScheme::kRope &&
-                            !s.moe.enabled() && s.head_dim % 2 == 0;
-  if (standard && llama_blocks && !a.k_norm && s.bias == BiasKind::kNone) return "LlamaForCausalLM";
-  if (standard && llama_blocks && !a.k_norm && s.bias == BiasKind::kQkv) return "Qwen2ForCausalLM";
+                            !s.moe.enabled() && s.head_dim % 2 == 0 &&
+                            s.rope_scaling.score_mscale == 0;
+  if (standard && llama_blocks && !a.qk_norm && s.bias == BiasKind::kNone)
+    return "LlamaForCausalLM";
+  if (standard && llama_blocks && !a.qk_norm && s.bias == BiasKind::kQkv) return "Qwen2ForCausalLM";
+  if (standard && llama_blocks && a.qk_norm && s.bias == BiasKind::kNone) return "Qwen3ForCausalLM";
+  const bool deepseek_blocks = s.kind == ModelKind::kDecoder && s.norm == NormKind::kRmsNorm &&
+                               s.mlp_kind == MlpKind::kSwiglu && s.pos == PosScheme::kRope &&
+                               s.bias == BiasKind::kNone && a.variant == AttnVariant::kMla;
+  if (deepseek_blocks) {
+    const MoeShape& m = s.moe;
+    const bool v2_router =
+        !m.enabled() ||
+        (m.scoring == MoeScoring::kSoftmax && !m.score_correction &&
+         m.group_score == MoeGroupScore::kMax && (!m.normalize_top_k || m.routed_scale == 1.0));
+    const bool v3_router = m.enabled() && m.scoring == MoeScoring::kSigmoid && m.score_correction &&
+                           m.group_score == MoeGroupScore::kTopTwoSum;
+    if (v2_router) return "DeepseekV2ForCausalLM";
+    if (v3_router) return "DeepseekV3ForCausalLM";
+  }
   return std::string(kKvlabArchitecture);
 }
 
@@ -255,6 +380,52 @@ json hf_config_for(const ModelConfig& config) {
                             {"cache_dtype", std::string(dtype_name(config.attn.cache_dtype))},
                             {"version", kVersion},
                             {"config", model_config_to_json(config)}};
+  if (arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM") {
+    const AttentionSpec& a = config.attn;
+    const MoeShape& m = s.moe;
+    const bool v3 = arch == "DeepseekV3ForCausalLM";
+    json out = {{"architectures", {arch}},
+                {"model_type", v3 ? "deepseek_v3" : "deepseek_v2"},
+                {"hidden_size", s.d_model},
+                {"num_hidden_layers", s.n_layers},
+                {"num_attention_heads", s.n_heads},
+                {"num_key_value_heads", s.n_heads},
+                {"intermediate_size", s.mlp_width},
+                {"vocab_size", s.vocab_size},
+                {"max_position_embeddings", s.max_context},
+                {"rms_norm_eps", s.norm_eps},
+                {"rope_theta", s.rope_theta},
+                {"rope_scaling", hf_rope_scaling_json(s.rope_scaling, /*deepseek=*/true)},
+                {"tie_word_embeddings", s.tied_embeddings},
+                {"attention_bias", false},
+                {"hidden_act", "silu"},
+                {"kv_lora_rank", a.latent_dim},
+                {"q_lora_rank", a.q_latent_dim > 0 ? json(a.q_latent_dim) : json(nullptr)},
+                {"qk_rope_head_dim", a.rope_dim},
+                {"qk_nope_head_dim", a.nope_dim},
+                {"v_head_dim", a.value_dim},
+                {"torch_dtype", "float32"},
+                {"kvlab", kvlab_block}};
+    if (m.enabled()) {
+      out["n_routed_experts"] = m.n_routed_experts;
+      out["n_shared_experts"] = m.n_shared_experts;
+      out["num_experts_per_tok"] = m.experts_per_token;
+      out["moe_intermediate_size"] = m.expert_mlp_width;
+      out["first_k_dense_replace"] = m.n_dense_layers;
+      out["moe_layer_freq"] = 1;
+      out["n_group"] = m.n_expert_groups;
+      out["topk_group"] = m.groups_per_token;
+      out["scoring_func"] = v3 ? "sigmoid" : "softmax";
+      out["topk_method"] = v3                      ? "noaux_tc"
+                           : m.n_expert_groups > 1 ? "group_limited_greedy"
+                                                   : "greedy";
+      out["norm_topk_prob"] = m.normalize_top_k;
+      out["routed_scaling_factor"] = m.routed_scale;
+    } else {
+      out["n_routed_experts"] = nullptr;
+    }
+    return out;
+  }
   if (arch == kKvlabArchitecture) {
     return {{"architectures", {arch}},
             {"model_type", "kvlab"},
@@ -266,7 +437,9 @@ json hf_config_for(const ModelConfig& config) {
             {"torch_dtype", "float32"}};
   }
   return {{"architectures", {arch}},
-          {"model_type", arch == "Qwen2ForCausalLM" ? "qwen2" : "llama"},
+          {"model_type", arch == "Qwen2ForCausalLM"   ? "qwen2"
+                         : arch == "Qwen3ForCausalLM" ? "qwen3"
+                                                      : "llama"},
           {"hidden_size", s.d_model},
           {"num_hidden_layers", s.n_layers},
           {"num_attention_heads", s.n_heads},
@@ -277,7 +450,7 @@ json hf_config_for(const ModelConfig& config) {
           {"max_position_embeddings", s.max_context},
           {"rms_norm_eps", s.norm_eps},
           {"rope_theta", s.rope_theta},
-          {"rope_scaling", nullptr},
+          {"rope_scaling", hf_rope_scaling_json(s.rope_scaling, /*deepseek=*/false)},
           {"tie_word_embeddings", s.tied_embeddings},
           {"attention_bias", false},
           {"mlp_bias", false},

@@ -1,5 +1,6 @@
 #include "io/model_config_json.h"
 
+#include "io/hf_rope_scaling.h"
 #include "io/json_document.h"
 #include "spec/spec_error.h"
 
@@ -63,7 +64,17 @@ json model_config_to_json(const ModelConfig& config) {
                   {"shared_experts", s.moe.n_shared_experts},
                   {"experts_per_token", s.moe.experts_per_token},
                   {"expert_mlp", s.moe.expert_mlp_width},
-                  {"dense_layers", s.moe.n_dense_layers}}}};
+                  {"dense_layers", s.moe.n_dense_layers},
+                  {"scoring", std::string(moe_scoring_name(s.moe.scoring))},
+                  {"normalize_top_k", s.moe.normalize_top_k},
+                  {"routed_scale", s.moe.routed_scale},
+                  {"expert_groups", s.moe.n_expert_groups},
+                  {"groups_per_token", s.moe.groups_per_token},
+                  {"group_score", std::string(moe_group_score_name(s.moe.group_score))},
+                  {"score_correction", s.moe.score_correction}}}};
+  if (s.rope_scaling.kind != RopeScalingKind::kNone) {
+    model["rope_scaling"] = rope_scaling_to_json(s.rope_scaling);
+  }
   return {{"model", model},
           {"attn", config.attn.to_string()},
           {"cache_dtype", std::string(dtype_name(config.attn.cache_dtype))}};
@@ -96,6 +107,9 @@ ModelConfig model_config_from_json(const json& doc, const std::string& source) {
     const json& theta = field(m, "rope_theta", p);
     if (!theta.is_number()) throw SpecError("model.rope_theta", "expected a number");
     s.rope_theta = theta.get<double>();
+    if (m.contains("rope_scaling")) {  // absent in runs without scaling (and older ones)
+      s.rope_scaling = rope_scaling_from_json(m.at("rope_scaling"), "model.rope_scaling");
+    }
     s.image_size = int_field(m, "image_size", p);
     s.patch_size = int_field(m, "patch_size", p);
     s.image_channels = int_field(m, "channels", p);
@@ -107,6 +121,24 @@ ModelConfig model_config_from_json(const json& doc, const std::string& source) {
     s.moe.experts_per_token = int_field(moe, "experts_per_token", "model.moe.");
     s.moe.expert_mlp_width = int_field(moe, "expert_mlp", "model.moe.");
     s.moe.n_dense_layers = int_field(moe, "dense_layers", "model.moe.");
+    // Routing beyond softmax top-k (runs written before it was recorded used that).
+    const std::string q = "model.moe.";
+    if (moe.contains("scoring")) s.moe.scoring = parse_moe_scoring(string_field(moe, "scoring", q));
+    if (moe.contains("normalize_top_k"))
+      s.moe.normalize_top_k = bool_field(moe, "normalize_top_k", q);
+    if (moe.contains("routed_scale")) {
+      if (!moe.at("routed_scale").is_number()) {
+        throw SpecError(q + "routed_scale", "expected a number");
+      }
+      s.moe.routed_scale = moe.at("routed_scale").get<double>();
+    }
+    if (moe.contains("expert_groups")) s.moe.n_expert_groups = int_field(moe, "expert_groups", q);
+    if (moe.contains("groups_per_token"))
+      s.moe.groups_per_token = int_field(moe, "groups_per_token", q);
+    if (moe.contains("group_score"))
+      s.moe.group_score = parse_moe_group_score(string_field(moe, "group_score", q));
+    if (moe.contains("score_correction"))
+      s.moe.score_correction = bool_field(moe, "score_correction", q);
     return ModelConfig::make(s, string_field(doc, "attn", ""),
                              parse_dtype(string_field(doc, "cache_dtype", "")));
   } catch (const SpecError& e) {

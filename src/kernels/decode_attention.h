@@ -5,6 +5,7 @@
 #include <string>
 
 #include "spec/dtype.h"
+#include "spec/rope_scaling.h"
 
 namespace kvlab {
 
@@ -61,6 +62,7 @@ struct DecodeParams {
   // one-stream with RoPE on read: cached row j becomes RoPE_j(RMSNorm(c_j)) as a key
   bool rope_on_read = false;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   const float* norm_weight = nullptr;  // [key_width]: RMS-normalise keys on read, or nullptr
   float norm_eps = 1e-5f;
   // gva with dr=0 (needs rope_on_read): there is no key row to read. Each head rebuilds its

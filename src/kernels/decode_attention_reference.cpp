@@ -153,14 +153,14 @@ void decode_attention_reference(const DecodeParams& p) {
             }
           }
           const int64_t half = p.key_width / 2;
+          const double a = p.rope_scaling.attention_factor;
           for (int64_t i = 0; i < half; ++i) {
-            const double angle =
-                static_cast<double>(j) * rope_frequency(i, p.key_width, p.rope_theta);
+            const double angle = static_cast<double>(j) *
+                                 rope_frequency(i, p.key_width, p.rope_theta, p.rope_scaling);
+            const double cos = a * std::cos(angle), sin = a * std::sin(angle);
             const double x1 = key[static_cast<size_t>(i)], x2 = key[static_cast<size_t>(i + half)];
-            key[static_cast<size_t>(i)] =
-                static_cast<float>(x1 * std::cos(angle) - x2 * std::sin(angle));
-            key[static_cast<size_t>(i + half)] =
-                static_cast<float>(x2 * std::cos(angle) + x1 * std::sin(angle));
+            key[static_cast<size_t>(i)] = static_cast<float>(x1 * cos - x2 * sin);
+            key[static_cast<size_t>(i + half)] = static_cast<float>(x2 * cos + x1 * sin);
           }
         }
         if (bf16 && p.rope_on_read) {  // the rotated key, rounded as the kernel rounds it

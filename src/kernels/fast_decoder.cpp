@@ -129,19 +129,21 @@ void FastDecoder::run(const MatVecParams& params) {
   }
 }
 
-void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta) {
-  if (width != rope_width_ || theta != rope_theta_) rope_positions_ = 0;
+void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta,
+                               const RopeScaling& scaling) {
+  if (width != rope_width_ || theta != rope_theta_ || scaling != rope_scaling_) rope_positions_ = 0;
   if (tokens <= rope_positions_) return;
   const int64_t positions = std::max<int64_t>(tokens, 2 * rope_positions_);
   HugePageFloats table(positions * width);
   std::copy(rope_table_.data(), rope_table_.data() + rope_positions_ * width, table.data());
   for (int64_t j = rope_positions_; j < positions; ++j) {
-    rope_row(j, width, theta, table.data() + j * width);
+    rope_row(j, width, theta, scaling, table.data() + j * width);
   }
   rope_table_ = std::move(table);
   rope_positions_ = positions;
   rope_width_ = width;
   rope_theta_ = theta;
+  rope_scaling_ = scaling;
 }
 
 void FastDecoder::run(const DecodeParams& params) {
@@ -155,7 +157,7 @@ void FastDecoder::run(const DecodeParams& params) {
       const int64_t pages = params.pages.indptr[b + 1] - params.pages.indptr[b];
       tokens = std::max<int64_t>(tokens, pages * params.pages.page_size);
     }
-    prepare_rope(tokens, params.key_width, params.rope_theta);
+    prepare_rope(tokens, params.key_width, params.rope_theta, params.rope_scaling);
   }
   if (effective_precision(params) == AttnPrecision::kBf16) {
     if (!supports_bf16_precision()) {

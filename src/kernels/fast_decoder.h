@@ -67,7 +67,7 @@ class FastDecoder {
   void run(const MatVecParams& params);
   // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
   // that calls this once with its longest context never grows it between steps.
-  void prepare_rope(int64_t tokens, int64_t width, double theta);
+  void prepare_rope(int64_t tokens, int64_t width, double theta, const RopeScaling& scaling);
   CpuIsa isa() const { return isa_; }
   // Whether run() computes AttnPrecision::kBf16 (AVX-512 BF16, or the scalar reference);
   // elsewhere such a call throws std::invalid_argument.
@@ -85,6 +85,7 @@ class FastDecoder {
   int64_t rope_positions_ = 0;
   int64_t rope_width_ = 0;
   double rope_theta_ = 0;
+  RopeScaling rope_scaling_;
 };
 
 // The SIMD kernels: one source (decode_attention_simd.inc) built for AVX2+FMA+F16C and for

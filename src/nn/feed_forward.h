@@ -27,16 +27,22 @@ class DenseMlpImpl : public FeedForwardImpl {
   Linear down_proj{nullptr};
 };
 
+// Hugging Face's DeepSeek layout: gate (the router, with V3's e_score_correction_bias),
+// experts.{e}, and shared_experts as one MLP of n_shared · expert width (the sum of n_shared
+// MLPs is one MLP of their concatenated rows).
 class MoeMlpImpl : public FeedForwardImpl {
  public:
   MoeMlpImpl(const ModelShape& shape, const torch::TensorOptions& options);
-  // Top-k routing over softmax router scores; each expert runs on its tokens only.
+  // Routes every token as MoeShape says; each expert runs on its tokens only.
   torch::Tensor forward(const torch::Tensor& x) override;
+  // The routing alone: chosen experts [N, k] and their weights [N, k] for tokens [N, D].
+  std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& tokens);
 
-  int64_t experts_per_token;
-  Linear gate{nullptr};  // router: D -> n_routed_experts, no bias
+  MoeShape moe;
+  Linear gate{nullptr};            // router: D -> n_routed_experts, no bias
+  torch::Tensor score_correction;  // [n_routed_experts], not trained; or undefined
   torch::nn::ModuleList experts;
-  torch::nn::ModuleList shared_experts;
+  std::shared_ptr<DenseMlpImpl> shared_experts;  // or nullptr
 };
 
 std::shared_ptr<FeedForwardImpl> make_feed_forward(const ModelShape& shape, int64_t layer,

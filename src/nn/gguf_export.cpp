@@ -1,6 +1,7 @@
 #include "nn/gguf_export.h"
 
 #include "io/hf_model_config.h"
+#include "kernels/rope.h"
 #include "spec/spec_error.h"
 #include "tokenizer/byte_level.h"
 
@@ -75,6 +76,15 @@ GgufWriter gguf_for(const TransformerModelImpl& model, GgmlType type) {
   w.add("llama.rope.dimension_count", u32(s.head_dim));
   w.add("llama.rope.freq_base", static_cast<float>(s.rope_theta));
   w.add("llama.attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
+  if (s.rope_scaling.kind == RopeScalingKind::kYarn) {
+    throw SpecError("format",
+                    "GGUF export does not write yarn RoPE scaling (llama.cpp derives its yarn "
+                    "ramp and attention factor its own way); --format hf keeps it exactly");
+  }
+  if (s.rope_scaling.kind == RopeScalingKind::kLinear) {
+    w.add("llama.rope.scaling.type", std::string("linear"));
+    w.add("llama.rope.scaling.factor", static_cast<float>(s.rope_scaling.factor));
+  }
   const tok::ByteLevelAlphabet alphabet;
   std::vector<std::string> tokens;
   for (int b = 0; b < 256; ++b)
@@ -88,6 +98,17 @@ GgufWriter gguf_for(const TransformerModelImpl& model, GgmlType type) {
 
   const auto& trunk = *model.model;
   add(w, "token_embd.weight", trunk.embed_tokens, type);
+  if (s.rope_scaling.kind == RopeScalingKind::kLlama3) {
+    // llama.cpp divides pair i's frequency by rope_freqs[i] (its convert script writes llama3
+    // scaling this way)
+    std::vector<float> divisors;
+    for (int64_t i = 0; i < s.head_dim / 2; ++i) {
+      divisors.push_back(
+          static_cast<float>(rope_frequency(i, s.head_dim, s.rope_theta, RopeScaling{}) /
+                             rope_frequency(i, s.head_dim, s.rope_theta, s.rope_scaling)));
+    }
+    add(w, "rope_freqs.weight", torch::tensor(divisors), GgmlType::kF32);
+  }
   int64_t i = 0;
   for (const auto& layer : *trunk.layers) {
     const std::string p = "blk." + std::to_string(i++) + ".";

@@ -13,28 +13,28 @@ GlaAttentionImpl::GlaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
       register_module("q_proj", Linear(D, H * (spec.nope_dim + spec.rope_dim), in_bias, options));
   kv_a_proj = register_module("kv_a_proj",
                               Linear(D, C * (spec.latent_dim + spec.rope_dim), in_bias, options));
-  kv_a_layernorm = register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options));
+  kv_a_layernorm =
+      register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options, spec.norm_eps));
   kv_b_proj = register_module(
       "kv_b_proj",
       Linear(spec.latent_dim, H * (spec.nope_dim + spec.value_dim), all_bias, options));
   o_proj = register_module("o_proj", Linear(H * spec.value_dim, D, all_bias, options));
 }
 
-double GlaAttentionImpl::scale() const {
-  return 1.0 / std::sqrt(static_cast<double>(spec_.nope_dim + spec_.rope_dim));
-}
+double GlaAttentionImpl::scale() const { return spec_.softmax_scale(); }
 
 GlaAttentionImpl::Query GlaAttentionImpl::project_query(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor q = split_heads(q_proj(x), spec_.n_heads);  // [B, T, H, d_n + d_r]
   return {q.narrow(-1, 0, spec_.nope_dim),
-          apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta)};
+          apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta,
+                     spec_.rope_scaling)};
 }
 
 torch::Tensor GlaAttentionImpl::latent_rows(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor kv_a = split_heads(kv_a_proj(x), spec_.n_groups);  // [B, T, C, d_c + d_r]
   const torch::Tensor c = kv_a_layernorm(kv_a.narrow(-1, 0, spec_.latent_dim));
-  const torch::Tensor k_rope =
-      apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim), start_pos, spec_.rope_theta);
+  const torch::Tensor k_rope = apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim),
+                                          start_pos, spec_.rope_theta, spec_.rope_scaling);
   return torch::cat({c, k_rope}, -1);
 }
 

@@ -16,7 +16,8 @@ GvaAttentionImpl::GvaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
     r_proj = register_module("r_proj", Linear(D, spec.rope_dim, in_bias, options));
   }
   if (spec.q_norm)
-    q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, spec.nope_dim, options));
+    q_norm =
+        register_module("q_norm", Norm(NormKind::kRmsNorm, spec.nope_dim, options, spec.norm_eps));
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
   if (spec.family() == AttnFamily::kGva) {  // gta: M_h is the fixed selection, not a parameter
     key_maps = register_parameter("key_maps", torch::empty({H, d, spec.nope_dim}, options));
@@ -44,9 +45,7 @@ void GvaAttentionImpl::reset_key_maps() {
   }
 }
 
-double GvaAttentionImpl::scale() const {
-  return 1.0 / std::sqrt(static_cast<double>(spec_.nope_dim + spec_.rope_dim));
-}
+double GvaAttentionImpl::scale() const { return spec_.softmax_scale(); }
 
 GvaAttentionImpl::Query GvaAttentionImpl::project_query(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor q = split_heads(q_proj(x), spec_.n_heads);  // [B, T, H, d_n + d_r]
@@ -54,10 +53,11 @@ GvaAttentionImpl::Query GvaAttentionImpl::project_query(const torch::Tensor& x, 
   out.nope = q.narrow(-1, 0, spec_.nope_dim);
   if (q_norm) out.nope = q_norm(out.nope);
   if (spec_.rope_dim > 0) {
-    out.rope =
-        apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta);
+    out.rope = apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta,
+                          spec_.rope_scaling);
   } else {
-    out.nope = apply_rope(out.nope, start_pos, spec_.rope_theta);  // full-width RoPE
+    out.nope =
+        apply_rope(out.nope, start_pos, spec_.rope_theta, spec_.rope_scaling);  // full-width RoPE
   }
   return out;
 }
@@ -91,7 +91,8 @@ torch::Tensor GvaAttentionImpl::attend_explicit(const Query& q, const torch::Ten
   const int64_t H = spec_.n_heads, G = spec_.n_groups;
   const int64_t tk = values.size(1);
   torch::Tensor k_nope = reconstruct_keys(values);  // [B, Tk, H, d_n]
-  if (spec_.rope_dim == 0) k_nope = apply_rope(k_nope, key_start, spec_.rope_theta);
+  if (spec_.rope_dim == 0)
+    k_nope = apply_rope(k_nope, key_start, spec_.rope_theta, spec_.rope_scaling);
   // each head its own key: [B, H, 1, Tq, d_n] · [B, H, 1, d_n, Tk]
   torch::Tensor scores =
       torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2));
@@ -108,13 +109,16 @@ torch::Tensor GvaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
   const Query q = project_query(x, start_pos);
   const torch::Tensor values = split_heads(v_proj(x), spec_.n_groups);  // [B, T, G, d_h]
   torch::Tensor k_rope;
-  if (r_proj) k_rope = apply_rope(r_proj(x).unsqueeze(2), start_pos, spec_.rope_theta);
+  if (r_proj)
+    k_rope = apply_rope(r_proj(x).unsqueeze(2), start_pos, spec_.rope_theta, spec_.rope_scaling);
   return attend_explicit(q, values, k_rope, /*key_start=*/start_pos, /*mask_offset=*/0);
 }
 
 std::vector<torch::Tensor> GvaAttentionImpl::cache_rows(const torch::Tensor& x, int64_t start_pos) {
   std::vector<torch::Tensor> rows = {split_heads(v_proj(x), spec_.n_groups)};
-  if (r_proj) rows.push_back(apply_rope(r_proj(x).unsqueeze(2), start_pos, spec_.rope_theta));
+  if (r_proj)
+    rows.push_back(
+        apply_rope(r_proj(x).unsqueeze(2), start_pos, spec_.rope_theta, spec_.rope_scaling));
   return rows;
 }
 
@@ -148,11 +152,12 @@ torch::Tensor GvaAttentionImpl::scores(const torch::Tensor& x, bool absorbed) {
             .flatten(1, 2);
   } else {
     torch::Tensor k_nope = reconstruct_keys(values);
-    if (spec_.rope_dim == 0) k_nope = apply_rope(k_nope, 0, spec_.rope_theta);
+    if (spec_.rope_dim == 0) k_nope = apply_rope(k_nope, 0, spec_.rope_theta, spec_.rope_scaling);
     s = torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2)).flatten(1, 2);
   }
   if (spec_.rope_dim > 0) {
-    const torch::Tensor k_rope = apply_rope(r_proj(x).unsqueeze(2), 0, spec_.rope_theta);
+    const torch::Tensor k_rope =
+        apply_rope(r_proj(x).unsqueeze(2), 0, spec_.rope_theta, spec_.rope_scaling);
     s = s +
         torch::matmul(group_queries(q.rope, G), group_keys(k_rope).transpose(-1, -2)).flatten(1, 2);
   }

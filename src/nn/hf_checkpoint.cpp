@@ -115,6 +115,47 @@ torch::Tensor view_of(const FolderTensors& folder, const FolderTensors::Location
                           torch::TensorOptions().dtype(type));
 }
 
+// DeepSeek stores each RoPE slice with pair i in rows (2i, 2i+1); kvlab with pair i in rows
+// (i, i + d_r/2). The rows [offset, offset + d_r) of every `block` rows of `weight` are
+// reordered from the first layout to the second (to_kvlab) or back.
+torch::Tensor reorder_rope_rows(const torch::Tensor& weight, int64_t block, int64_t offset,
+                                int64_t rope_dim, bool to_kvlab) {
+  std::vector<int64_t> order(static_cast<size_t>(rope_dim));
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    if (to_kvlab) {
+      order[static_cast<size_t>(i)] = 2 * i;
+      order[static_cast<size_t>(rope_dim / 2 + i)] = 2 * i + 1;
+    } else {
+      order[static_cast<size_t>(2 * i)] = i;
+      order[static_cast<size_t>(2 * i + 1)] = rope_dim / 2 + i;
+    }
+  }
+  const torch::Tensor blocks = weight.view({-1, block, weight.size(-1)});  // [n, block, in]
+  torch::Tensor out = blocks.clone();
+  out.narrow(1, offset, rope_dim)
+      .copy_(blocks.narrow(1, offset, rope_dim).index_select(1, torch::tensor(order)));
+  return out.view_as(weight);
+}
+
+// The MLA tensors whose rows hold RoPE slices, by their name's ending: the query (per head,
+// after the d_n content rows) and kv_a_proj_with_mqa (after the d_c latent rows).
+torch::Tensor reorder_mla_rope(const std::string& name, const torch::Tensor& t,
+                               const AttentionSpec& spec, bool to_kvlab) {
+  const auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends_with("self_attn.q_proj.weight") || ends_with("self_attn.q_b_proj.weight")) {
+    return reorder_rope_rows(t, spec.nope_dim + spec.rope_dim, spec.nope_dim, spec.rope_dim,
+                             to_kvlab);
+  }
+  if (ends_with("self_attn.kv_a_proj_with_mqa.weight")) {
+    return reorder_rope_rows(t, spec.latent_dim + spec.rope_dim, spec.latent_dim, spec.rope_dim,
+                             to_kvlab);
+  }
+  return t;
+}
+
 void write_json(const std::string& path, const json& value) {
   write_file_atomic(path, value.dump(2) + "\n");
 }
@@ -160,8 +201,11 @@ TransformerModel load_hf_model(const std::string& dir, const json& config,
     throw SafetensorsError(what + ": wrong shapes: " + name_list(wrong_shape));
 
   torch::NoGradGuard no_grad;
-  for (const auto& [name, target] : targets)
-    target.copy_(view_of(folder, folder.tensors().at(name)));
+  for (const auto& [name, target] : targets) {
+    const torch::Tensor stored = view_of(folder, folder.tensors().at(name));
+    target.copy_(hf.interleaved_rope ? reorder_mla_rope(name, stored, hf.config.attn, true)
+                                     : stored);
+  }
   if (tied_copy) {
     const torch::Tensor head = view_of(folder, folder.tensors().at("lm_head.weight"));
     if (!head.to(model->model->embed_tokens.scalar_type()).equal(model->model->embed_tokens)) {
@@ -178,8 +222,11 @@ std::string save_hf_model(const TransformerModelImpl& model, const std::string& 
   fs::create_directories(dir);
   const json hf = hf_config_for(config);
   std::map<std::string, torch::Tensor> tensors;
+  const bool deepseek = hf_model_from_config(hf, "export").interleaved_rope;
   for (const auto& item : model.named_parameters()) {
-    tensors.emplace(file_tensor_name(item.key()), item.value());
+    const torch::Tensor t = item.value().detach();
+    tensors.emplace(file_tensor_name(item.key()),
+                    deepseek ? reorder_mla_rope(item.key(), t, config.attn, false) : t);
   }
   save_tensors(dir + "/model.safetensors", tensors);
   write_json(dir + "/generation_config.json", {{"do_sample", false}});

@@ -38,21 +38,23 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta) {
+torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta,
+                         const RopeScaling& scaling) {
   const int64_t seq = x.size(1);
   const int64_t half = x.size(-1) / 2;
   // [half]: the frequencies of kernels/rope.h, so the cached decode turns keys the same way
   std::vector<double> frequencies(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
-    frequencies[static_cast<size_t>(i)] = rope_frequency(i, 2 * half, theta);
+    frequencies[static_cast<size_t>(i)] = rope_frequency(i, 2 * half, theta, scaling);
   }
   const auto f64 = x.options().dtype(torch::kFloat64);
   const torch::Tensor inv_freq = torch::tensor(frequencies, f64);
   const torch::Tensor positions = torch::arange(start_pos, start_pos + seq, f64);
   // [1, T, 1, half]: angles in double precision, as rope_row computes them
   const torch::Tensor angles = torch::outer(positions, inv_freq).view({1, seq, 1, half});
-  const torch::Tensor cos = angles.cos().to(x.dtype());
-  const torch::Tensor sin = angles.sin().to(x.dtype());
+  const double a = scaling.attention_factor;
+  const torch::Tensor cos = (angles.cos() * a).to(x.dtype());
+  const torch::Tensor sin = (angles.sin() * a).to(x.dtype());
   const torch::Tensor x1 = x.narrow(-1, 0, half);
   const torch::Tensor x2 = x.narrow(-1, half, half);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);

@@ -36,8 +36,10 @@ class NormImpl : public torch::nn::Module {
 TORCH_MODULE(Norm);
 
 // RoPE in the GPT-NeoX / Hugging Face form: rotate the two halves of the last dimension.
-// x: [B, T, n, d] with d even; token t sits at position start_pos + t.
-torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta);
+// x: [B, T, n, d] with d even; token t sits at position start_pos + t. Frequencies and the
+// cos/sin factor are kernels/rope.h's, so the cached decode turns vectors the same way.
+torch::Tensor apply_rope(const torch::Tensor& x, int64_t start_pos, double theta,
+                         const RopeScaling& scaling);
 
 // Vaswani et al.'s fixed position features: [T, width], PE(t, 2i) = sin(t·10000^(-2i/width)),
 // PE(t, 2i+1) = cos(same angle), for positions start_pos .. start_pos + T - 1.

@@ -14,34 +14,35 @@ MlaAttentionImpl::MlaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
     q_proj = register_module("q_proj", Linear(D, q_width, in_bias, options));
   } else {
     q_a_proj = register_module("q_a_proj", Linear(D, spec.q_latent_dim, in_bias, options));
-    q_a_layernorm = register_module("q_a_layernorm", Norm(spec.norm, spec.q_latent_dim, options));
+    q_a_layernorm = register_module("q_a_layernorm",
+                                    Norm(spec.norm, spec.q_latent_dim, options, spec.norm_eps));
     q_b_proj = register_module("q_b_proj", Linear(spec.q_latent_dim, q_width, all_bias, options));
   }
   kv_a_proj_with_mqa = register_module(
       "kv_a_proj_with_mqa", Linear(D, spec.latent_dim + spec.rope_dim, in_bias, options));
-  kv_a_layernorm = register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options));
+  kv_a_layernorm =
+      register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options, spec.norm_eps));
   kv_b_proj = register_module(
       "kv_b_proj",
       Linear(spec.latent_dim, H * (spec.nope_dim + spec.value_dim), all_bias, options));
   o_proj = register_module("o_proj", Linear(H * spec.value_dim, D, all_bias, options));
 }
 
-double MlaAttentionImpl::scale() const {
-  return 1.0 / std::sqrt(static_cast<double>(spec_.nope_dim + spec_.rope_dim));
-}
+double MlaAttentionImpl::scale() const { return spec_.softmax_scale(); }
 
 MlaAttentionImpl::Query MlaAttentionImpl::project_query(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor q_flat = q_proj ? q_proj(x) : q_b_proj(q_a_layernorm(q_a_proj(x)));
   const torch::Tensor q = split_heads(q_flat, spec_.n_heads);  // [B, T, H, d_n + d_r]
   return {q.narrow(-1, 0, spec_.nope_dim),
-          apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta)};
+          apply_rope(q.narrow(-1, spec_.nope_dim, spec_.rope_dim), start_pos, spec_.rope_theta,
+                     spec_.rope_scaling)};
 }
 
 std::vector<torch::Tensor> MlaAttentionImpl::latent(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor kv_a = kv_a_proj_with_mqa(x).unsqueeze(2);  // [B, T, 1, d_c + d_r]
   const torch::Tensor c = kv_a_layernorm(kv_a.narrow(-1, 0, spec_.latent_dim));
-  const torch::Tensor k_rope =
-      apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim), start_pos, spec_.rope_theta);
+  const torch::Tensor k_rope = apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim),
+                                          start_pos, spec_.rope_theta, spec_.rope_scaling);
   return {c, k_rope};
 }
 

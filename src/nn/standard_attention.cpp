@@ -31,7 +31,12 @@ StandardAttentionImpl::StandardAttentionImpl(const AttentionSpec& spec,
     v_proj = linear("v_proj", G * d);
   }
   o_proj = register_module("o_proj", Linear(H * d, D, all_bias, options));
-  if (spec.k_norm) k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, d, options));
+  if (spec.k_norm || spec.qk_norm) {
+    k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, d, options, spec.norm_eps));
+  }
+  if (spec.qk_norm) {
+    q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, d, options, spec.norm_eps));
+  }
   if (is_plus()) {
     const int64_t m = spec.bias_channels;
     const double bound = 1.0 / std::sqrt(static_cast<double>(m));
@@ -49,13 +54,16 @@ torch::Tensor StandardAttentionImpl::project_query(const torch::Tensor& x) {
   const int64_t H = spec_.n_heads;
   if (qk_proj) return split_heads(qk_proj(x), H);
   if (qkv_proj) return split_heads(qkv_proj(x), H);
-  return split_heads(q_proj(x), H);
+  const torch::Tensor q = split_heads(q_proj(x), H);  // [B, T, H, d]
+  return q_norm ? q_norm(q) : q;
 }
 
 torch::Tensor StandardAttentionImpl::keys_from_content(const torch::Tensor& content,
                                                        int64_t start_pos) {
   torch::Tensor k = spec_.k_norm ? k_norm->forward(content) : content;
-  return spec_.pos == PosScheme::kRope ? apply_rope(k, start_pos, spec_.rope_theta) : k;
+  return spec_.pos == PosScheme::kRope
+             ? apply_rope(k, start_pos, spec_.rope_theta, spec_.rope_scaling)
+             : k;
 }
 
 StandardAttentionImpl::Streams StandardAttentionImpl::project(const torch::Tensor& x,
@@ -64,10 +72,11 @@ StandardAttentionImpl::Streams StandardAttentionImpl::project(const torch::Tenso
   const bool rope = spec_.pos == PosScheme::kRope;
   Streams s;
   const torch::Tensor q = project_query(x);  // [B, T, H, d]
-  s.q = rope ? apply_rope(q, start_pos, spec_.rope_theta) : q;
-  if (k_proj) {  // two projections, two streams
-    s.k = split_heads(k_proj(x), G);
-    s.k = rope ? apply_rope(s.k, start_pos, spec_.rope_theta) : s.k;
+  s.q = rope ? apply_rope(q, start_pos, spec_.rope_theta, spec_.rope_scaling) : q;
+  if (k_proj) {                       // two projections, two streams
+    s.k = split_heads(k_proj(x), G);  // [B, T, G, d]
+    if (spec_.qk_norm) s.k = k_norm(s.k);
+    s.k = rope ? apply_rope(s.k, start_pos, spec_.rope_theta, spec_.rope_scaling) : s.k;
     s.v = split_heads(v_proj(x), G);
   } else if (qk_proj) {  // Q=K: the key is the query
     s.k = s.q;
@@ -83,7 +92,7 @@ StandardAttentionImpl::Streams StandardAttentionImpl::project(const torch::Tenso
 torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
                                             const torch::Tensor& v, int64_t mask_offset) {
   const int64_t G = spec_.n_groups;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(spec_.head_dim));
+  const double scale = spec_.softmax_scale();
   if (fused_attention_ && spec_.causal && !is_plus() && !keep_maps_ && mask_offset == 0 &&
       q.size(1) == k.size(1) && fused_causal_attention_supports(q)) {
     return o_proj(fused_causal_attention(q, k, v, scale).flatten(2));  // [B, T, H·d] -> [B, T, D]
@@ -109,7 +118,7 @@ torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch:
 torch::Tensor StandardAttentionImpl::scores(const torch::Tensor& x) {
   const Streams s = project(x, 0);
   const int64_t G = spec_.n_groups;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(spec_.head_dim));
+  const double scale = spec_.softmax_scale();
   const torch::Tensor grouped =
       torch::matmul(group_queries(s.q, G), group_keys(s.k).transpose(-1, -2)) * scale;
   return grouped.flatten(1, 2);
@@ -133,8 +142,9 @@ torch::Tensor StandardAttentionImpl::forward_from_cache(const torch::Tensor& x,
                                                         int64_t start_pos) {
   if (is_plus()) return AttentionImpl::forward_from_cache(x, rows, start_pos);
   const torch::Tensor q0 = project_query(x);
-  const torch::Tensor q =
-      spec_.pos == PosScheme::kRope ? apply_rope(q0, start_pos, spec_.rope_theta) : q0;
+  const torch::Tensor q = spec_.pos == PosScheme::kRope
+                              ? apply_rope(q0, start_pos, spec_.rope_theta, spec_.rope_scaling)
+                              : q0;
   if (spec_.shares_kv()) {
     const torch::Tensor& content = rows.at(0);  // [B, Tk, G, d]
     return attend(q, keys_from_content(content, 0), content, start_pos);
@@ -147,8 +157,10 @@ AttentionImpl::DecodeQuery StandardAttentionImpl::decode_query(const torch::Tens
   if (is_plus()) return AttentionImpl::decode_query(x, start_pos);
   const torch::Tensor q = project_query(x);
   DecodeQuery out;
-  out.q = spec_.pos == PosScheme::kRope ? apply_rope(q, start_pos, spec_.rope_theta) : q;
-  out.scale = 1.0 / std::sqrt(static_cast<double>(spec_.head_dim));
+  out.q = spec_.pos == PosScheme::kRope
+              ? apply_rope(q, start_pos, spec_.rope_theta, spec_.rope_scaling)
+              : q;
+  out.scale = spec_.softmax_scale();
   return out;
 }
 

@@ -33,7 +33,8 @@ class StandardAttentionImpl : public AttentionImpl {
   Linear kv_proj{nullptr};       // q-kv, q-gqa, q-mqa: D -> G·d, used as key and value
   Linear qkv_proj{nullptr};      // qkv1: D -> H·d, used as query, key and value
   Linear o_proj{nullptr};        // H·d -> D
-  Norm k_norm{nullptr};          // knorm: RMSNorm over d on the key side of C
+  Norm k_norm{nullptr};          // knorm: RMSNorm over d on the key side of C; qknorm: on k
+  Norm q_norm{nullptr};          // qknorm: RMSNorm over d on each query head, before RoPE
   torch::Tensor pos_mix_weight;  // "+": [H, m], the 1×1 conv over the 2-D positional channels
   torch::Tensor pos_mix_bias;    // "+": [H]
 

@@ -56,6 +56,7 @@ void require_unset(const AttentionSpec& s, std::initializer_list<std::string_vie
       {"init", s.m_init != GvaInit::kBaseline},
       {"qnorm", s.q_norm},
       {"knorm", s.k_norm},
+      {"qknorm", s.qk_norm},
   };
   for (const auto& field : fields) {
     bool owned = false;

@@ -1,6 +1,7 @@
 #include "spec/attention_spec.h"
 
 #include <charconv>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -165,7 +166,9 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
   spec.causal = model.causal();
   spec.bias = model.bias;
   spec.norm = model.norm;
+  spec.norm_eps = model.norm_eps;
   spec.rope_theta = model.rope_theta;
+  spec.rope_scaling = model.rope_scaling;
   spec.cache_dtype = cache_dtype;
   spec.pos = model.pos;
   spec.n_groups = info->groups == GroupRule::kOne       ? 1
@@ -202,7 +205,7 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (!seen.insert(std::string(key)).second) {
         throw SpecError(std::string(key), "option '" + std::string(key) + "' given twice");
       }
-      const bool is_flag = key == "qnorm" || key == "knorm";
+      const bool is_flag = key == "qnorm" || key == "knorm" || key == "qknorm";
       if (is_flag != (eq == item.npos)) {
         throw SpecError(
             std::string(key),
@@ -218,6 +221,7 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (key == "init") spec.m_init = parse_gva_init(value);
       if (key == "qnorm") spec.q_norm = true;
       if (key == "knorm") spec.k_norm = true;
+      if (key == "qknorm") spec.qk_norm = true;
       if (key == "hc") spec.n_groups = parse_count(key, value);
     }
   }
@@ -250,6 +254,10 @@ std::string AttentionSpec::to_string() const {
 }
 
 bool AttentionSpec::shares_kv() const { return spec_family(family()).shares_kv(*this); }
+
+double AttentionSpec::softmax_scale() const {
+  return rope_scaling.score_factor() / std::sqrt(static_cast<double>(qk_dim()));
+}
 
 int64_t AttentionSpec::qk_dim() const { return spec_family(family()).qk_dim(*this); }
 

@@ -71,7 +71,9 @@ struct AttentionSpec {
   bool causal = true;
   BiasKind bias = BiasKind::kNone;
   NormKind norm = NormKind::kRmsNorm;
+  double norm_eps = 1e-5;  // the attention's own norms (latent, q/k) use the model's epsilon
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   DType cache_dtype = DType::kBf16;
   // the variant's own widths
   int64_t n_groups = 0;       // G: cached K/V (or C) heads
@@ -84,10 +86,13 @@ struct AttentionSpec {
   PosScheme pos = PosScheme::kNone;
   bool q_norm = false;  // gva: learned RMSNorm on q^nope, per head
   bool k_norm = false;  // shared K=V with rope: K = RoPE(RMSNorm(C)), V = C (Lumma)
+  // mha/gqa/mqa: per-head RMSNorm over d_h of q and of k before RoPE (Qwen3's q_norm, k_norm);
+  // the cached keys are normalised and rotated
+  bool qk_norm = false;
   GvaInit m_init = GvaInit::kBaseline;
 
   // Text form (DESIGN.md, `kvlab cache --help`): "gqa:8", "q-gqa:4,knorm",
-  // "gva:8,dr=16,init=scale-matched,qnorm", "mla:dc=512,dr=64", "qk-v+:m=16", ...
+  // "gva:8,dr=16,init=scale-matched,qnorm", "gqa:8,qknorm", "mla:dc=512,dr=64", "qk-v+:m=16", ...
   // Throws SpecError naming the field, the value and the rule.
   static AttentionSpec parse(std::string_view text, const ModelShape& model, DType cache_dtype);
   // Canonical text: parse(to_string(), same model, same dtype) == *this.
@@ -95,8 +100,10 @@ struct AttentionSpec {
   void validate() const;
 
   AttnFamily family() const;
-  bool shares_kv() const;        // one projection (and one cached stream) is key and value
-  int64_t qk_dim() const;        // width of the q·k dot product; scores scale 1/sqrt(qk_dim)
+  bool shares_kv() const;  // one projection (and one cached stream) is key and value
+  int64_t qk_dim() const;  // width of the q·k dot product
+  // The softmax scale: 1/sqrt(qk_dim), times rope_scaling.score_factor() (DeepSeek's yarn).
+  double softmax_scale() const;
   int64_t attn_out_dim() const;  // width entering the output projection (H·d_h or H·d_v)
 
   CacheLayout cache_layout() const;

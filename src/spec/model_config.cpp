@@ -54,7 +54,9 @@ Exact ModelConfig::mlp_param_count(int64_t layer) const {
   };
   if (!is_moe_layer(s, layer)) return one_mlp(s.mlp_width);
   const Exact experts = Exact(s.moe.n_routed_experts) + s.moe.n_shared_experts;
-  return experts * one_mlp(s.moe.expert_mlp_width) + Exact(s.moe.n_routed_experts) * s.d_model;
+  const Exact router =
+      Exact(s.moe.n_routed_experts) * (s.d_model + (s.moe.score_correction ? 1 : 0));
+  return experts * one_mlp(s.moe.expert_mlp_width) + router;
 }
 
 Exact ModelConfig::embedding_param_count() const {

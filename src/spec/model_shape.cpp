@@ -129,6 +129,7 @@ void ModelShape::validate() const {
   if (pos == PosScheme::kRope && !(rope_theta > 0 && std::isfinite(rope_theta))) {
     throw SpecError("rope_theta", "must be a finite number > 0, got " + std::to_string(rope_theta));
   }
+  rope_scaling.validate();
   if (pos == PosScheme::kLearned && kind != ModelKind::kVit)
     require_positive("context", max_context);
   if (max_context < 0) throw SpecError("context", "must be >= 0");
@@ -143,6 +144,26 @@ void ModelShape::validate() const {
     if (moe.n_shared_experts < 0) throw SpecError("moe.n_shared_experts", "must be >= 0");
     if (moe.n_dense_layers < 0 || moe.n_dense_layers > n_layers) {
       throw SpecError("moe.n_dense_layers", "must be in [0, layers]");
+    }
+    if (!(std::isfinite(moe.routed_scale) && moe.routed_scale > 0)) {
+      throw SpecError("moe.routed_scale", "must be a finite number > 0");
+    }
+    require_positive("moe.expert_groups", moe.n_expert_groups);
+    if (moe.n_routed_experts % moe.n_expert_groups != 0) {
+      throw SpecError("moe.expert_groups", std::to_string(moe.n_routed_experts) +
+                                               " routed experts do not split into " +
+                                               std::to_string(moe.n_expert_groups) + " groups");
+    }
+    if (moe.groups_per_token < 1 || moe.groups_per_token > moe.n_expert_groups) {
+      throw SpecError("moe.groups_per_token", "must be in [1, expert_groups]");
+    }
+    const int64_t group_size = moe.n_routed_experts / moe.n_expert_groups;
+    if (moe.groups_per_token * group_size < moe.experts_per_token) {
+      throw SpecError("moe.groups_per_token",
+                      "the chosen groups hold fewer experts than experts_per_token");
+    }
+    if (moe.group_score == MoeGroupScore::kTopTwoSum && moe.n_expert_groups > 1 && group_size < 2) {
+      throw SpecError("moe.group_score", "top2-sum needs at least two experts per group");
     }
   }
   switch (kind) {
@@ -259,6 +280,40 @@ BiasKind parse_bias_kind(std::string_view text) {
     if (text == bias_kind_name(b)) return b;
   }
   throw SpecError("bias", "unknown bias '" + std::string(text) + "' (known: none, qkv, all)");
+}
+
+std::string_view moe_scoring_name(MoeScoring scoring) {
+  switch (scoring) {
+    case MoeScoring::kSoftmax:
+      return "softmax";
+    case MoeScoring::kSigmoid:
+      return "sigmoid";
+  }
+  return "?";
+}
+
+std::string_view moe_group_score_name(MoeGroupScore score) {
+  switch (score) {
+    case MoeGroupScore::kMax:
+      return "max";
+    case MoeGroupScore::kTopTwoSum:
+      return "top2-sum";
+  }
+  return "?";
+}
+
+MoeScoring parse_moe_scoring(std::string_view text) {
+  for (MoeScoring s : {MoeScoring::kSoftmax, MoeScoring::kSigmoid}) {
+    if (text == moe_scoring_name(s)) return s;
+  }
+  throw SpecError("moe.scoring", "unknown '" + std::string(text) + "' (known: softmax, sigmoid)");
+}
+
+MoeGroupScore parse_moe_group_score(std::string_view text) {
+  for (MoeGroupScore s : {MoeGroupScore::kMax, MoeGroupScore::kTopTwoSum}) {
+    if (text == moe_group_score_name(s)) return s;
+  }
+  throw SpecError("moe.group_score", "unknown '" + std::string(text) + "' (known: max, top2-sum)");
 }
 
 PosScheme parse_model_pos(std::string_view text) {

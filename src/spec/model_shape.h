@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "spec/rope_scaling.h"
+
 namespace kvlab {
 
 enum class ModelKind { kDecoder, kEncoder, kVit, kSet };
@@ -19,13 +21,31 @@ enum class BiasKind { kNone, kQkv, kAll };
 // (sets); bias2d: the 2-D positional score bias of the "+" variants.
 enum class PosScheme { kLearned, kSinusoidal, kRope, kDrope, kNone, kBias2d };
 
+// How the router turns its logits into per-expert scores.
+enum class MoeScoring { kSoftmax, kSigmoid };
+// How expert groups are ranked when routing is group-limited: by their best expert
+// (DeepSeek-V2's group_limited_greedy) or by the sum of their best two (V3's noaux_tc).
+enum class MoeGroupScore { kMax, kTopTwoSum };
+
 // Mixture-of-experts MLP (DeepSeek-V2/V3). n_routed_experts == 0 means a dense model.
+// Routing of one token: s = scoring(router logits); the choice ranks s (+ a learned
+// per-expert correction bias when score_correction: V3); with n_expert_groups > 1 only the
+// experts of the best groups_per_token groups compete; the k best are chosen, weighted by
+// their s (renormalised to sum 1 when normalize_top_k), times routed_scale. The shared
+// experts (one MLP of n_shared_experts · expert_mlp_width) always run.
 struct MoeShape {
   int64_t n_routed_experts = 0;
   int64_t n_shared_experts = 0;
   int64_t experts_per_token = 0;  // routed experts active per token
   int64_t expert_mlp_width = 0;   // intermediate width of one expert
   int64_t n_dense_layers = 0;     // first layers that keep the dense MLP
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  bool normalize_top_k = false;
+  double routed_scale = 1.0;
+  int64_t n_expert_groups = 1;
+  int64_t groups_per_token = 1;
+  MoeGroupScore group_score = MoeGroupScore::kMax;
+  bool score_correction = false;
 
   bool enabled() const { return n_routed_experts > 0; }
   bool operator==(const MoeShape&) const = default;
@@ -52,6 +72,7 @@ struct ModelShape {
   bool tied_embeddings = true;          // LM head (or per-token classifier) shares the embedding
   PosScheme pos = PosScheme::kLearned;  // the model's own: learned, sinusoidal, rope or none
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // rope: how the frequencies stretch past the pretrained context
   // vit: image side, square patches, channels; class-token pooling (else mean pooling)
   int64_t image_size = 0;
   int64_t patch_size = 0;
@@ -94,11 +115,15 @@ std::string_view mlp_kind_name(MlpKind kind);
 std::string_view norm_kind_name(NormKind kind);
 std::string_view bias_kind_name(BiasKind kind);
 std::string_view pos_scheme_name(PosScheme pos);
+std::string_view moe_scoring_name(MoeScoring scoring);       // softmax | sigmoid
+std::string_view moe_group_score_name(MoeGroupScore score);  // max | top2-sum
 // Parsers throw SpecError(field) with the known values in the message.
 ModelKind parse_model_kind(std::string_view text);
 MlpKind parse_mlp_kind(std::string_view text);
 NormKind parse_norm_kind(std::string_view text);
 BiasKind parse_bias_kind(std::string_view text);
 PosScheme parse_model_pos(std::string_view text);  // learned | sinusoidal | rope | none
+MoeScoring parse_moe_scoring(std::string_view text);
+MoeGroupScore parse_moe_group_score(std::string_view text);
 
 }  // namespace kvlab

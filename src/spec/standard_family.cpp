@@ -47,6 +47,7 @@ class StandardFamily final : public AttentionFamily {
     const StandardForm& f = form(spec);
     if (f.plus) return {"m"};
     if (f.shares_kv) return {"knorm"};
+    if (!f.queries_are_keys) return {"qknorm"};
     return {};
   }
 
@@ -63,13 +64,14 @@ class StandardFamily final : public AttentionFamily {
       items.push_back("m=" + num(spec.bias_channels));
     }
     if (spec.k_norm) items.push_back("knorm");
+    if (spec.qk_norm) items.push_back("qknorm");
     return items;
   }
 
   void validate(const AttentionSpec& spec) const override {
     const StandardForm& f = form(spec);
     const std::string id(attn_variant_id(spec.variant));
-    family_detail::require_unset(spec, {"m", "knorm"});
+    family_detail::require_unset(spec, {"m", "knorm", "qknorm"});
     if (f.plus) {
       require(!spec.causal, "attn",
               id + " adds a 2-D positional bias for non-causal models only (seed 003 §3.1); "
@@ -93,6 +95,11 @@ class StandardFamily final : public AttentionFamily {
               "K = RoPE(RMSNorm(C)) applies to the shared K=V layout with RoPE positions "
               "(q-kv, qkv1, q-gqa, q-mqa on a rope model); this model's positions are " +
                   std::string(pos_scheme_name(spec.pos)));
+    }
+    if (spec.qk_norm) {
+      require(!f.shares_kv && !f.queries_are_keys && !f.plus, "qknorm",
+              "per-head q and k norms apply to variants with their own key projection "
+              "(mha, gqa, mqa)");
     }
   }
 
@@ -125,7 +132,8 @@ class StandardFamily final : public AttentionFamily {
     Exact params = linear_params(D, H * d, in_bias) +
                    Exact(form(spec).group_projections) * linear_params(D, G * d, in_bias);
     if (form(spec).plus) params += Exact(H) * (spec.bias_channels + 1);  // 1×1 conv per head
-    if (spec.k_norm) params += d;  // RMSNorm weights on the cached rows
+    if (spec.k_norm) params += d;       // RMSNorm weights on the cached rows
+    if (spec.qk_norm) params += 2 * d;  // q and k RMSNorm weights, shared by the heads
     return params + linear_params(H * d, D, spec.bias == BiasKind::kAll);
   }
 

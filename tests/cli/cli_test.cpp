@@ -138,6 +138,11 @@ TEST(CliTest, ExportToHuggingFaceAndBack) {
   EXPECT_EQ(from_run.out.size(), 25u);  // 24 bytes and a newline
   // the folder's tokenizer decodes bytes that are not UTF-8 to U+FFFD, as transformers does
   EXPECT_EQ(kvlab::tok::utf8_with_replacement(from_run.out), from_hf.out);
+  // --timings: the same text, and the times on stderr (7 prompt bytes, 23 decode steps)
+  const RunResult timed = run_kvlab("generate --checkpoint " + dir + "/hf" + gen + " --timings");
+  EXPECT_EQ(timed.out, from_hf.out);
+  EXPECT_TRUE(contains(timed.err, "prompt 7 tokens") && contains(timed.err, "23 decode steps"))
+      << timed.err;
   // perplexity over a text file through the folder's tokenizer.json, sliding window
   const RunResult eval =
       run_kvlab("eval --checkpoint " + dir + "/hf --data " + dir +

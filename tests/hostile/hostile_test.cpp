@@ -739,6 +739,69 @@ std::vector<HostileCase> cases() {
       hf_folder_with("generation_config.json", "{}"));
   add("HfFolder_generate_bad_tokenizer", "generate --checkpoint {d}/hf --prompt x", "tokenizer",
       hf_folder_with("tokenizer.json", "[1, 2"));
+  // config.json errors come before any weight is read: the fixture's weights stay as they are
+  const auto llama_folder = [](json edit) {
+    json config = {{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"hidden_size", 64},
+                   {"intermediate_size", 96},
+                   {"num_attention_heads", 4},
+                   {"num_hidden_layers", 2},
+                   {"vocab_size", 256},
+                   {"max_position_embeddings", 128}};
+    config.update(edit);
+    return hf_folder_with("config.json", config.dump());
+  };
+  const auto deepseek_folder = [](json edit) {
+    json config = {{"architectures", {"DeepseekV2ForCausalLM"}},
+                   {"model_type", "deepseek_v2"},
+                   {"hidden_size", 64},
+                   {"intermediate_size", 96},
+                   {"num_attention_heads", 4},
+                   {"num_hidden_layers", 2},
+                   {"vocab_size", 256},
+                   {"max_position_embeddings", 128},
+                   {"kv_lora_rank", 16},
+                   {"qk_rope_head_dim", 8},
+                   {"qk_nope_head_dim", 8},
+                   {"v_head_dim", 8},
+                   {"n_routed_experts", 4},
+                   {"num_experts_per_tok", 2},
+                   {"moe_intermediate_size", 16},
+                   {"n_shared_experts", 1},
+                   {"first_k_dense_replace", 1}};
+    config.update(edit);
+    return hf_folder_with("config.json", config.dump());
+  };
+  add("HfFolder_rope_dynamic", hf_eval, "rope_scaling",
+      llama_folder({{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}));
+  add("HfFolder_rope_llama3_incomplete", hf_eval, "low_freq_factor",
+      llama_folder({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}));
+  add("HfFolder_rope_factor_below_one", hf_eval, "factor",
+      llama_folder({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.25}}}}));
+  add("HfFolder_rope_yarn_unknown_key", hf_eval, "rope_scaling.low_freq_factor",
+      llama_folder(
+          {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1}}}}));
+  add("HfFolder_qwen3_sliding_window_on", hf_eval, "use_sliding_window",
+      llama_folder({{"architectures", {"Qwen3ForCausalLM"}},
+                    {"model_type", "qwen3"},
+                    {"use_sliding_window", true}}));
+  add("HfFolder_deepseek_norm_and_scale", hf_eval, "routed_scaling_factor",
+      deepseek_folder({{"norm_topk_prob", true}, {"routed_scaling_factor", 16.0}}));
+  add("HfFolder_deepseek_v3_softmax", hf_eval, "scoring_func",
+      deepseek_folder({{"architectures", {"DeepseekV3ForCausalLM"}},
+                       {"model_type", "deepseek_v3"},
+                       {"scoring_func", "softmax"}}));
+  add("HfFolder_deepseek_topk_method", hf_eval, "topk_method",
+      deepseek_folder({{"topk_method", "random"}}));
+  add("HfFolder_deepseek_groups", hf_eval, "n_group",
+      deepseek_folder({{"topk_method", "group_limited_greedy"}, {"n_group", 3}}));
+  add("HfFolder_deepseek_fp8", hf_eval, "quantization_config",
+      deepseek_folder({{"quantization_config", {{"quant_method", "fp8"}}}}));
+  add("HfFolder_deepseek_biases", hf_eval, "attention_bias",
+      deepseek_folder({{"attention_bias", true}}));
+  add("HfFolder_deepseek_rope_layout", hf_eval, "rope_interleave",
+      deepseek_folder({{"rope_interleave", false}}));
   add("Export_out_exists", "export --checkpoint {ckpt} --out {d}/file", "out", file("file", "x"));
   add("Export_gguf_of_gpt2_blocks", "export --checkpoint {ckpt} --format gguf --out {d}/m.gguf",
       "format");

@@ -94,6 +94,83 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
   }
 }
 
+// RoPE scaling (stretched frequencies, the cos/sin factor, DeepSeek's softmax factor), Qwen3's
+// per-head q/k norms and DeepSeek-V2/V3 routers in the decode runtime (and the kernels that
+// rotate keys on read) against the full forward.
+TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithRopeScalingQkNormsAndRouters) {
+  RopeScaling linear, llama3, yarn, deepseek_yarn;
+  linear.kind = RopeScalingKind::kLinear;
+  linear.factor = 2;
+  llama3.kind = RopeScalingKind::kLlama3;
+  llama3.factor = 8;
+  llama3.original_context = 8;
+  yarn.kind = RopeScalingKind::kYarn;
+  yarn.factor = 4;
+  yarn.original_context = 8;
+  yarn.attention_factor = 1.2;
+  deepseek_yarn = yarn;
+  deepseek_yarn.attention_factor = 1.0;
+  deepseek_yarn.score_mscale = 0.9;
+  MoeShape dense, v2_groups, v3;
+  {
+    ModelShape s;
+    testing::add_moe(s, /*expert_width=*/8);
+    v2_groups = s.moe;  // softmax, best two of the best group, renormalised
+    v2_groups.n_expert_groups = 2;
+    v2_groups.normalize_top_k = true;
+    v3 = s.moe;  // sigmoid + correction bias, groups by their best two, renormalised, scaled
+    v3.scoring = MoeScoring::kSigmoid;
+    v3.score_correction = true;
+    v3.group_score = MoeGroupScore::kTopTwoSum;
+    v3.n_expert_groups = 2;
+    v3.normalize_top_k = true;
+    v3.routed_scale = 2.5;
+  }
+  struct Variant {
+    const char* attn;
+    RopeScaling scaling;
+    MoeShape moe;
+  };
+  const Variant variants[] = {
+      {"gqa:2,qknorm", linear, dense},
+      {"gqa:2,qknorm", llama3, v3},
+      {"mha", yarn, v2_groups},
+      {"mla:dc=12,dr=4,dq=10", deepseek_yarn, v3},
+      {"mla:dc=12,dr=4", llama3, v2_groups},
+      {"q-gqa:2,knorm", yarn, dense},
+      {"gva:2,dr=0", yarn, dense},
+      {"gla:hc=2", deepseek_yarn, dense},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(std::string(v.attn) + " " + std::string(rope_scaling_kind_name(v.scaling.kind)) +
+                 (v.moe.enabled() ? " moe " + std::string(moe_scoring_name(v.moe.scoring)) : ""));
+    ModelShape shape = small_shape(PosScheme::kRope);
+    testing::make_llama(shape);
+    shape.rope_scaling = v.scaling;
+    shape.moe = v.moe;
+    torch::manual_seed(43);
+    nn::TransformerModel model(ModelConfig::make(shape, v.attn, DType::kF32), torch::kFloat32);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->named_parameters()) {
+        // norms and the router's correction bias away from their initial 1 and 0
+        if (p.key().find("norm") != std::string::npos ||
+            p.key().find("e_score_correction_bias") != std::string::npos) {
+          p.value().uniform_(0.5, 1.5);
+        }
+      }
+    }
+    const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, 12});
+    const torch::Tensor full = model->forward(tokens).detach();  // [1, 12, V]
+    Generator gen(model, DType::kF32, 16, 1, 2);
+    const int32_t seq = gen.add_sequence();
+    for (int64_t t = 0; t < 12; ++t) {
+      const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
+      EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(DType::kF32)) << "token " << t;
+    }
+  }
+}
+
 TEST(GeneratorTest, RaggedBatchEqualsEachSequenceAlone) {
   torch::manual_seed(41);
   const ModelShape shape = small_shape(PosScheme::kRope);

@@ -128,7 +128,7 @@ TEST(GgufExportTest, ReorderedRowsUnderAdjacentRopeGiveTheSameScores) {
   const auto adjacent_rope = [&](torch::Tensor v, int64_t pos) {  // [heads·d]
     v = v.view({heads, d / 2, 2}).clone();
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double angle = static_cast<double>(pos) * rope_frequency(i, d, 10000.0);
+      const double angle = static_cast<double>(pos) * rope_frequency(i, d, 10000.0, RopeScaling{});
       const torch::Tensor a = v.select(2, 0).select(1, i).clone(),
                           b = v.select(2, 1).select(1, i).clone();
       v.select(2, 0).select(1, i).copy_(a * std::cos(angle) - b * std::sin(angle));
@@ -137,8 +137,10 @@ TEST(GgufExportTest, ReorderedRowsUnderAdjacentRopeGiveTheSameScores) {
     return v.view({heads, d});
   };
   const auto kvlab_scores = [&] {
-    const torch::Tensor q = apply_rope(torch::mv(wq, x).view({1, 1, heads, d}), p_q, 10000.0);
-    const torch::Tensor k = apply_rope(torch::mv(wk, x).view({1, 1, heads, d}), p_k, 10000.0);
+    const torch::Tensor q =
+        apply_rope(torch::mv(wq, x).view({1, 1, heads, d}), p_q, 10000.0, RopeScaling{});
+    const torch::Tensor k =
+        apply_rope(torch::mv(wk, x).view({1, 1, heads, d}), p_k, 10000.0, RopeScaling{});
     return (q * k).sum(-1).view({heads});
   }();
   const torch::Tensor q2 = adjacent_rope(torch::mv(to_adjacent_rope_rows(wq, heads), x), p_q);

@@ -17,6 +17,7 @@
 #include "io/hf_model_config.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
+#include "nn/mla_attention.h"
 #include "nn/nn_test_util.h"
 #include "spec/spec_error.h"
 #include "tokenizer/tokenizer.h"
@@ -75,7 +76,10 @@ TEST(HfCheckpointTest, ExportThenImportIsExact) {
       {"mha", true, BiasKind::kNone, "LlamaForCausalLM"},
       {"mqa", false, BiasKind::kQkv, "Qwen2ForCausalLM"},
       {"gva:2,dr=2,qnorm", false, BiasKind::kNone, "KvlabForCausalLM"},
-      {"mla:dc=12,dr=4,dq=10", false, BiasKind::kNone, "KvlabForCausalLM"},
+      {"mla:dc=12,dr=4,dq=10", false, BiasKind::kNone, "DeepseekV2ForCausalLM"},
+      {"mla:dc=12,dr=4", true, BiasKind::kNone, "DeepseekV2ForCausalLM"},
+      {"gqa:2,qknorm", false, BiasKind::kNone, "Qwen3ForCausalLM"},
+      {"mla:dc=12,dr=4", false, BiasKind::kAll, "KvlabForCausalLM"},
       {"q-gqa:2,knorm", true, BiasKind::kNone, "KvlabForCausalLM"},
   };
   for (const RoundTrip& c : cases) {
@@ -167,6 +171,136 @@ TEST(HfCheckpointTest, ShardedBf16FoldersLoadConvertedOnce) {
   }
 }
 
+// A DeepSeek-style model: MLA with a low-rank query, yarn with DeepSeek's softmax factor, a
+// dense first layer then a mixture of experts with V2's or V3's router.
+ModelShape deepseek_shape(bool v3) {
+  ModelShape s = byte_llama(false, BiasKind::kNone);
+  s.n_layers = 3;
+  s.rope_scaling.kind = RopeScalingKind::kYarn;
+  s.rope_scaling.factor = 4;
+  s.rope_scaling.original_context = 8;
+  s.rope_scaling.score_mscale = 0.8;
+  testing::add_moe(s, /*expert_width=*/8);
+  s.moe.n_shared_experts = 2;
+  s.moe.n_expert_groups = 2;
+  if (v3) {
+    s.moe.scoring = MoeScoring::kSigmoid;
+    s.moe.score_correction = true;
+    s.moe.group_score = MoeGroupScore::kTopTwoSum;
+    s.moe.normalize_top_k = true;
+    s.moe.routed_scale = 2.5;
+  } else {
+    s.moe.routed_scale = 16;
+  }
+  return s;
+}
+
+TEST(HfCheckpointTest, DeepseekStyleExportThenImportIsExact) {
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "V3" : "V2");
+    torch::manual_seed(9);
+    TransformerModel model(
+        ModelConfig::make(deepseek_shape(v3), "mla:dc=12,dr=4,dq=10", DType::kBf16),
+        torch::kFloat32);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->named_parameters()) {
+        if (p.key().find("e_score_correction_bias") != std::string::npos) p.value().uniform_(0, 1);
+      }
+    }
+    const std::string dir = temp_dir(v3 ? "deepseek_v3" : "deepseek_v2");
+    const std::string arch = v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM";
+    EXPECT_EQ(save_hf_model(*model, dir), arch);
+    json config = json::parse(read_file(dir + "/config.json", 1 << 20));
+    EXPECT_EQ(config.at("scoring_func"), v3 ? "sigmoid" : "softmax");
+    EXPECT_EQ(config.at("topk_method"), v3 ? "noaux_tc" : "group_limited_greedy");
+    EXPECT_EQ(config.at("rope_scaling").at("rope_type"), "yarn");
+    // DeepSeek's own fields describe the model fully: drop kvlab's block
+    config.erase("kvlab");
+    write_file_atomic(dir + "/config.json", config.dump());
+    // the file holds the shared experts as one MLP and the router's correction bias (V3)
+    const SafetensorsFile file = SafetensorsFile::read(dir + "/model.safetensors");
+    ASSERT_NE(file.find("model.layers.1.mlp.shared_experts.gate_proj.weight"), nullptr);
+    EXPECT_EQ(file.find("model.layers.1.mlp.shared_experts.gate_proj.weight")->shape,
+              (std::vector<int64_t>{16, 16}));
+    EXPECT_EQ(file.find("model.layers.1.mlp.gate.e_score_correction_bias") != nullptr, v3);
+
+    TransformerModel loaded = load_model(dir);
+    EXPECT_EQ(loaded->config().shape, model->config().shape);
+    EXPECT_EQ(loaded->config().attn.to_string(), model->config().attn.to_string());
+    const auto before = parameters(*model), after = parameters(*loaded);
+    ASSERT_EQ(before.size(), after.size());
+    for (const auto& [name, tensor] : before) {
+      EXPECT_TRUE(tensor.equal(after.at(name))) << name;  // the RoPE rows went out and back
+    }
+    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
+    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
+    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
+    EXPECT_EQ(greedy(model, prompt, 8), greedy(loaded, prompt, 8));
+    std::vector<int64_t> text;
+    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
+    EXPECT_EQ(evaluate_text(*model, text, 16, 8, 2).loss_nats,
+              evaluate_text(*loaded, text, 16, 8, 2).loss_nats);
+  }
+}
+
+// The interleaved RoPE layout, checked against DeepSeek's own form rather than kvlab's: from
+// the exported file's tensors, layer 0's scores are computed here with the RoPE slices rotated
+// as complex numbers over adjacent channel pairs (DeepSeek's apply_rotary_emb) and yarn's
+// frequencies, and must equal the imported model's scores.
+TEST(HfCheckpointTest, DeepseekInterleavedRopeMatchesComplexRotation) {
+  torch::manual_seed(10);
+  ModelShape shape = deepseek_shape(false);
+  shape.moe = MoeShape{};
+  TransformerModel model(ModelConfig::make(shape, "mla:dc=12,dr=6,dn=4,dv=5", DType::kBf16),
+                         torch::kFloat64);
+  const std::string dir = temp_dir("deepseek_rope");
+  ASSERT_EQ(save_hf_model(*model, dir), "DeepseekV2ForCausalLM");
+  const SafetensorsFile file = SafetensorsFile::read(dir + "/model.safetensors");
+  const auto tensor = [&](const std::string& name) {
+    const TensorInfo* info = file.find(name);
+    EXPECT_NE(info, nullptr) << name;
+    return torch::from_blob(const_cast<uint8_t*>(file.data(*info)), info->shape, torch::kFloat64)
+        .clone();
+  };
+  const int64_t H = 4, dn = 4, dr = 6, dc = 12, T = 7;
+  const torch::Tensor x = torch::randn({1, T, 16}, torch::kFloat64);
+  const torch::Tensor q =
+      torch::matmul(x, tensor("model.layers.0.self_attn.q_proj.weight").t()).view({T, H, dn + dr});
+  const torch::Tensor kv_a =
+      torch::matmul(x, tensor("model.layers.0.self_attn.kv_a_proj_with_mqa.weight").t())
+          .view({T, dc + dr});
+  const torch::Tensor c_raw = kv_a.narrow(-1, 0, dc);
+  const torch::Tensor c = c_raw * torch::rsqrt(c_raw.pow(2).mean(-1, true) + shape.norm_eps) *
+                          tensor("model.layers.0.self_attn.kv_a_layernorm.weight");
+  const torch::Tensor kv = torch::matmul(c, tensor("model.layers.0.self_attn.kv_b_proj.weight").t())
+                               .view({T, H, dn + 5});
+  // freqs_cis[t, i] = exp(i · t · f_i), f_i from yarn (the formula tested in rope_scaling_test)
+  std::vector<double> f;
+  for (int64_t i = 0; i < dr / 2; ++i)
+    f.push_back(shape.rope_scaling.frequency(i, dr, shape.rope_theta));
+  const torch::Tensor angles = torch::outer(torch::arange(T, torch::kFloat64),
+                                            torch::tensor(f, torch::kFloat64));  // [T, dr/2]
+  const torch::Tensor turn = torch::polar(torch::ones_like(angles), angles);
+  const auto rotate = [&](const torch::Tensor& v) {  // [T, n, dr], pairs (2i, 2i+1)
+    const torch::Tensor z = torch::view_as_complex(v.contiguous().view({T, -1, dr / 2, 2}));
+    return torch::view_as_real(z * turn.unsqueeze(1)).view({T, -1, dr});
+  };
+  const torch::Tensor q_rope = rotate(q.narrow(-1, dn, dr));                      // [T, H, dr]
+  const torch::Tensor k_rope = rotate(kv_a.narrow(-1, dc, dr).view({T, 1, dr}));  // [T, 1, dr]
+  const torch::Tensor scores =
+      (torch::einsum("thd,shd->hts", {q.narrow(-1, 0, dn), kv.narrow(-1, 0, dn)}) +
+       torch::einsum("thd,sd->hts", {q_rope, k_rope.squeeze(1)})) *
+      (shape.rope_scaling.score_factor() / std::sqrt(double(dn + dr)));  // [H, T, T]
+
+  TransformerModel loaded = load_model(dir, torch::kFloat64);
+  auto& attn = *std::dynamic_pointer_cast<MlaAttentionImpl>(
+      loaded->model->layers[0]->as<TransformerBlockImpl>()->self_attn);
+  const torch::Tensor ours = attn.scores(x, /*absorbed=*/false)[0];  // [H, T, T]
+  EXPECT_LT(testing::max_abs_diff(ours, scores), 1e-10);
+  EXPECT_LT(testing::max_abs_diff(attn.scores(x, /*absorbed=*/true)[0], scores), 1e-10);
+}
+
 std::string load_error(const std::string& dir) {
   try {
     load_model(dir);
@@ -193,18 +327,29 @@ TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {
     return message.find(part) != std::string::npos;
   };
   EXPECT_EQ(with([](json&) {}), "(loaded)");  // Llama's own fields suffice without the kvlab block
-  std::string e = with([](json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; });
-  EXPECT_TRUE(has(e, "architectures: ") && has(e, "'Qwen3ForCausalLM' is not loaded yet") &&
-              has(e, "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, KvlabForCausalLM"))
+  std::string e = with([](json& c) { c["architectures"] = {"GPTJForCausalLM"}; });
+  EXPECT_TRUE(has(e, "architectures: ") &&
+              has(e, "'GPTJForCausalLM' is not an architecture kvlab loads") &&
+              has(e,
+                  "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                  "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, KvlabForCausalLM"))
       << e;
-  e = with([](json& c) { c["architectures"] = {"GPTJForCausalLM"}; });
-  EXPECT_TRUE(has(e, "'GPTJForCausalLM' is not an architecture kvlab loads")) << e;
   e = with([](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
-  EXPECT_TRUE(has(
-      e, "rope_scaling: rope type 'llama3' is a known RoPE scaling that kvlab does not apply yet"))
-      << e;
+  EXPECT_TRUE(has(e, "rope_scaling.low_freq_factor: missing (required for llama3)")) << e;
+  e = with([](json& c) { c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; });
+  EXPECT_TRUE(has(e, "rope type 'dynamic' changes its frequencies")) << e;
   e = with([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
-  EXPECT_TRUE(has(e, "rope type 'linear'")) << e;
+  EXPECT_EQ(e, "(loaded)");
+  e = with([](json& c) {
+    c["architectures"] = {"Qwen3ForCausalLM"};
+    c["model_type"] = "qwen3";
+  });
+  EXPECT_TRUE(has(e, "missing tensors: model.layers.0.self_attn.k_norm.weight")) << e;
+  e = with([](json& c) {
+    c["architectures"] = {"DeepseekV2ForCausalLM"};
+    c["model_type"] = "deepseek_v2";
+  });
+  EXPECT_TRUE(has(e, "kv_lora_rank: missing: DeepseekV2ForCausalLM is MLA")) << e;
   e = with([](json& c) { c["rope_scaling"] = {{"type", "default"}}; });
   EXPECT_EQ(e, "(loaded)");
   e = with([](json& c) { c["quantization_config"] = json::object(); });

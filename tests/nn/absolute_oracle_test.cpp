@@ -30,7 +30,7 @@ TEST(AbsoluteOracleTest, RopeAtHandComputedPositions) {
   };
   const int64_t positions[3] = {0, 1, 5};
   for (int i = 0; i < 3; ++i) {
-    const torch::Tensor y = apply_rope(x, positions[i], 10000.0).flatten();
+    const torch::Tensor y = apply_rope(x, positions[i], 10000.0, RopeScaling{}).flatten();
     for (int c = 0; c < 4; ++c) {
       EXPECT_NEAR(y[c].item<double>(), expected[i][c], 1e-14) << "position " << positions[i];
     }

@@ -66,6 +66,44 @@ constexpr std::pair<const char*, const char*> kFileNames[] = {
     {"model.embed_positions", "model.embed_positions.weight"},
 };
 
+// Runs written before the shared experts became one MLP stored them as n MLPs
+// ("….mlp.shared_experts.{i}.gate_proj.weight"). Their sum is one MLP of the concatenated rows
+// (gate and up) and columns (down), with the down biases added; merged here in place.
+void merge_old_shared_experts(std::map<std::string, torch::Tensor>& source) {
+  const std::string marker = ".mlp.shared_experts.0.";
+  std::vector<std::string> prefixes;  // "model.layers.3.mlp.shared_experts."
+  for (const auto& [name, unused] : source) {
+    const size_t at = name.find(marker);
+    if (at != std::string::npos) {
+      const std::string prefix = name.substr(0, at) + ".mlp.shared_experts.";
+      if (prefixes.empty() || prefixes.back() != prefix) prefixes.push_back(prefix);
+    }
+  }
+  for (const std::string& prefix : prefixes) {
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      for (const char* kind : {"weight", "bias"}) {
+        std::vector<torch::Tensor> parts;
+        for (int i = 0;; ++i) {
+          const auto it = source.find(prefix + std::to_string(i) + "." + proj + "." + kind);
+          if (it == source.end()) break;
+          parts.push_back(it->second);
+          source.erase(it);
+        }
+        if (parts.empty()) continue;
+        const bool down = std::string(proj) == "down_proj";
+        torch::Tensor merged;
+        if (down && std::string(kind) == "bias") {
+          merged = parts[0];
+          for (size_t i = 1; i < parts.size(); ++i) merged = merged + parts[i];
+        } else {
+          merged = torch::cat(parts, down ? 1 : 0);
+        }
+        source.emplace(prefix + proj + "." + kind, merged);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 torch::ScalarType torch_dtype(StDtype t) {
@@ -198,6 +236,7 @@ TransformerModel load_model(const std::string& dir, const torch::TensorOptions& 
       source.erase(old);
     }
   }
+  merge_old_shared_experts(source);
   copy_by_name(source, targets, path);
   return model;
 }

@@ -292,6 +292,40 @@ TEST(CheckpointTest, RoundTripAndBrokenFiles) {
   EXPECT_THROW(nn::load_model(dir), SpecError);
 }
 
+// Runs written when the shared experts were separate MLPs ("shared_experts.{i}.…") load into
+// the one MLP of their concatenated rows: the same weights, bit for bit.
+TEST(CheckpointTest, OldSeparateSharedExpertsLoadMerged) {
+  ModelShape shape = tiny_encoder(8);
+  shape.kind = ModelKind::kDecoder;
+  shape.norm = NormKind::kRmsNorm;
+  shape.mlp_kind = MlpKind::kSwiglu;
+  shape.bias = BiasKind::kNone;
+  shape.pos = PosScheme::kRope;
+  shape.moe = MoeShape{4, 2, 2, 6, 0};
+  nn::TransformerModel model(ModelConfig::make(shape, "gqa:1", DType::kF32), torch::kFloat32);
+  const std::string dir = temp_dir("ckpt_shared_experts");
+  nn::save_model(*model, dir);
+  std::map<std::string, torch::Tensor> tensors = nn::load_tensors(dir + "/model.safetensors");
+  int split = 0;
+  for (int64_t layer = 0; layer < shape.n_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.shared_experts.";
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      auto node = tensors.extract(p + proj + ".weight");
+      ASSERT_FALSE(node.empty()) << p << proj;
+      const int64_t dim = std::string(proj) == "down_proj" ? 1 : 0;
+      const std::vector<torch::Tensor> halves = node.mapped().chunk(2, dim);
+      for (int i = 0; i < 2; ++i) {
+        tensors.emplace(p + std::to_string(i) + "." + proj + ".weight", halves[i].contiguous());
+      }
+      ++split;
+    }
+  }
+  EXPECT_EQ(split, 3 * shape.n_layers);
+  nn::save_tensors(dir + "/model.safetensors", tensors);
+  nn::TransformerModel loaded = nn::load_model(dir);
+  EXPECT_TRUE(bitwise_equal(params_of(*model), params_of(*loaded)));
+}
+
 }  // namespace
 }  // namespace kvlab::train
 

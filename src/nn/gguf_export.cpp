@@ -38,52 +38,63 @@ torch::Tensor from_adjacent_rope_rows(const torch::Tensor& weight, int64_t n_hea
 GgufWriter gguf_for(const TransformerModelImpl& model, GgmlType type) {
   const ModelConfig& config = model.config();
   const ModelShape& s = config.shape;
-  const std::string arch = hf_architecture_for(config);
-  if (arch != "LlamaForCausalLM") {
+  const std::string hf_arch = hf_architecture_for(config);
+  // llama.cpp's name for the architecture; llama rotates adjacent pairs (its RoPE "norm"
+  // type), qwen2 and qwen3 rotate halves as Hugging Face and kvlab do ("neox")
+  const std::string arch = hf_arch == "LlamaForCausalLM"   ? "llama"
+                           : hf_arch == "Qwen2ForCausalLM" ? "qwen2"
+                           : hf_arch == "Qwen3ForCausalLM" ? "qwen3"
+                                                           : "";
+  if (arch.empty()) {
     const std::string why =
         config.attn.variant == AttnVariant::kMla
             ? "MLA maps to llama.cpp's deepseek2, which kvlab does not write yet"
-        : arch == "Qwen2ForCausalLM"
-            ? "q/k/v biases map to llama.cpp's qwen2, which kvlab does not write yet"
             : "llama.cpp computes only the attention of the models it ships; '" +
                   config.attn.to_string() + "' with these blocks is not one of them";
-    throw SpecError("format", "GGUF export writes Llama-style decoders with mha/gqa/mqa (" + why +
-                                  "); --format hf writes every variant");
+    throw SpecError("format",
+                    "GGUF export writes Llama-style decoders with mha/gqa/mqa (llama, qwen2 with "
+                    "q/k/v biases, qwen3 with qknorm) (" +
+                        why + "); --format hf writes every variant");
   }
+  const bool adjacent_rope = arch == "llama";
   if (s.vocab_size != 256) {
     throw SpecError("format",
                     "GGUF export writes kvlab's byte vocabulary as the tokenizer; this "
                     "model has " +
                         std::to_string(s.vocab_size) + " tokens");
   }
-  const int64_t n_kv = config.attn.n_groups;
-  GgufWriter w;
-  w.add("general.architecture", std::string("llama"));
-  w.add("general.name", "kvlab " + config.attn.to_string());
-  w.add("general.alignment", GgufWriter::kAlignment);
-  w.add("general.file_type", uint32_t{type == GgmlType::kF32   ? 0u
-                                      : type == GgmlType::kF16 ? 1u
-                                                               : 32u});
-  w.add("llama.vocab_size", u32(s.vocab_size));
-  w.add("llama.context_length", u32(s.max_context));
-  w.add("llama.embedding_length", u32(s.d_model));
-  w.add("llama.block_count", u32(s.n_layers));
-  w.add("llama.feed_forward_length", u32(s.mlp_width));
-  w.add("llama.attention.head_count", u32(s.n_heads));
-  w.add("llama.attention.head_count_kv", u32(n_kv));
-  w.add("llama.attention.key_length", u32(s.head_dim));
-  w.add("llama.attention.value_length", u32(s.head_dim));
-  w.add("llama.rope.dimension_count", u32(s.head_dim));
-  w.add("llama.rope.freq_base", static_cast<float>(s.rope_theta));
-  w.add("llama.attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
   if (s.rope_scaling.kind == RopeScalingKind::kYarn) {
     throw SpecError("format",
                     "GGUF export does not write yarn RoPE scaling (llama.cpp derives its yarn "
                     "ramp and attention factor its own way); --format hf keeps it exactly");
   }
+  if (s.rope_scaling.kind == RopeScalingKind::kLlama3 && arch != "llama") {
+    throw SpecError("format", "llama.cpp reads llama3 RoPE scaling (rope_freqs) for llama only");
+  }
+  const int64_t n_kv = config.attn.n_groups;
+  const std::string k = arch + ".";
+  GgufWriter w;
+  w.add("general.architecture", arch);
+  w.add("general.name", "kvlab " + config.attn.to_string());
+  w.add("general.alignment", GgufWriter::kAlignment);
+  w.add("general.file_type", uint32_t{type == GgmlType::kF32   ? 0u
+                                      : type == GgmlType::kF16 ? 1u
+                                                               : 32u});
+  w.add(k + "vocab_size", u32(s.vocab_size));
+  w.add(k + "context_length", u32(s.max_context));
+  w.add(k + "embedding_length", u32(s.d_model));
+  w.add(k + "block_count", u32(s.n_layers));
+  w.add(k + "feed_forward_length", u32(s.mlp_width));
+  w.add(k + "attention.head_count", u32(s.n_heads));
+  w.add(k + "attention.head_count_kv", u32(n_kv));
+  w.add(k + "attention.key_length", u32(s.head_dim));
+  w.add(k + "attention.value_length", u32(s.head_dim));
+  w.add(k + "rope.dimension_count", u32(s.head_dim));
+  w.add(k + "rope.freq_base", static_cast<float>(s.rope_theta));
+  w.add(k + "attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
   if (s.rope_scaling.kind == RopeScalingKind::kLinear) {
-    w.add("llama.rope.scaling.type", std::string("linear"));
-    w.add("llama.rope.scaling.factor", static_cast<float>(s.rope_scaling.factor));
+    w.add(k + "rope.scaling.type", std::string("linear"));
+    w.add(k + "rope.scaling.factor", static_cast<float>(s.rope_scaling.factor));
   }
   const tok::ByteLevelAlphabet alphabet;
   std::vector<std::string> tokens;
@@ -115,10 +126,21 @@ GgufWriter gguf_for(const TransformerModelImpl& model, GgmlType type) {
     const auto params = layer->named_parameters();
     const auto at = [&](const std::string& name) { return params[name]; };
     add(w, p + "attn_norm.weight", at("input_layernorm.weight"), GgmlType::kF32);
-    add(w, p + "attn_q.weight", to_adjacent_rope_rows(at("self_attn.q_proj.weight"), s.n_heads),
-        type);
-    add(w, p + "attn_k.weight", to_adjacent_rope_rows(at("self_attn.k_proj.weight"), n_kv), type);
+    const auto rope_rows = [&](const torch::Tensor& t, int64_t heads) {
+      return adjacent_rope ? to_adjacent_rope_rows(t, heads) : t;
+    };
+    add(w, p + "attn_q.weight", rope_rows(at("self_attn.q_proj.weight"), s.n_heads), type);
+    add(w, p + "attn_k.weight", rope_rows(at("self_attn.k_proj.weight"), n_kv), type);
     add(w, p + "attn_v.weight", at("self_attn.v_proj.weight"), type);
+    if (s.bias == BiasKind::kQkv) {  // qwen2
+      add(w, p + "attn_q.bias", at("self_attn.q_proj.bias"), GgmlType::kF32);
+      add(w, p + "attn_k.bias", at("self_attn.k_proj.bias"), GgmlType::kF32);
+      add(w, p + "attn_v.bias", at("self_attn.v_proj.bias"), GgmlType::kF32);
+    }
+    if (config.attn.qk_norm) {  // qwen3
+      add(w, p + "attn_q_norm.weight", at("self_attn.q_norm.weight"), GgmlType::kF32);
+      add(w, p + "attn_k_norm.weight", at("self_attn.k_norm.weight"), GgmlType::kF32);
+    }
     add(w, p + "attn_output.weight", at("self_attn.o_proj.weight"), type);
     add(w, p + "ffn_norm.weight", at("post_attention_layernorm.weight"), GgmlType::kF32);
     add(w, p + "ffn_gate.weight", at("mlp.gate_proj.weight"), type);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -49,12 +50,32 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
   if (fs::exists(oracles / "UNAVAILABLE")) {
     GTEST_SKIP() << "GGUF oracle unavailable: " << read_bytes(oracles / "UNAVAILABLE");
   }
-  torch::manual_seed(5);
-  TransformerModel model(ModelConfig::make(byte_llama(), "gqa:2", DType::kBf16), torch::kFloat32);
+  // llama (plain and with llama3 scaling: rope_freqs), qwen2 (q/k/v biases), qwen3 (q/k norms)
+  ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
+  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
+  llama3.rope_scaling.factor = 8;
+  llama3.rope_scaling.original_context = 8;
+  qwen2.bias = BiasKind::kQkv;
+  const struct {
+    ModelShape shape;
+    const char* attn;
+    const char* arch;
+    GgmlType type;
+  } cases[] = {
+      {byte_llama(), "gqa:2", "llama", GgmlType::kF32},
+      {byte_llama(), "gqa:2", "llama", GgmlType::kF16},
+      {byte_llama(), "gqa:2", "llama", GgmlType::kBF16},
+      {llama3, "gqa:2", "llama", GgmlType::kF16},
+      {qwen2, "gqa:2", "qwen2", GgmlType::kBF16},
+      {byte_llama(), "gqa:2,qknorm", "qwen3", GgmlType::kF32},
+  };
   const fs::path work = fs::temp_directory_path() / ("kvlab-gguf-" + std::to_string(::getpid()));
   fs::create_directories(work);
-  for (const GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
-    SCOPED_TRACE(static_cast<int>(type));
+  for (const auto& c : cases) {
+    const GgmlType type = c.type;
+    SCOPED_TRACE(std::string(c.arch) + " " + c.attn + " " + std::to_string(static_cast<int>(type)));
+    torch::manual_seed(5);
+    TransformerModel model(ModelConfig::make(c.shape, c.attn, DType::kBf16), torch::kFloat32);
     const GgufWriter writer = gguf_for(*model, type);
     const fs::path file = work / "model.gguf";
     writer.write(file.string());
@@ -81,6 +102,7 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
         EXPECT_EQ(meta.at(key).at("value"), expected_value(value));
       }
     }
+    EXPECT_EQ(meta.at("general.architecture").at("value"), c.arch);
     EXPECT_EQ(meta.at("tokenizer.ggml.tokens").at("subType"), 8);
     EXPECT_EQ(meta.at("tokenizer.ggml.tokens").at("value")[32], "\xC4\xA0");  // "Ġ", the space
 
@@ -102,15 +124,30 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
       EXPECT_TRUE(bytes.compare(data_start + infos[i].at("offset").get<uint64_t>(), t.bytes.size(),
                                 t.bytes) == 0);
     }
+    const auto names = [&] {
+      std::vector<std::string> out;
+      for (const GgufTensor& t : writer.tensors()) out.push_back(t.name);
+      return out;
+    }();
+    const auto has = [&](const std::string& name) {
+      return std::find(names.begin(), names.end(), name) != names.end();
+    };
+    EXPECT_EQ(has("rope_freqs.weight"), c.shape.rope_scaling.kind == RopeScalingKind::kLlama3);
+    EXPECT_EQ(has("blk.1.attn_q.bias"), std::string(c.arch) == "qwen2");
+    EXPECT_EQ(has("blk.1.attn_k_norm.weight"), std::string(c.arch) == "qwen3");
     if (type == GgmlType::kF32) {
-      // blk.0.attn_k.weight's bytes, reordered back, are the model's k_proj exactly
-      const GgufTensor& k = writer.tensors()[3];
-      ASSERT_EQ(k.name, "blk.0.attn_k.weight");
+      // blk.0.attn_k.weight's bytes are the model's k_proj exactly: reordered back for llama's
+      // adjacent-pair RoPE, as they are for qwen3's rotate-half
+      const size_t at = static_cast<size_t>(
+          std::find(names.begin(), names.end(), "blk.0.attn_k.weight") - names.begin());
+      ASSERT_LT(at, names.size());
+      const GgufTensor& k = writer.tensors()[at];
       const torch::Tensor stored = torch::from_blob(
-          const_cast<char*>(bytes.data() + data_start + offsets[3]), k.shape, torch::kFloat32);
+          const_cast<char*>(bytes.data() + data_start + offsets[at]), k.shape, torch::kFloat32);
       const auto params = model->named_parameters();
-      EXPECT_TRUE(from_adjacent_rope_rows(stored, 2).equal(
-          params["model.layers.0.self_attn.k_proj.weight"]));
+      const torch::Tensor expected = params["model.layers.0.self_attn.k_proj.weight"];
+      EXPECT_TRUE((std::string(c.arch) == "llama" ? from_adjacent_rope_rows(stored, 2) : stored)
+                      .equal(expected));
       EXPECT_EQ(writer.tensors().back().name, "output.weight");  // untied
     }
   }
@@ -164,9 +201,20 @@ TEST(GgufExportTest, RefusesWhatLlamaCppCannotRunSayingWhy) {
   EXPECT_NE(
       refusal(byte_llama(), "mla:dc=12,dr=4").find("deepseek2, which kvlab does not write yet"),
       std::string::npos);
-  ModelShape qwen = byte_llama();
-  qwen.bias = BiasKind::kQkv;
-  EXPECT_NE(refusal(qwen, "gqa:2").find("qwen2"), std::string::npos);
+  ModelShape yarn = byte_llama();
+  yarn.rope_scaling.kind = RopeScalingKind::kYarn;
+  yarn.rope_scaling.factor = 4;
+  yarn.rope_scaling.original_context = 8;
+  EXPECT_NE(refusal(yarn, "gqa:2").find("does not write yarn RoPE scaling"), std::string::npos);
+  ModelShape llama3 = byte_llama();
+  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
+  llama3.rope_scaling.factor = 8;
+  llama3.rope_scaling.original_context = 8;
+  EXPECT_NE(refusal(llama3, "gqa:2,qknorm").find("llama3 RoPE scaling (rope_freqs) for llama only"),
+            std::string::npos);
+  ModelShape gelu = byte_llama();
+  gelu.mlp_kind = MlpKind::kGelu;
+  EXPECT_NE(refusal(gelu, "gqa:2").find("'gqa:2' with these blocks is not one"), std::string::npos);
   ModelShape small_vocab = byte_llama();
   small_vocab.vocab_size = 11;
   EXPECT_NE(refusal(small_vocab, "gqa:2").find("this model has 11 tokens"), std::string::npos);

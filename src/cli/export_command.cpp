@@ -19,7 +19,7 @@ CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
       "DeepseekV2ForCausalLM or DeepseekV3ForCausalLM (by its router), which transformers and "
       "llama.cpp's converter load; every other variant as KvlabForCausalLM, which only kvlab "
       "loads (its config.json carries a \"kvlab\" block with the spec). `--checkpoint DIR` of "
-      "eval and generate reads either kind back.\n"
+      "eval, generate and analyze reads either kind back.\n"
       "--format gguf writes one GGUF v3 file for llama.cpp (architectures llama, qwen2, qwen3: "
       "Llama-style decoders with mha/gqa/mqa and the byte vocabulary; other variants are refused "
       "with the reason).\n"

@@ -8,6 +8,7 @@
 
 #include "data/task.h"
 #include "io/atomic_file.h"
+#include "io/hf_model_config.h"
 #include "nn/checkpoint.h"
 #include "nn/gva_attention.h"
 #include "nn/standard_attention.h"
@@ -15,6 +16,7 @@
 #include "report/svg_plot.h"
 #include "report/table.h"
 #include "spec/spec_error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvlab {
 namespace {
@@ -67,14 +69,43 @@ torch::Tensor example_input(const data::Task& task, const std::string& text) {
   return batches.front().inputs.narrow(0, 0, 1);
 }
 
+// A Hugging Face folder has no task: the maps are drawn for --input, tokenized by the folder's
+// tokenizer.json (or as bytes for a byte-vocabulary model without one).
+torch::Tensor folder_input(const std::string& dir, const ModelShape& shape,
+                           const std::string& text) {
+  if (text.empty()) {
+    throw SpecError("input", dir +
+                                 " is a model folder without a task: give the text whose "
+                                 "attention maps are drawn with --input TEXT");
+  }
+  std::vector<int64_t> ids;
+  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    for (const int32_t id : tok::Tokenizer::load(dir).encode(text, true)) ids.push_back(id);
+  } else if (shape.vocab_size == 256) {
+    for (const unsigned char c : text) ids.push_back(c);
+  } else {
+    throw SpecError("input", dir + " has no tokenizer.json to read --input with");
+  }
+  constexpr size_t kMaxTokens = 256;  // T² cells a map, for every head and layer
+  if (ids.size() > kMaxTokens) {
+    throw SpecError("input", "is " + std::to_string(ids.size()) +
+                                 " tokens; attention maps are drawn for at most " +
+                                 std::to_string(kMaxTokens));
+  }
+  return torch::tensor(ids, torch::kInt64).view({1, -1});
+}
+
 }  // namespace
 
 int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
   nn::set_threads(o.threads);
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const json config = nn::read_checkpoint_config(dir);
-  if (!config.contains("task")) throw SpecError("checkpoint", dir + "/config.json names no task");
-  const auto task = data::task_from_json(config["task"]);
+  const bool folder = is_hf_config(config);
+  if (!folder && !config.contains("task")) {
+    throw SpecError("checkpoint", dir + "/config.json names no task");
+  }
+  const auto task = folder ? nullptr : data::task_from_json(config["task"]);
   nn::TransformerModel model = nn::load_model(dir);
   const std::string attn_text = model->config().attn.to_string();
   std::filesystem::create_directories(o.out);
@@ -113,7 +144,8 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
   }
 
   // Attention maps of one example.
-  const torch::Tensor input = example_input(*task, o.input);
+  const torch::Tensor input =
+      folder ? folder_input(dir, model->config().shape, o.input) : example_input(*task, o.input);
   for (nn::AttentionImpl* a : attns) a->keep_attention_maps(true);
   {
     c10::InferenceMode guard;
@@ -144,9 +176,11 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
       maps.push_back(name);
     }
   }
+  // a folder's "task" is the text its maps were drawn for
+  const std::string subject = folder ? "the model folder's --input" : task->name();
   const json doc = {{"checkpoint", dir},
                     {"attn", attn_text},
-                    {"task", task->name()},
+                    {"task", subject},
                     {"layers", layers},
                     {"attention_maps", maps},
                     {"definitions",
@@ -164,7 +198,7 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out) {
       "exp of the entropy of the normalised singular values, out of the largest possible. "
       "Seed 003 §5 reports, for a 1.2B QKV model, cos(K,V) 0.73, cos(Q,K) 0.42, cos(Q,V) 0.31 "
       "and effective ranks 687 (K) and 702 (V) of 1024.\n\n{}\nAttention maps ({}): {}\n",
-      attn_text, task->name(), table.to_markdown(), maps.size(),
+      attn_text, subject, table.to_markdown(), maps.size(),
       maps.empty() ? "none (linear attention has no softmax map)" : o.out);
   write_file_atomic(o.out + "/analysis.md", md);
   out << md;

@@ -8,7 +8,8 @@ namespace kvlab {
 struct AnalyzeOptions {
   std::string checkpoint;
   std::string out;
-  std::string input;  // byte-level text tasks: the text whose attention maps are drawn
+  // byte-level text tasks and Hugging Face folders: the text whose attention maps are drawn
+  std::string input;
   int threads = 0;
 };
 

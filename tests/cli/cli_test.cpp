@@ -138,6 +138,16 @@ TEST(CliTest, ExportToHuggingFaceAndBack) {
   EXPECT_EQ(from_run.out.size(), 25u);  // 24 bytes and a newline
   // the folder's tokenizer decodes bytes that are not UTF-8 to U+FFFD, as transformers does
   EXPECT_EQ(kvlab::tok::utf8_with_replacement(from_run.out), from_hf.out);
+  // analyze reads the folder too: weights as for a run, the maps of --input (required there)
+  const RunResult analyzed = run_kvlab("analyze --checkpoint " + dir + "/hf --out " + dir +
+                                       "/analysis --input 'in the beginning' --threads 1");
+  ASSERT_EQ(analyzed.exit_code, 0) << analyzed.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/analysis/attention_l0_mean.svg"));
+  const RunResult no_input =
+      run_kvlab("analyze --checkpoint " + dir + "/hf --out " + dir + "/analysis2 --threads 1");
+  EXPECT_NE(no_input.exit_code, 0);
+  EXPECT_TRUE(contains(no_input.err, "give the text whose attention maps are drawn with --input"))
+      << no_input.err;
   // --timings: the same text, and the times on stderr (7 prompt bytes, 23 decode steps)
   const RunResult timed = run_kvlab("generate --checkpoint " + dir + "/hf" + gen + " --timings");
   EXPECT_EQ(timed.out, from_hf.out);

@@ -305,6 +305,7 @@ HfModel deepseek_family(const json& config, const Architecture& arch, const std:
   }
   HfModel out{std::string(arch.name), ModelConfig::make(shape, attn, cache_dtype)};
   out.interleaved_rope = true;
+  out.mtp_layers = non_negative_int_or(config, "num_nextn_predict_layers", 0);
   return out;
 }
 

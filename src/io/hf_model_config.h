@@ -22,6 +22,10 @@ struct HfModel {
   // DeepSeek: the RoPE rows of the query and of kv_a_proj_with_mqa pair adjacent channels
   // (2i, 2i+1); kvlab pairs i with i + d_r/2, so the loader reorders them.
   bool interleaved_rope = false;
+  // DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers), stored after the
+  // last layer as model.layers.{num_hidden_layers + i}; next-token inference does not use
+  // them, so the loader skips their tensors (as transformers does).
+  int64_t mtp_layers = 0;
 };
 
 bool is_hf_config(const nlohmann::json& config);  // a config.json with "architectures"

@@ -174,6 +174,15 @@ TransformerModel load_hf_model(const std::string& dir, const json& config,
   }
 
   const FolderTensors folder(dir);
+  // tensors of layers the model does not run (DeepSeek-V3's multi-token prediction)
+  const auto skipped = [&](const std::string& name) {
+    for (int64_t i = 0; i < hf.mtp_layers; ++i) {
+      const std::string prefix =
+          "model.layers." + std::to_string(hf.config.shape.n_layers + i) + ".";
+      if (name.compare(0, prefix.size(), prefix) == 0) return true;
+    }
+    return false;
+  };
   // Tied models may still store lm_head.weight (a copy of the embedding): read it as a check.
   const bool tied_copy =
       hf.config.shape.tied_embeddings && folder.tensors().count("lm_head.weight") != 0;
@@ -188,7 +197,7 @@ TransformerModel load_hf_model(const std::string& dir, const json& config,
     }
   }
   for (const auto& [name, unused] : folder.tensors()) {
-    if (targets.count(name) == 0 && !(tied_copy && name == "lm_head.weight"))
+    if (targets.count(name) == 0 && !(tied_copy && name == "lm_head.weight") && !skipped(name))
       unexpected.push_back(name);
   }
   const std::string what = dir + " (" + hf.architecture + ")";

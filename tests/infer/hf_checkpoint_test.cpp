@@ -171,6 +171,15 @@ TEST(HfCheckpointTest, ShardedBf16FoldersLoadConvertedOnce) {
   }
 }
 
+std::string load_error(const std::string& dir) {
+  try {
+    load_model(dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
 // A DeepSeek-style model: MLA with a low-rank query, yarn with DeepSeek's softmax factor, a
 // dense first layer then a mixture of experts with V2's or V3's router.
 ModelShape deepseek_shape(bool v3) {
@@ -225,6 +234,19 @@ TEST(HfCheckpointTest, DeepseekStyleExportThenImportIsExact) {
               (std::vector<int64_t>{16, 16}));
     EXPECT_EQ(file.find("model.layers.1.mlp.gate.e_score_correction_bias") != nullptr, v3);
 
+    if (v3) {
+      // a multi-token-prediction layer after the last one: skipped when the config declares
+      // it, an unexpected tensor when it does not
+      std::map<std::string, torch::Tensor> tensors = load_tensors(dir + "/model.safetensors");
+      tensors.emplace("model.layers.3.eh_proj.weight", torch::zeros({16, 32}));
+      save_tensors(dir + "/model.safetensors", tensors);
+      EXPECT_NE(load_error(dir).find("unexpected tensors (not in the model): "
+                                     "model.layers.3.eh_proj.weight"),
+                std::string::npos)
+          << load_error(dir);
+      config["num_nextn_predict_layers"] = 1;
+      write_file_atomic(dir + "/config.json", config.dump());
+    }
     TransformerModel loaded = load_model(dir);
     EXPECT_EQ(loaded->config().shape, model->config().shape);
     EXPECT_EQ(loaded->config().attn.to_string(), model->config().attn.to_string());
@@ -299,15 +321,6 @@ TEST(HfCheckpointTest, DeepseekInterleavedRopeMatchesComplexRotation) {
   const torch::Tensor ours = attn.scores(x, /*absorbed=*/false)[0];  // [H, T, T]
   EXPECT_LT(testing::max_abs_diff(ours, scores), 1e-10);
   EXPECT_LT(testing::max_abs_diff(attn.scores(x, /*absorbed=*/true)[0], scores), 1e-10);
-}
-
-std::string load_error(const std::string& dir) {
-  try {
-    load_model(dir);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(loaded)";
 }
 
 TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {

@@ -90,82 +90,6 @@ std::string supported_list() {
   return out + std::string(kKvlabArchitecture);
 }
 
-HfModel llama_family(const json& config, const Architecture& arch, const std::string& source) {
-  for (const auto& [key, value] : config.items()) {
-    if (!listed(key, kApplied) && !listed(key, kInert)) {
-      throw SpecError(key, "is not a field kvlab understands for " + std::string(arch.name) +
-                               " (an unknown field could change the model; remove it if it "
-                               "does not)");
-    }
-  }
-  if (!present(config, "model_type") || !config.at("model_type").is_string() ||
-      config.at("model_type").get<std::string>() != arch.model_type) {
-    throw SpecError("model_type", "expected \"" + std::string(arch.model_type) + "\" for " +
-                                      std::string(arch.name) + ", got " +
-                                      json_excerpt(config.value("model_type", json())));
-  }
-  if (present(config, "hidden_act") && config.at("hidden_act") != "silu") {
-    throw SpecError("hidden_act", json_excerpt(config.at("hidden_act")) +
-                                      " (kvlab's gated MLP is SiLU: \"silu\")");
-  }
-  if (present(config, "pretraining_tp") && config.at("pretraining_tp") != 1) {
-    throw SpecError("pretraining_tp", "must be 1 (sliced projections are not implemented)");
-  }
-  if (present(config, "use_sliding_window") && config.at("use_sliding_window") != false) {
-    throw SpecError("use_sliding_window", "sliding-window attention is not implemented");
-  }
-  const json& context_field = config.value("max_position_embeddings", json());
-  const int64_t context = context_field.is_number_integer() ? context_field.get<int64_t>() : 0;
-  if (present(config, "sliding_window") &&
-      (!config.at("sliding_window").is_number_integer() ||
-       config.at("sliding_window").get<int64_t>() < context) &&
-      // Qwen2 and Qwen3 keep sliding_window but apply it only with use_sliding_window
-      arch.model_type != "qwen2" && arch.model_type != "qwen3") {
-    throw SpecError("sliding_window", json_excerpt(config.at("sliding_window")) +
-                                          " is shorter than max_position_embeddings " +
-                                          std::to_string(context) +
-                                          ": sliding-window attention is not implemented");
-  }
-  if (present(config, "layer_types")) {
-    if (!config.at("layer_types").is_array()) throw SpecError("layer_types", "expected an array");
-    for (const json& t : config.at("layer_types")) {
-      if (t != "full_attention") {
-        throw SpecError("layer_types",
-                        "every layer must be \"full_attention\", got " + json_excerpt(t));
-      }
-    }
-  }
-  Preset preset = hf_preset(config, source);
-  ModelShape shape = preset.shape;
-  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
-  shape.rope_scaling = read_hf_rope_scaling(config, shape.max_context, /*deepseek=*/false);
-  if (present(config, "rms_norm_eps")) {
-    const json& eps = config.at("rms_norm_eps");
-    if (!eps.is_number())
-      throw SpecError("rms_norm_eps", "expected a number, got " + json_excerpt(eps));
-    shape.norm_eps = eps.get<double>();
-  }
-  std::string attn = preset.attn;
-  DType cache_dtype = DType::kBf16;
-  if (present(config, "kvlab")) {
-    // kvlab's own export: the spec text is exact (it names options Llama's fields cannot).
-    const json& block = config.at("kvlab");
-    if (!block.is_object() || !block.contains("attn") || !block.at("attn").is_string()) {
-      throw SpecError("kvlab.attn", "missing (required in a kvlab block)");
-    }
-    attn = block.at("attn").get<std::string>();
-    if (block.contains("cache_dtype") && block.at("cache_dtype").is_string()) {
-      cache_dtype = parse_dtype(block.at("cache_dtype").get<std::string>());
-    }
-  }
-  ModelConfig model = ModelConfig::make(shape, attn, cache_dtype);
-  if (present(config, "kvlab") &&
-      model.attn.n_groups != ModelConfig::make(shape, preset.attn, cache_dtype).attn.n_groups) {
-    throw SpecError("kvlab.attn", "'" + attn + "' disagrees with num_key_value_heads");
-  }
-  return {std::string(arch.name), model};
-}
-
 // DeepSeek's fields beyond the shared ones (the MLA widths, the MoE and its router).
 constexpr std::array<std::string_view, 20> kDeepseekApplied = {"kv_lora_rank",
                                                                "q_lora_rank",
@@ -190,6 +114,104 @@ constexpr std::array<std::string_view, 20> kDeepseekApplied = {"kv_lora_rank",
 // Training-time or remote-code fields that do not change inference.
 constexpr std::array<std::string_view, 5> kDeepseekInert = {"aux_loss_alpha", "seq_aux", "ep_size",
                                                             "auto_map", "num_nextn_predict_layers"};
+
+// Checks every architecture makes alike: each field is one kvlab applies or knows to be inert
+// (DeepSeek's own lists added for DeepSeek), model_type matches, SiLU, unsliced projections.
+void check_common_fields(const json& config, const Architecture& arch, bool deepseek) {
+  for (const auto& [key, value] : config.items()) {
+    const bool known = listed(key, kApplied) || listed(key, kInert) ||
+                       (deepseek && (listed(key, kDeepseekApplied) || listed(key, kDeepseekInert)));
+    if (!known) {
+      throw SpecError(key, "is not a field kvlab understands for " + std::string(arch.name) +
+                               " (an unknown field could change the model; remove it if it "
+                               "does not)");
+    }
+  }
+  if (!present(config, "model_type") || !config.at("model_type").is_string() ||
+      config.at("model_type").get<std::string>() != arch.model_type) {
+    throw SpecError("model_type", "expected \"" + std::string(arch.model_type) + "\" for " +
+                                      std::string(arch.name) + ", got " +
+                                      json_excerpt(config.value("model_type", json())));
+  }
+  if (present(config, "hidden_act") && config.at("hidden_act") != "silu") {
+    throw SpecError("hidden_act", json_excerpt(config.at("hidden_act")) +
+                                      " (kvlab's gated MLP is SiLU: \"silu\")");
+  }
+  if (present(config, "pretraining_tp") && config.at("pretraining_tp") != 1) {
+    throw SpecError("pretraining_tp", "must be 1 (sliced projections are not implemented)");
+  }
+}
+
+// hf_preset's shape with what only loading needs: rms_norm_eps, a required context, RoPE
+// scaling (with DeepSeek's softmax factor for DeepSeek).
+ModelShape loaded_shape(const json& config, const Preset& preset, bool deepseek) {
+  ModelShape shape = preset.shape;
+  if (present(config, "rms_norm_eps")) {
+    const json& eps = config.at("rms_norm_eps");
+    if (!eps.is_number())
+      throw SpecError("rms_norm_eps", "expected a number, got " + json_excerpt(eps));
+    shape.norm_eps = eps.get<double>();
+  }
+  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
+  shape.rope_scaling = read_hf_rope_scaling(config, shape.max_context, deepseek);
+  return shape;
+}
+
+// kvlab's own export records the cache dtype it was trained with; bf16 otherwise.
+DType cache_dtype_of(const json& config) {
+  if (present(config, "kvlab") && config.at("kvlab").is_object() &&
+      config.at("kvlab").contains("cache_dtype") &&
+      config.at("kvlab").at("cache_dtype").is_string()) {
+    return parse_dtype(config.at("kvlab").at("cache_dtype").get<std::string>());
+  }
+  return DType::kBf16;
+}
+
+HfModel llama_family(const json& config, const Architecture& arch, const std::string& source) {
+  check_common_fields(config, arch, /*deepseek=*/false);
+  if (present(config, "use_sliding_window") && config.at("use_sliding_window") != false) {
+    throw SpecError("use_sliding_window", "sliding-window attention is not implemented");
+  }
+  const json& context_field = config.value("max_position_embeddings", json());
+  const int64_t context = context_field.is_number_integer() ? context_field.get<int64_t>() : 0;
+  if (present(config, "sliding_window") &&
+      (!config.at("sliding_window").is_number_integer() ||
+       config.at("sliding_window").get<int64_t>() < context) &&
+      // Qwen2 and Qwen3 keep sliding_window but apply it only with use_sliding_window
+      arch.model_type != "qwen2" && arch.model_type != "qwen3") {
+    throw SpecError("sliding_window", json_excerpt(config.at("sliding_window")) +
+                                          " is shorter than max_position_embeddings " +
+                                          std::to_string(context) +
+                                          ": sliding-window attention is not implemented");
+  }
+  if (present(config, "layer_types")) {
+    if (!config.at("layer_types").is_array()) throw SpecError("layer_types", "expected an array");
+    for (const json& t : config.at("layer_types")) {
+      if (t != "full_attention") {
+        throw SpecError("layer_types",
+                        "every layer must be \"full_attention\", got " + json_excerpt(t));
+      }
+    }
+  }
+  const Preset preset = hf_preset(config, source);
+  const ModelShape shape = loaded_shape(config, preset, /*deepseek=*/false);
+  std::string attn = preset.attn;
+  const DType cache_dtype = cache_dtype_of(config);
+  if (present(config, "kvlab")) {
+    // kvlab's own export: the spec text is exact (it names options Llama's fields cannot).
+    const json& block = config.at("kvlab");
+    if (!block.is_object() || !block.contains("attn") || !block.at("attn").is_string()) {
+      throw SpecError("kvlab.attn", "missing (required in a kvlab block)");
+    }
+    attn = block.at("attn").get<std::string>();
+  }
+  ModelConfig model = ModelConfig::make(shape, attn, cache_dtype);
+  if (present(config, "kvlab") &&
+      model.attn.n_groups != ModelConfig::make(shape, preset.attn, cache_dtype).attn.n_groups) {
+    throw SpecError("kvlab.attn", "'" + attn + "' disagrees with num_key_value_heads");
+  }
+  return {std::string(arch.name), model};
+}
 
 // The router of DeepSeek-V2 (softmax; greedy or group-limited by the best expert; renormalised
 // or scaled) and V3 (sigmoid; a correction bias for the choice; groups ranked by their best two;
@@ -221,8 +243,7 @@ void read_router(const json& config, bool v3, MoeShape& moe) {
     if (method != "noaux_tc") {
       throw SpecError("topk_method", "DeepSeek-V3 routes by \"noaux_tc\", got \"" + method + "\"");
     }
-    moe.scoring = MoeScoring::kSigmoid;
-    moe.score_correction = true;
+    moe.scoring = MoeScoring::kSigmoid;  // score_correction: hf_preset sets it for V3
     moe.group_score = MoeGroupScore::kTopTwoSum;
     moe.n_expert_groups = groups;
     moe.groups_per_token = groups_per_token;
@@ -254,56 +275,23 @@ void read_router(const json& config, bool v3, MoeShape& moe) {
 
 HfModel deepseek_family(const json& config, const Architecture& arch, const std::string& source) {
   const bool v3 = arch.model_type == "deepseek_v3";
-  for (const auto& [key, value] : config.items()) {
-    if (!listed(key, kApplied) && !listed(key, kInert) && !listed(key, kDeepseekApplied) &&
-        !listed(key, kDeepseekInert)) {
-      throw SpecError(key, "is not a field kvlab understands for " + std::string(arch.name) +
-                               " (an unknown field could change the model; remove it if it "
-                               "does not)");
-    }
-  }
-  if (!present(config, "model_type") || config.at("model_type") != arch.model_type) {
-    throw SpecError("model_type", "expected \"" + std::string(arch.model_type) + "\" for " +
-                                      std::string(arch.name) + ", got " +
-                                      json_excerpt(config.value("model_type", json())));
-  }
+  check_common_fields(config, arch, /*deepseek=*/true);
   if (!present(config, "kv_lora_rank")) {
     throw SpecError("kv_lora_rank", "missing: " + std::string(arch.name) + " is MLA");
   }
-  if (present(config, "hidden_act") && config.at("hidden_act") != "silu") {
-    throw SpecError("hidden_act", json_excerpt(config.at("hidden_act")) +
-                                      " (kvlab's gated MLP is SiLU: \"silu\")");
-  }
   if (bool_or(config, "attention_bias", false) || bool_or(config, "mlp_bias", false)) {
     throw SpecError("attention_bias", "DeepSeek's projections carry no bias");
-  }
-  if (present(config, "pretraining_tp") && config.at("pretraining_tp") != 1) {
-    throw SpecError("pretraining_tp", "must be 1 (sliced projections are not implemented)");
   }
   if (!bool_or(config, "rope_interleave", true)) {
     throw SpecError("rope_interleave",
                     "false (rotate-half RoPE rows) is not a layout DeepSeek publishes; kvlab reads "
                     "the interleaved one");
   }
-  Preset preset = hf_preset(config, source);
-  ModelShape shape = preset.shape;
-  if (present(config, "rms_norm_eps")) {
-    const json& eps = config.at("rms_norm_eps");
-    if (!eps.is_number())
-      throw SpecError("rms_norm_eps", "expected a number, got " + json_excerpt(eps));
-    shape.norm_eps = eps.get<double>();
-  }
-  if (shape.max_context == 0) throw SpecError("max_position_embeddings", "missing (required)");
-  shape.rope_scaling = read_hf_rope_scaling(config, shape.max_context, /*deepseek=*/true);
+  const Preset preset = hf_preset(config, source);
+  ModelShape shape = loaded_shape(config, preset, /*deepseek=*/true);
   if (shape.moe.enabled()) read_router(config, v3, shape.moe);
-  std::string attn = preset.attn;
-  DType cache_dtype = DType::kBf16;
-  if (present(config, "kvlab") && config.at("kvlab").is_object() &&
-      config.at("kvlab").contains("cache_dtype") &&
-      config.at("kvlab").at("cache_dtype").is_string()) {
-    cache_dtype = parse_dtype(config.at("kvlab").at("cache_dtype").get<std::string>());
-  }
-  HfModel out{std::string(arch.name), ModelConfig::make(shape, attn, cache_dtype)};
+  HfModel out{std::string(arch.name),
+              ModelConfig::make(shape, preset.attn, cache_dtype_of(config))};
   out.interleaved_rope = true;
   out.mtp_layers = non_negative_int_or(config, "num_nextn_predict_layers", 0);
   return out;
@@ -374,6 +362,30 @@ std::string hf_architecture_for(const ModelConfig& config) {
   return std::string(kKvlabArchitecture);
 }
 
+namespace {
+
+// The fields a Llama-family and a DeepSeek config.json write alike.
+json decoder_fields(const std::string& arch, const std::string& model_type, const ModelShape& s,
+                    bool deepseek) {
+  return {{"architectures", {arch}},
+          {"model_type", model_type},
+          {"hidden_size", s.d_model},
+          {"num_hidden_layers", s.n_layers},
+          {"num_attention_heads", s.n_heads},
+          {"intermediate_size", s.mlp_width},
+          {"vocab_size", s.vocab_size},
+          {"max_position_embeddings", s.max_context},
+          {"rms_norm_eps", s.norm_eps},
+          {"rope_theta", s.rope_theta},
+          {"rope_scaling", hf_rope_scaling_json(s.rope_scaling, deepseek)},
+          {"tie_word_embeddings", s.tied_embeddings},
+          {"attention_bias", false},
+          {"hidden_act", "silu"},
+          {"torch_dtype", "float32"}};
+}
+
+}  // namespace
+
 json hf_config_for(const ModelConfig& config) {
   const ModelShape& s = config.shape;
   const std::string arch = hf_architecture_for(config);
@@ -381,32 +393,28 @@ json hf_config_for(const ModelConfig& config) {
                             {"cache_dtype", std::string(dtype_name(config.attn.cache_dtype))},
                             {"version", kVersion},
                             {"config", model_config_to_json(config)}};
+  if (arch == kKvlabArchitecture) {
+    return {{"architectures", {arch}},
+            {"model_type", "kvlab"},
+            {"kvlab", kvlab_block},
+            {"vocab_size", s.vocab_size},
+            {"hidden_size", s.d_model},
+            {"num_hidden_layers", s.n_layers},
+            {"num_attention_heads", s.n_heads},
+            {"torch_dtype", "float32"}};
+  }
   if (arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM") {
     const AttentionSpec& a = config.attn;
     const MoeShape& m = s.moe;
     const bool v3 = arch == "DeepseekV3ForCausalLM";
-    json out = {{"architectures", {arch}},
-                {"model_type", v3 ? "deepseek_v3" : "deepseek_v2"},
-                {"hidden_size", s.d_model},
-                {"num_hidden_layers", s.n_layers},
-                {"num_attention_heads", s.n_heads},
-                {"num_key_value_heads", s.n_heads},
-                {"intermediate_size", s.mlp_width},
-                {"vocab_size", s.vocab_size},
-                {"max_position_embeddings", s.max_context},
-                {"rms_norm_eps", s.norm_eps},
-                {"rope_theta", s.rope_theta},
-                {"rope_scaling", hf_rope_scaling_json(s.rope_scaling, /*deepseek=*/true)},
-                {"tie_word_embeddings", s.tied_embeddings},
-                {"attention_bias", false},
-                {"hidden_act", "silu"},
-                {"kv_lora_rank", a.latent_dim},
-                {"q_lora_rank", a.q_latent_dim > 0 ? json(a.q_latent_dim) : json(nullptr)},
-                {"qk_rope_head_dim", a.rope_dim},
-                {"qk_nope_head_dim", a.nope_dim},
-                {"v_head_dim", a.value_dim},
-                {"torch_dtype", "float32"},
-                {"kvlab", kvlab_block}};
+    json out = decoder_fields(arch, v3 ? "deepseek_v3" : "deepseek_v2", s, /*deepseek=*/true);
+    out["num_key_value_heads"] = s.n_heads;
+    out["kv_lora_rank"] = a.latent_dim;
+    out["q_lora_rank"] = a.q_latent_dim > 0 ? json(a.q_latent_dim) : json(nullptr);
+    out["qk_rope_head_dim"] = a.rope_dim;
+    out["qk_nope_head_dim"] = a.nope_dim;
+    out["v_head_dim"] = a.value_dim;
+    out["kvlab"] = kvlab_block;
     if (m.enabled()) {
       out["n_routed_experts"] = m.n_routed_experts;
       out["n_shared_experts"] = m.n_shared_experts;
@@ -427,37 +435,15 @@ json hf_config_for(const ModelConfig& config) {
     }
     return out;
   }
-  if (arch == kKvlabArchitecture) {
-    return {{"architectures", {arch}},
-            {"model_type", "kvlab"},
-            {"kvlab", kvlab_block},
-            {"vocab_size", s.vocab_size},
-            {"hidden_size", s.d_model},
-            {"num_hidden_layers", s.n_layers},
-            {"num_attention_heads", s.n_heads},
-            {"torch_dtype", "float32"}};
-  }
-  return {{"architectures", {arch}},
-          {"model_type", arch == "Qwen2ForCausalLM"   ? "qwen2"
-                         : arch == "Qwen3ForCausalLM" ? "qwen3"
-                                                      : "llama"},
-          {"hidden_size", s.d_model},
-          {"num_hidden_layers", s.n_layers},
-          {"num_attention_heads", s.n_heads},
-          {"num_key_value_heads", config.attn.n_groups},
-          {"head_dim", s.head_dim},
-          {"intermediate_size", s.mlp_width},
-          {"vocab_size", s.vocab_size},
-          {"max_position_embeddings", s.max_context},
-          {"rms_norm_eps", s.norm_eps},
-          {"rope_theta", s.rope_theta},
-          {"rope_scaling", hf_rope_scaling_json(s.rope_scaling, /*deepseek=*/false)},
-          {"tie_word_embeddings", s.tied_embeddings},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"hidden_act", "silu"},
-          {"torch_dtype", "float32"},
-          {"kvlab", kvlab_block}};
+  const std::string model_type = arch == "Qwen2ForCausalLM"   ? "qwen2"
+                                 : arch == "Qwen3ForCausalLM" ? "qwen3"
+                                                              : "llama";
+  json out = decoder_fields(arch, model_type, s, /*deepseek=*/false);
+  out["num_key_value_heads"] = config.attn.n_groups;
+  out["head_dim"] = s.head_dim;
+  out["mlp_bias"] = false;
+  out["kvlab"] = kvlab_block;
+  return out;
 }
 
 }  // namespace kvlab

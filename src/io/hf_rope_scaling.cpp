@@ -225,7 +225,11 @@ RopeScaling rope_scaling_from_json(const json& value, const std::string& field) 
   s.beta_slow = number(value, field, "beta_slow", 1.0);
   s.attention_factor = number(value, field, "attention_factor", 1.0);
   s.score_mscale = number(value, field, "score_mscale", 0.0);
-  s.validate();
+  try {
+    s.validate();
+  } catch (const SpecError& e) {  // "rope_scaling.factor" → "<field>.factor"
+    throw SpecError(field + e.field().substr(std::string_view("rope_scaling").size()), e.what());
+  }
   return s;
 }
 

@@ -31,6 +31,7 @@ struct Case {
   uint32_t seed = 1;
   bool rebuild = false;  // gva dr=0: keys rebuilt from value rows through per-head maps
   AttnPrecision precision = AttnPrecision::kF32;
+  bool yarn = false;  // keys rotated on read with yarn frequencies and a cos/sin factor of 1.2
 
   std::string name() const {
     std::string out = "T";
@@ -49,6 +50,7 @@ struct Case {
     if (rope_on_read) out.append("_ropeonread");
     if (norm) out.append("_norm");
     if (rebuild) out.append("_rebuild");
+    if (yarn) out.append("_yarn");
     if (precision != AttnPrecision::kF32) out.append("_").append(attn_precision_name(precision));
     return out.append("_seed").append(std::to_string(seed));
   }
@@ -112,6 +114,12 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   p.dtype = c.dtype;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.key_width + c.rope_width));
   p.rope_on_read = c.rope_on_read;
+  if (c.yarn) {
+    p.rope_scaling.kind = RopeScalingKind::kYarn;
+    p.rope_scaling.factor = 4;
+    p.rope_scaling.original_context = 64;
+    p.rope_scaling.attention_factor = 1.2;
+  }
   p.norm_weight = c.norm ? norm.data() : nullptr;
   p.key_maps = c.rebuild ? key_maps.data() : nullptr;
   p.precision = c.precision;
@@ -185,6 +193,38 @@ void awkward_shapes(const std::function<void(const Case&, bool)>& each) {
     // gva dr=0: keys rebuilt per head and position (d_n 64 from d_h 90; d_n = d_h = 128)
     each({{97, 600, 0}, 6, 2, 64, 90, 0, dtype, 16, true, false, ++seed, true}, true);
     each({{1100}, 8, 8, 128, 128, 0, dtype, 16, true, false, ++seed, true}, true);
+    // the same with yarn RoPE scaling: the fast kernels' rope table against the reference's
+    // own frequencies and factor
+    each({{97, 700},
+          16,
+          8,
+          90,
+          90,
+          0,
+          dtype,
+          16,
+          true,
+          true,
+          ++seed,
+          false,
+          AttnPrecision::kF32,
+          true},
+         true);
+    each({{97, 600, 0},
+          6,
+          2,
+          64,
+          90,
+          0,
+          dtype,
+          16,
+          true,
+          false,
+          ++seed,
+          true,
+          AttnPrecision::kF32,
+          true},
+         true);
   }
 }
 
@@ -224,6 +264,8 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
   each({{97, 700}, 16, 8, 90, 90, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
   each({{33, 300}, 4, 2, 64, 64, 0, DType::kBf16, 1, true, false, ++seed, false, bf16}, true);
   each({{1000}, 32, 8, 128, 128, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
+  each({{97, 700}, 16, 8, 90, 90, 0, DType::kBf16, 16, true, true, ++seed, false, bf16, true},
+       true);
   // where it does not apply (rebuilt keys; f32 and f16 caches): f32
   each({{97, 600, 0}, 6, 2, 64, 90, 0, DType::kBf16, 16, true, false, ++seed, true, bf16}, true);
   for (DType dtype : {DType::kF32, DType::kF16}) {

@@ -36,25 +36,25 @@ double tolerance(DType dtype) {
 TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
   const ModelShape rope = small_shape(PosScheme::kRope);
   const ModelShape learned = small_shape(PosScheme::kLearned);
+  // yarn with DeepSeek's softmax factor: stretched frequencies, cos/sin × 1.2, scale × mscale²
+  ModelShape yarn = rope;
+  yarn.rope_scaling.kind = RopeScalingKind::kYarn;
+  yarn.rope_scaling.factor = 4;
+  yarn.rope_scaling.original_context = 8;
+  yarn.rope_scaling.attention_factor = 1.2;
+  yarn.rope_scaling.score_mscale = 0.7;
   const std::pair<const char*, ModelShape> cases[] = {
-      {"mha", rope},
-      {"gqa:2", rope},
-      {"mqa", learned},
-      {"qk-v", rope},
-      {"q-kv", learned},
-      {"qkv1", rope},
-      {"q-gqa:2", rope},
-      {"q-gqa:2,knorm", rope},
-      {"q-mqa,knorm", rope},
-      {"gva:2,dr=4", rope},
-      {"gva:1,dr=2,qnorm", learned},
+      {"q-gqa:2,knorm", yarn}, {"gva:2,dr=0", yarn},
+      {"mla", yarn},           {"mha", rope},
+      {"gqa:2", rope},         {"mqa", learned},
+      {"qk-v", rope},          {"q-kv", learned},
+      {"qkv1", rope},          {"q-gqa:2", rope},
+      {"q-gqa:2,knorm", rope}, {"q-mqa,knorm", rope},
+      {"gva:2,dr=4", rope},    {"gva:1,dr=2,qnorm", learned},
       {"gva:2,dr=0", rope},  // keys rebuilt per position: key_maps in the kernel
-      {"gta:2", rope},
-      {"gta:1", learned},
-      {"gla:hc=2", rope},
-      {"gla:hc=4,dc=6,dr=2", learned},
-      {"mla", rope},
-      {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
+      {"gta:2", rope},         {"gta:1", learned},
+      {"gla:hc=2", rope},      {"gla:hc=4,dc=6,dr=2", learned},
+      {"mla", rope},           {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
   };
   const int64_t lengths[] = {11, 7, 1};
   for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {

@@ -87,7 +87,7 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   decode->add_option("--format", d.format, "table | json")->capture_default_str();
   auto model_flags = [&b](CLI::App* cmd) {
-    cmd->add_option("--attn", b.attn, "Attention spec, repeatable")->required();
+    cmd->add_option("--attn", b.attn, "Attention spec, repeatable");
     cmd->add_option("--layers", b.layers, "Layers")->capture_default_str();
     cmd->add_option("--d-model", b.d_model, "Model width")->capture_default_str();
     cmd->add_option("--heads", b.heads, "Heads")->capture_default_str();
@@ -106,6 +106,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   CLI::App* generate = bench->add_subcommand(
       "generate", "End-to-end generation tokens/s through the paged cache (seed 003 Table 15)");
   model_flags(generate);
+  generate->add_option("--checkpoint", b.checkpoints,
+                       "A trained model to time (a run, a converted checkpoint, a Hugging Face "
+                       "folder), repeatable; its own shape, not --layers/--d-model/--heads");
   generate->add_option("--prompt", b.prompt, "Prompt tokens")->capture_default_str();
   generate->add_option("--generate", b.generate, "Generated tokens")->capture_default_str();
   generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")

@@ -16,7 +16,10 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
          "--suite", o.suite,
          "synthetic (seed 003 §4.1: reverse, sort, sub, swap, copy) | lm (a byte-level "
          "GPT on the King James Bible, 16 variants incl. gqa, mla, five gva rows, gta and gla) | "
-         "vision (ViT on Fashion-MNIST and set anomaly, seed 003's six variants)")
+         "vision (ViT on Fashion-MNIST and set anomaly, seed 003's six variants) | convert "
+         "(the lm model trained with gqa:2 and mha, converted by kvlab convert to K=V, GVA, GTA, "
+         "MLA and fewer groups, uptrained by distillation with 5% and 20% of the teachers' tokens, "
+         "against each target trained from scratch; --attn replaces the targets)")
       ->capture_default_str();
   cmd->add_option("--attn", o.attn,
                   "Attention spec, repeatable (default: mha, q-kv, qk-v, qkv1, qk-v+, qkv1+)");

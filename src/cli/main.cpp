@@ -13,6 +13,7 @@
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
+#include "cli/convert_command.h"
 #include "cli/export_command.h"
 #include "cli/flag_checks.h"
 #include "cli/generate_command.h"
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
   CLI::App* report = kvlab::add_report_command(app, report_options);
   kvlab::ExportOptions export_options;
   CLI::App* export_cmd = kvlab::add_export_command(app, export_options);
+  kvlab::ConvertOptions convert_options;
+  CLI::App* convert = kvlab::add_convert_command(app, convert_options);
   kvlab::TokenizeOptions tokenize_options;
   CLI::App* tokenize = kvlab::add_tokenize_command(app, tokenize_options);
   kvlab::GenerateOptions generate_options;
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
     } else if (export_cmd->parsed()) {
       command = "kvlab export";
       return kvlab::run_export(export_options, std::cout);
+    } else if (convert->parsed()) {
+      command = "kvlab convert";
+      return kvlab::run_convert(convert_options, std::cout, std::cerr);
     } else if (tokenize->parsed()) {
       command = "kvlab tokenize";
       return kvlab::run_tokenize(tokenize_options, std::cin, std::cout);

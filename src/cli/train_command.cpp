@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/interrupt.h"
+#include "cli/text_tokens.h"
 #include "experiments/eval_decode.h"
 #include "experiments/eval_text.h"
 #include "io/atomic_file.h"
@@ -20,7 +21,6 @@
 #include "report/units.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
-#include "tokenizer/tokenizer.h"
 #include "train/data_parallel.h"
 
 namespace kvlab {
@@ -81,7 +81,8 @@ ModelShape TrainModelFlags::shape_for(const data::Task& task) const {
 CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Train a model with one attention variant from scratch on a task; writes checkpoints "
+      "Train a model with one attention variant on a task, from scratch or from a checkpoint "
+      "(--init-from, e.g. kvlab convert's output; --distill-from a teacher); writes checkpoints "
       "and a JSON-lines log to --out. Ctrl-C saves a checkpoint; --resume continues it.");
   cmd->add_option("--task", o.task,
                   "reverse | sort | sub | swap | copy (synthetic) | text | kjv (byte-level "
@@ -139,6 +140,24 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str()
       ->group("Training");
+  cmd->add_option("--init-from", t.init_from,
+                  "Start from this checkpoint's weights (a run, a checkpoint folder such as "
+                  "kvlab convert's output, or a Hugging Face folder) instead of a random "
+                  "initialisation; the model comes from it (no model flags), the task from it "
+                  "unless --task is given; the optimizer starts fresh")
+      ->group("Uptraining");
+  cmd->add_option("--distill-from", t.distill_from,
+                  "Teacher checkpoint: the loss becomes α·CE + (1 − α)·T²·KL(teacher ‖ student) "
+                  "at temperature T, the teacher run without gradients on the same batches; it "
+                  "must share the student's vocabulary")
+      ->group("Uptraining");
+  cmd->add_option("--kd-alpha", t.kd_alpha,
+                  "α: the cross-entropy's weight in the distillation loss")
+      ->capture_default_str()
+      ->group("Uptraining");
+  cmd->add_option("--kd-temperature", t.kd_temperature, "T: the softmax temperature of both models")
+      ->capture_default_str()
+      ->group("Uptraining");
   cmd->add_option("--out", o.out, "Run folder: checkpoint/ and log.jsonl")->group("Output");
   cmd->add_option("--resume", o.resume, "Continue the run in this folder from its checkpoint")
       ->group("Output");
@@ -215,30 +234,68 @@ int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::
           recorded, threads);
     }
   } else {
-    if (o.task.empty()) throw SpecError("task", "give --task (or --resume DIR)");
+    const bool init = !o.train.init_from.empty();
+    nlohmann::json init_task;
+    if (init) {
+      for (const CLI::Option* opt : command.get_options()) {
+        const std::string name = opt->get_name();
+        if (opt->count() > 0 &&
+            (name == "--attn" || name == "--layers" || name == "--d-model" || name == "--heads" ||
+             name == "--head-dim" || name == "--mlp" || name == "--mlp-kind" || name == "--norm" ||
+             name == "--bias" || name == "--pos" || name == "--rope-theta")) {
+          throw SpecError("init-from", "the model comes from --init-from; drop " + name);
+        }
+      }
+      const nlohmann::json init_config =
+          nn::read_checkpoint_config(nn::checkpoint_dir(o.train.init_from));
+      if (init_config.contains("task") && !is_hf_config(init_config))
+        init_task = init_config["task"];
+      if (o.task.empty() && init_task.is_null()) {
+        throw SpecError("task", o.train.init_from + " records no task: give --task");
+      }
+      for (const char* flag : {"--seq-len", "--eval-sequences"}) {
+        if (o.task.empty() && command.get_option(flag)->count() > 0) {
+          throw SpecError("task", std::string(flag) + " sets up a --task; without one the task " +
+                                      "comes from --init-from as it was recorded");
+        }
+      }
+    }
+    if (o.task.empty() && !init) throw SpecError("task", "give --task (or --resume DIR)");
     if (o.out.empty()) throw SpecError("out", "give --out DIR for the run's checkpoint and log");
     struct stat info {};
     if (::stat(o.out.c_str(), &info) == 0 && !S_ISDIR(info.st_mode)) {
       throw SpecError("out", "'" + o.out + "' exists and is not a folder");
     }
-    data::TaskOptions task_options;
-    task_options.name = o.task;
-    task_options.data_path = o.data;
-    task_options.seq_len = o.seq_len.value_or(o.task == "text" || o.task == "kjv" ? 128 : 16);
-    task_options.eval_sequences = o.eval_sequences;
-    auto task = data::make_task(task_options);
-    const ModelShape shape = o.model.shape_for(*task);
-    ModelConfig config;
-    try {
-      config = ModelConfig::make(shape, o.attn, DType::kF32);
-    } catch (const SpecError& e) {
-      throw SpecError(e.field(), "invalid --attn \"" + o.attn + "\": " + e.what());
+    std::unique_ptr<data::Task> task;
+    if (o.task.empty()) {
+      task = data::task_from_json(init_task, o.data);
+    } else {
+      data::TaskOptions task_options;
+      task_options.name = o.task;
+      task_options.data_path = o.data;
+      task_options.seq_len = o.seq_len.value_or(o.task == "text" || o.task == "kjv" ? 128 : 16);
+      task_options.eval_sequences = o.eval_sequences;
+      task = data::make_task(task_options);
     }
-    require_training_memory(config, o.train.batch / std::max<int64_t>(1, o.train.accumulation),
-                            task_options.seq_len);
     train::TrainOptions t = o.train;
     t.threads = threads;
-    trainer = std::make_unique<train::Trainer>(config, std::move(task), t, o.out);
+    if (init) {
+      trainer = train::Trainer::from_checkpoint(std::move(task), t, o.out);
+      require_training_memory(trainer->model().config(),
+                              o.train.batch / std::max<int64_t>(1, o.train.accumulation),
+                              trainer->task().seq_len());
+    } else {
+      const ModelShape shape = o.model.shape_for(*task);
+      ModelConfig config;
+      try {
+        config = ModelConfig::make(shape, o.attn, DType::kF32);
+      } catch (const SpecError& e) {
+        throw SpecError(e.field(), "invalid --attn \"" + o.attn + "\": " + e.what());
+      }
+      require_training_memory(config, o.train.batch / std::max<int64_t>(1, o.train.accumulation),
+                              task->seq_len());
+      trainer = std::make_unique<train::Trainer>(config, std::move(task), t, o.out);
+    }
   }
   trainer->set_data_parallel(data_parallel.get());
   const std::string run_dir = o.resume.empty() ? o.out : o.resume;
@@ -423,23 +480,9 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
   } catch (const std::runtime_error& e) {
     throw SpecError("data", e.what());
   }
-  std::vector<int64_t> tokens;
-  std::string tokenizer_name = "bytes";
-  if (std::filesystem::exists(dir + "/tokenizer.json")) {
-    const tok::Tokenizer tokenizer = tok::Tokenizer::load(dir);
-    if (tokenizer.vocab_size() > shape.vocab_size) {
-      throw SpecError("tokenizer", dir + "/tokenizer.json has " +
-                                       std::to_string(tokenizer.vocab_size()) +
-                                       " tokens, the model " + std::to_string(shape.vocab_size));
-    }
-    for (const int32_t id : tokenizer.encode(text, /*add_special_tokens=*/true))
-      tokens.push_back(id);
-    tokenizer_name = "tokenizer.json";
-  } else if (shape.vocab_size == 256) {
-    for (const unsigned char c : text) tokens.push_back(c);
-  } else {
-    throw SpecError("checkpoint", dir + " has no tokenizer.json and its vocabulary is not bytes");
-  }
+  const TextTokens text_tokens = tokens_of_text(dir, shape, text);
+  const std::vector<int64_t>& tokens = text_tokens.ids;
+  const std::string& tokenizer_name = text_tokens.tokenizer;
   require_memory("batch",
                  "evaluating " + std::to_string(o.batch) + " windows of " +
                      std::to_string(context) + " tokens",

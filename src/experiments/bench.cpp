@@ -17,6 +17,7 @@
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
 #include "kernels/memory_bandwidth.h"
+#include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "nn/transformer.h"
 #include "report/statistics.h"
@@ -70,6 +71,7 @@ int64_t peak_memory_bytes() {
 
 int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
   if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  if (b.attn.empty()) throw SpecError("attn", "give at least one --attn");
   const int threads = nn::set_threads(b.threads);
   int64_t longest = 0;
   for (int64_t l : b.length) {
@@ -143,6 +145,9 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     throw SpecError("prompt", "--prompt and --generate must be > 0, --long-prompt >= 0");
   }
   if (b.repeats < 1) throw SpecError("repeats", "must be >= 1");
+  if (b.attn.empty() && b.checkpoints.empty()) {
+    throw SpecError("attn", "give at least one --attn or --checkpoint");
+  }
   const DType dtype = parse_dtype(b.cache_dtype);
   const int threads = nn::set_threads(b.threads);
   // the ceiling of a step that reads every weight and the cache once: measured here, with the
@@ -156,22 +161,40 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   std::vector<int64_t> prompts = {b.prompt};
   if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
   std::string precision_used;
-  for (const std::string& attn : b.attn) {
+  // each row: a random-weight model of an --attn spec, or a --checkpoint's trained one
+  std::vector<std::pair<std::string, bool>> sources;
+  for (const std::string& attn : b.attn) sources.emplace_back(attn, false);
+  for (const std::string& checkpoint : b.checkpoints) sources.emplace_back(checkpoint, true);
+  for (const auto& [source, is_checkpoint] : sources) {
     for (int64_t prompt : prompts) {
-      const ModelConfig config = bench_model(b, attn, prompt + b.generate);
+      nn::TransformerModel model{nullptr};
+      if (is_checkpoint) {
+        model = nn::load_model(nn::checkpoint_dir(source));
+        const ModelShape& s = model->config().shape;
+        if (!s.causal()) throw SpecError("checkpoint", source + " is not a language model");
+        if (s.pos == PosScheme::kLearned && prompt + b.generate > s.max_context) {
+          throw SpecError("prompt", fmt::format("{} has {} learned positions; prompt {} + "
+                                                "generate {} exceed them",
+                                                source, s.max_context, prompt, b.generate));
+        }
+      } else {
+        torch::manual_seed(0);
+        model = nn::TransformerModel(bench_model(b, source, prompt + b.generate), torch::kFloat32);
+      }
+      const ModelConfig& config = model->config();
       require_memory(
           "prompt",
           "a cache for --prompt + --generate = " + std::to_string(prompt + b.generate) + " tokens",
           [&] { return config.cache_bytes(prompt + b.generate, 1); });
-      torch::manual_seed(0);
-      nn::TransformerModel model(config, torch::kFloat32);
       infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
       infer::DecodeModel& decode = gen.decode_model();
       decode.set_attn_precision(
           resolve_attn_precision(b.precision, decode.supports_bf16_precision()));
       precision_used = attn_precision_name(decode.attn_precision());
       std::vector<int64_t> tokens(static_cast<size_t>(prompt));
-      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7 % 256);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = static_cast<int64_t>(i * 7 % static_cast<size_t>(config.shape.vocab_size));
+      }
       std::vector<float> logits(static_cast<size_t>(gen.vocab_size()));
       // one generation: prefill then `generate` greedy steps through the raw decode step
       // (allocation-free); returns {prefill s, decode s}
@@ -231,6 +254,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       const double other_ms =
           (profile.step_us - profile.dense_us - profile.attention_us) / per_step / 1e3;
       rows.push_back({{"attn", config.attn.to_string()},
+                      {"checkpoint", is_checkpoint ? source : ""},
                       {"attn_precision", precision_used},
                       {"prompt", prompt},
                       {"generated", b.generate},
@@ -248,8 +272,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                       {"profile_attention_ms", attention_ms},
                       {"profile_other_ms", other_ms},
                       {"cache_bytes", cache_bytes}});
-      table.add_row({config.attn.to_string(), precision_used, std::to_string(prompt),
-                     std::to_string(b.generate),
+      table.add_row({is_checkpoint ? source : config.attn.to_string(), precision_used,
+                     std::to_string(prompt), std::to_string(b.generate),
                      fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_median),
                      fmt::format("{:.0f}", steps / decode_median),
                      fmt::format("{:.3f}", ms_per_token),
@@ -268,16 +292,23 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                .dump(2)
         << "\n";
   } else {
+    std::string models;
+    if (!b.attn.empty()) {
+      models =
+          fmt::format("random weights: {} layers, D {}, {} heads", b.layers, b.d_model, b.heads);
+    }
+    if (!b.checkpoints.empty()) {
+      models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
+    }
     out << fmt::format(
-               "bench generate: {}; {} layers, D {}, {} heads, {} cache, {} threads; the prompt "
+               "bench generate: {}; {}; {} cache, {} threads; the prompt "
                "runs as one batched pass (libtorch modules over the cache's rows), decode "
                "through the raw step (dense layers and attention kernels); one warm-up "
                "generation, then the median of {} (min–max); roofline: every f32 parameter "
                "and the cache at the mean context read once per token at {:.2f} GB/s (bench "
                "memory's probe, measured now); dense / attention / other: one more generation "
                "with the kernels timed\n\n",
-               cpu_model_name(), b.layers, b.d_model, b.heads, dtype_name(dtype), threads,
-               b.repeats, gb_per_s)
+               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s)
         << table.to_markdown();
   }
   return 0;

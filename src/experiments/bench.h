@@ -58,6 +58,9 @@ struct BenchDecodeOptions {
 // generate 128, seed 003 Table 15's shape, plus a long-context row).
 struct BenchModelOptions {
   std::vector<std::string> attn;
+  // generate: trained models (kvlab runs, converted checkpoints, Hugging Face folders) timed
+  // instead of, or beside, the random-weight models of --attn
+  std::vector<std::string> checkpoints;
   int64_t layers = 4, d_model = 256, heads = 8;
   std::vector<int64_t> batch = {1, 4, 16};
   std::vector<int64_t> length = {1024, 2048};

@@ -30,6 +30,8 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
 int run_compare_lm(const CompareOptions& options, const std::atomic<bool>* stop, std::ostream& out);
 int run_compare_vision(const CompareOptions& options, const std::atomic<bool>* stop,
                        std::ostream& out);
+int run_compare_convert(const CompareOptions& options, const std::atomic<bool>* stop,
+                        std::ostream& out);
 
 // Tables (results.md) and plots of a suite, rebuilt from its results.json alone, into dir.
 // Returns the Markdown. Throws SpecError("results") for a document it cannot read.
@@ -37,5 +39,6 @@ std::string render_report(const nlohmann::json& results, const std::string& dir)
 std::string render_lm_report(const nlohmann::json& results, const std::string& dir);
 std::string render_vision_report(const nlohmann::json& results, const std::string& dir);
 std::string render_synthetic_report(const nlohmann::json& results, const std::string& dir);
+std::string render_convert_report(const nlohmann::json& results, const std::string& dir);
 
 }  // namespace kvlab

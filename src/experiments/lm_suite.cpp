@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "experiments/compare.h"
+#include "experiments/lm_preset.h"
 #include "experiments/suite.h"
 #include "infer/generator.h"
 #include "io/atomic_file.h"
@@ -23,23 +24,6 @@ namespace kvlab {
 namespace {
 
 using nlohmann::json;
-
-struct LmPreset {
-  int64_t d_model, layers, heads, seq_len, steps, batch;
-  double lr;
-  int64_t eval_windows;    // held-out windows of seq_len bytes
-  int64_t decode_context;  // cached tokens when decode speed is measured
-  int64_t decode_tokens;   // tokens timed
-};
-
-// quick: 16 variants × 2 seeds, 200 steps, within 30 minutes on 2 cores (2 runs at a time,
-// 1 thread each, ~0.4 s a step). base: 6 layers of 256, context 256, 4,000 steps — about 70
-// hours for the 32 runs on 2 cores (measured: 4.5 s a step of 8,192 tokens on one thread).
-LmPreset lm_preset(const std::string& name) {
-  if (name == "quick") return {128, 4, 4, 128, 200, 32, 2e-3, 256, 1024, 32};
-  if (name == "base") return {256, 6, 8, 256, 4000, 32, 1e-3, 1000, 4096, 64};
-  throw SpecError("preset", "unknown lm preset '" + name + "' (known: quick, base)");
-}
 
 // Seed 003's projection-sharing family and the baselines, then seed 000 Table 2's GVA rows:
 // three M_h inits without a rope stream (keys rebuilt per position) and two DRoPE widths; then
@@ -62,13 +46,6 @@ std::vector<SuiteVariant> default_lm_variants() {
           {"gva drope 16", "gva:2,dr=16"},
           {"gta:2", "gta:2"},
           {"gla:hc=2", "gla:hc=2"}};
-}
-
-ModelShape lm_shape(const LmPreset& p) {
-  // bytes; RoPE, which gva and mla need
-  return ModelShape::llama_decoder(p.layers, p.d_model, p.heads,
-                                   /*mlp_width=*/(8 * p.d_model / 3 + 7) / 8 * 8,
-                                   /*vocab_size=*/256, p.seq_len);
 }
 
 // Decode speed of a trained checkpoint through the paged cache (bf16) and the raw decode step:
@@ -97,6 +74,41 @@ double decode_ms_per_token(const std::string& checkpoint, int64_t context, int64
 }
 
 }  // namespace
+
+// quick: 16 variants × 2 seeds, 200 steps, within 30 minutes on 2 cores (2 runs at a time,
+// 1 thread each, ~0.4 s a step). base: 6 layers of 256, context 256, 4,000 steps — about 70
+// hours for the 32 runs on 2 cores (measured: 4.5 s a step of 8,192 tokens on one thread).
+LmPreset lm_preset(const std::string& name) {
+  if (name == "quick") return {128, 4, 4, 128, 200, 32, 2e-3, 256, 1024, 32};
+  if (name == "base") return {256, 6, 8, 256, 4000, 32, 1e-3, 1000, 4096, 64};
+  throw SpecError("preset", "unknown lm preset '" + name + "' (known: quick, base)");
+}
+
+ModelShape lm_shape(const LmPreset& p) {
+  // bytes; RoPE, which gva and mla need
+  return ModelShape::llama_decoder(p.layers, p.d_model, p.heads,
+                                   /*mlp_width=*/(8 * p.d_model / 3 + 7) / 8 * 8,
+                                   /*vocab_size=*/256, p.seq_len);
+}
+
+nlohmann::json lm_config_json(const LmPreset& p) {
+  return {{"d_model", p.d_model},
+          {"layers", p.layers},
+          {"heads", p.heads},
+          {"mlp_width", lm_shape(p).mlp_width},
+          {"seq_len", p.seq_len},
+          {"steps", p.steps},
+          {"batch", p.batch},
+          {"lr", p.lr},
+          {"eval_windows", p.eval_windows}};
+}
+
+const std::vector<std::string>& lm_record_keys() {
+  static const std::vector<std::string> keys = {"label",        "attn",       "task",  "seed",
+                                                "eval_loss",    "perplexity", "steps", "seconds",
+                                                "tokens_per_s", "curve"};
+  return keys;
+}
 
 int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
   LmPreset preset = lm_preset(o.preset);
@@ -145,30 +157,17 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   if (!outcome.writer) return 0;  // rank 0 reports for the job
   json records = json::array();
   for (const json& r : outcome.records) {
-    records.push_back(record_fields(r, {"label", "attn", "task", "seed", "eval_loss", "perplexity",
-                                        "steps", "seconds", "tokens_per_s", "curve"}));
+    records.push_back(record_fields(r, lm_record_keys()));
   }
   // Decode speed, one variant at a time on every core (runs in parallel would disturb it).
   nn::set_threads(cores);
-  json results = {{"suite", "lm"},
-                  {"preset", o.preset},
-                  {"seeds", o.seeds},
-                  {"config",
-                   {{"d_model", preset.d_model},
-                    {"layers", preset.layers},
-                    {"heads", preset.heads},
-                    {"mlp_width", shape.mlp_width},
-                    {"seq_len", preset.seq_len},
-                    {"steps", preset.steps},
-                    {"batch", preset.batch},
-                    {"lr", preset.lr},
-                    {"eval_windows", preset.eval_windows},
-                    {"decode_context", preset.decode_context},
-                    {"decode_tokens", preset.decode_tokens},
-                    {"decode_cache_dtype", "bf16"},
-                    {"decode_threads", cores}}},
-                  {"variants", json::array()},
-                  {"runs", records}};
+  json config = lm_config_json(preset);
+  config.update({{"decode_context", preset.decode_context},
+                 {"decode_tokens", preset.decode_tokens},
+                 {"decode_cache_dtype", "bf16"},
+                 {"decode_threads", cores}});
+  json results = {{"suite", "lm"},    {"preset", o.preset},        {"seeds", o.seeds},
+                  {"config", config}, {"variants", json::array()}, {"runs", records}};
   for (size_t v = 0; v < variants.size(); ++v) {
     if (stop && stop->load()) return 130;
     const std::string checkpoint =

@@ -43,7 +43,7 @@ std::string dir_name(const std::string& text) {
   return out;
 }
 
-nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window) {
+nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window, const std::string& key) {
   std::ifstream in(run_dir + "/log.jsonl");
   nlohmann::json curve = nlohmann::json::array();
   std::string line;
@@ -51,8 +51,8 @@ nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window) {
   int64_t count = 0;
   while (std::getline(in, line)) {
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!record.is_object() || !record.contains("loss") || !record["loss"].is_number()) continue;
-    sum += record["loss"].get<double>();
+    if (!record.is_object() || !record.contains(key) || !record[key].is_number()) continue;
+    sum += record[key].get<double>();
     if (++count == window) {
       curve.push_back({record.value("step", int64_t{0}), sum / static_cast<double>(count)});
       sum = 0;
@@ -101,9 +101,14 @@ std::optional<train::TrainResult> train_run(const SuiteRun& run, train::DataPara
                                             const std::atomic<bool>* stop) {
   std::error_code ignored;  // every rank clears it
   std::filesystem::remove_all(run.dir, ignored);
-  train::Trainer trainer(run.model, data::make_task(run.task_options), run.train, run.dir);
-  trainer.set_data_parallel(data_parallel);
-  train::TrainResult result = trainer.run(stop);
+  // uptraining starts from a checkpoint's weights, the others from the seed's
+  std::unique_ptr<train::Trainer> trainer =
+      run.train.init_from.empty()
+          ? std::make_unique<train::Trainer>(run.model, data::make_task(run.task_options),
+                                             run.train, run.dir)
+          : train::Trainer::from_checkpoint(data::make_task(run.task_options), run.train, run.dir);
+  trainer->set_data_parallel(data_parallel);
+  train::TrainResult result = trainer->run(stop);
   if (result.status == train::TrainResult::Status::kDiverged) {
     throw std::runtime_error(run.dir + ": " + result.message);
   }
@@ -151,7 +156,9 @@ SuiteOutcome run_suite(const Suite& suite, const std::string& out_dir, int reque
         {"config", run.config},
         {"model", model_config_to_json(run.model)},
         {"train", run.train.to_json()},
-        {"curve", read_loss_curve(run.dir, std::max<int64_t>(1, run.train.steps / 50))},
+        // distilling, the cross-entropy part of the loss: comparable with the other runs'
+        {"curve", read_loss_curve(run.dir, std::max<int64_t>(1, run.train.steps / 50),
+                                  run.train.distill_from.empty() ? "loss" : "ce")},
         {"build", build},
         {"machine", machine},
         {"threads", std::max(1, cores / jobs)},

@@ -71,9 +71,10 @@ train::TrainOptions suite_train_options(int64_t steps, int64_t batch, double lr,
 // A folder name for a spec: letters, digits and '-' kept, the rest '_'.
 std::string dir_name(const std::string& text);
 
-// Training loss of a run from its log.jsonl, averaged over windows of `window` steps:
-// [[step, loss], ...] at each window's last step.
-nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window);
+// Training loss of a run from its log.jsonl (the records' `key`), averaged over windows of
+// `window` steps: [[step, loss], ...] at each window's last step.
+nlohmann::json read_loss_curve(const std::string& run_dir, int64_t window,
+                               const std::string& key = "loss");
 
 // Loss curves of every label, averaged over the runs (seeds) that share it, from
 // results["runs"][i]["curve"], as plot series in the order the labels are given.

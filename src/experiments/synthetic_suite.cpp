@@ -92,8 +92,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   }
   if (o.suite == "lm") return run_compare_lm(o, stop, out);
   if (o.suite == "vision") return run_compare_vision(o, stop, out);
+  if (o.suite == "convert") return run_compare_convert(o, stop, out);
   if (o.suite != "synthetic") {
-    throw SpecError("suite", "unknown suite '" + o.suite + "' (known: synthetic, lm, vision)");
+    throw SpecError("suite",
+                    "unknown suite '" + o.suite + "' (known: synthetic, lm, vision, convert)");
   }
   if (!o.data.empty()) throw SpecError("data", "the synthetic suite reads no data");
   std::vector<SuiteConfig> configs = preset_configs(o.preset);
@@ -280,10 +282,12 @@ std::string render_report(const json& results, const std::string& dir) {
     if (suite == "synthetic") return render_synthetic_report(results, dir);
     if (suite == "lm") return render_lm_report(results, dir);
     if (suite == "vision") return render_vision_report(results, dir);
+    if (suite == "convert") return render_convert_report(results, dir);
   } catch (const json::exception& e) {
     throw SpecError("results", std::string("malformed results.json: ") + e.what());
   }
-  throw SpecError("suite", "unknown suite '" + suite + "' in results.json (synthetic, lm, vision)");
+  throw SpecError("suite",
+                  "unknown suite '" + suite + "' in results.json (synthetic, lm, vision, convert)");
 }
 
 }  // namespace kvlab

@@ -408,7 +408,11 @@ void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const 
   dense(a.latent, x, D, proj_b_.data(), dc + dr, n);  // [n, d_c + d_r]
   for (int64_t b = 0; b < n; ++b) {
     float* row = proj_b_.data() + b * (dc + dr);
-    apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
+    if (a.latent_norm.empty()) {  // plainlatent
+      std::copy(row, row + dc, proj_c_.data() + b * dc);
+    } else {
+      apply_norm(a.latent_norm, row, proj_c_.data() + b * dc);  // c: [n, d_c]
+    }
     rotate(row + dc, dr, pos(b), s);
   }
   store_rows(layer, StreamRole::kContent, proj_c_.data(), dc, n);

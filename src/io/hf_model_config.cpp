@@ -347,7 +347,8 @@ std::string hf_architecture_for(const ModelConfig& config) {
   if (standard && llama_blocks && a.qk_norm && s.bias == BiasKind::kNone) return "Qwen3ForCausalLM";
   const bool deepseek_blocks = s.kind == ModelKind::kDecoder && s.norm == NormKind::kRmsNorm &&
                                s.mlp_kind == MlpKind::kSwiglu && s.pos == PosScheme::kRope &&
-                               s.bias == BiasKind::kNone && a.variant == AttnVariant::kMla;
+                               s.bias == BiasKind::kNone && a.variant == AttnVariant::kMla &&
+                               !a.plain_latent;
   if (deepseek_blocks) {
     const MoeShape& m = s.moe;
     const bool v2_router =

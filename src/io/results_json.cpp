@@ -156,6 +156,33 @@ void check_vision(const json& r, const Checker& c) {
   });
 }
 
+void check_convert(const json& r, const Checker& c) {
+  c.value(r, "", "seeds", Kind::kInteger);
+  const json& config = c.member(r, "", "config");
+  c.values(config, "config",
+           {"d_model", "layers", "heads", "mlp_width", "seq_len", "steps", "batch", "eval_windows",
+            "uptrain_steps", "calibration_tokens"},
+           Kind::kInteger);
+  c.values(config, "config", {"lr", "uptrain_lr", "kd_alpha", "kd_temperature"}, Kind::kNumber);
+  c.array(
+      r, "", "pairs",
+      [&](const json& p, const std::string& path) {
+        c.values(p, path, {"teacher", "target", "label"}, Kind::kString);
+        c.values(p, path, {"cache_bytes_per_token", "teacher_cache_bytes_per_token"},
+                 Kind::kInteger);
+        c.array(p, path, "converted", [&](const json& cv, const std::string& at) {
+          c.value(cv, at, "seed", Kind::kInteger);
+          c.values(cv, at, {"eval_loss", "map_error", "output_error"}, Kind::kNumber);
+        });
+      },
+      /*non_empty=*/true);
+  c.array(r, "", "runs", [&](const json& run, const std::string& path) {
+    c.value(run, path, "label", Kind::kString);
+    c.value(run, path, "eval_loss", Kind::kNumber);
+    c.curve(run, path);
+  });
+}
+
 }  // namespace
 
 void validate_results_json(const json& results, const std::string& source) {
@@ -166,9 +193,10 @@ void validate_results_json(const json& results, const std::string& source) {
   if (suite == "synthetic") return check_synthetic(results, c);
   if (suite == "lm") return check_lm(results, c);
   if (suite == "vision") return check_vision(results, c);
+  if (suite == "convert") return check_convert(results, c);
   c.fail("suite", "is '" + text_excerpt(suite, 40) +
                       "', not a suite kvlab knows (synthetic, lm, "
-                      "vision)");
+                      "vision, convert)");
 }
 
 }  // namespace kvlab

@@ -20,8 +20,10 @@ MlaAttentionImpl::MlaAttentionImpl(const AttentionSpec& spec, const torch::Tenso
   }
   kv_a_proj_with_mqa = register_module(
       "kv_a_proj_with_mqa", Linear(D, spec.latent_dim + spec.rope_dim, in_bias, options));
-  kv_a_layernorm =
-      register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options, spec.norm_eps));
+  if (!spec.plain_latent) {
+    kv_a_layernorm =
+        register_module("kv_a_layernorm", Norm(spec.norm, spec.latent_dim, options, spec.norm_eps));
+  }
   kv_b_proj = register_module(
       "kv_b_proj",
       Linear(spec.latent_dim, H * (spec.nope_dim + spec.value_dim), all_bias, options));
@@ -40,7 +42,8 @@ MlaAttentionImpl::Query MlaAttentionImpl::project_query(const torch::Tensor& x, 
 
 std::vector<torch::Tensor> MlaAttentionImpl::latent(const torch::Tensor& x, int64_t start_pos) {
   const torch::Tensor kv_a = kv_a_proj_with_mqa(x).unsqueeze(2);  // [B, T, 1, d_c + d_r]
-  const torch::Tensor c = kv_a_layernorm(kv_a.narrow(-1, 0, spec_.latent_dim));
+  const torch::Tensor latent = kv_a.narrow(-1, 0, spec_.latent_dim);
+  const torch::Tensor c = kv_a_layernorm ? kv_a_layernorm(latent) : latent;
   const torch::Tensor k_rope = apply_rope(kv_a.narrow(-1, spec_.latent_dim, spec_.rope_dim),
                                           start_pos, spec_.rope_theta, spec_.rope_scaling);
   return {c, k_rope};

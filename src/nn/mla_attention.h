@@ -33,7 +33,7 @@ class MlaAttentionImpl : public AttentionImpl {
   Norm q_a_layernorm{nullptr};         // over d_q
   Linear q_b_proj{nullptr};            // d_q -> H·(d_n + d_r)
   Linear kv_a_proj_with_mqa{nullptr};  // D -> d_c + d_r
-  Norm kv_a_layernorm{nullptr};        // over d_c
+  Norm kv_a_layernorm{nullptr};        // over d_c (none with plainlatent)
   Linear kv_b_proj{nullptr};           // d_c -> H·(d_n + d_v): W_uk and W_uv, head by head
   Linear o_proj{nullptr};              // H·d_v -> D
 

@@ -57,6 +57,7 @@ void require_unset(const AttentionSpec& s, std::initializer_list<std::string_vie
       {"qnorm", s.q_norm},
       {"knorm", s.k_norm},
       {"qknorm", s.qk_norm},
+      {"plainlatent", s.plain_latent},
   };
   for (const auto& field : fields) {
     bool owned = false;

@@ -205,7 +205,8 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (!seen.insert(std::string(key)).second) {
         throw SpecError(std::string(key), "option '" + std::string(key) + "' given twice");
       }
-      const bool is_flag = key == "qnorm" || key == "knorm" || key == "qknorm";
+      const bool is_flag =
+          key == "qnorm" || key == "knorm" || key == "qknorm" || key == "plainlatent";
       if (is_flag != (eq == item.npos)) {
         throw SpecError(
             std::string(key),
@@ -222,6 +223,7 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
       if (key == "qnorm") spec.q_norm = true;
       if (key == "knorm") spec.k_norm = true;
       if (key == "qknorm") spec.qk_norm = true;
+      if (key == "plainlatent") spec.plain_latent = true;
       if (key == "hc") spec.n_groups = parse_count(key, value);
     }
   }

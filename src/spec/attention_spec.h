@@ -89,10 +89,14 @@ struct AttentionSpec {
   // mha/gqa/mqa: per-head RMSNorm over d_h of q and of k before RoPE (Qwen3's q_norm, k_norm);
   // the cached keys are normalised and rotated
   bool qk_norm = false;
+  // mla: the cached latent is W_dkv x itself, without DeepSeek's kv_a_layernorm (what kvlab
+  // convert builds: a norm is not linear, so no fitted projection reproduces one)
+  bool plain_latent = false;
   GvaInit m_init = GvaInit::kBaseline;
 
   // Text form (DESIGN.md, `kvlab cache --help`): "gqa:8", "q-gqa:4,knorm",
-  // "gva:8,dr=16,init=scale-matched,qnorm", "gqa:8,qknorm", "mla:dc=512,dr=64", "qk-v+:m=16", ...
+  // "gva:8,dr=16,init=scale-matched,qnorm", "gqa:8,qknorm", "mla:dc=512,dr=64",
+  // "mla:dc=64,dr=16,plainlatent", "qk-v+:m=16", ...
   // Throws SpecError naming the field, the value and the rule.
   static AttentionSpec parse(std::string_view text, const ModelShape& model, DType cache_dtype);
   // Canonical text: parse(to_string(), same model, same dtype) == *this.

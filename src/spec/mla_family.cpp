@@ -26,7 +26,7 @@ Exact common_projection_macs(const AttentionSpec& s) {
 class MlaFamily final : public AttentionFamily {
  public:
   std::vector<std::string_view> options(const AttentionSpec&) const override {
-    return {"dc", "dr", "dn", "dv", "dq"};
+    return {"dc", "dr", "dn", "dv", "dq", "plainlatent"};
   }
 
   void set_defaults(AttentionSpec& spec) const override {
@@ -42,11 +42,12 @@ class MlaFamily final : public AttentionFamily {
     if (s.nope_dim != s.head_dim) items.push_back("dn=" + num(s.nope_dim));
     if (s.value_dim != s.head_dim) items.push_back("dv=" + num(s.value_dim));
     if (s.q_latent_dim != 0) items.push_back("dq=" + num(s.q_latent_dim));
+    if (s.plain_latent) items.push_back("plainlatent");
     return items;
   }
 
   void validate(const AttentionSpec& s) const override {
-    family_detail::require_unset(s, {"dc", "dr", "dn", "dv", "dq"});
+    family_detail::require_unset(s, {"dc", "dr", "dn", "dv", "dq", "plainlatent"});
     require(s.latent_dim > 0, "dc", "latent width must be > 0");
     require(s.nope_dim > 0, "dn", "content width must be > 0");
     require(s.value_dim > 0, "dv", "value width must be > 0");
@@ -80,7 +81,7 @@ class MlaFamily final : public AttentionFamily {
                                              norm_params(s.norm, s.q_latent_dim) +
                                              linear_params(s.q_latent_dim, q_out, all_bias);
     params += linear_params(D, s.latent_dim + s.rope_dim, in_bias) +
-              norm_params(s.norm, s.latent_dim) +
+              (s.plain_latent ? Exact(0) : norm_params(s.norm, s.latent_dim)) +
               linear_params(s.latent_dim, H * (s.nope_dim + s.value_dim), all_bias);
     return params + linear_params(H * s.value_dim, D, all_bias);
   }

@@ -122,24 +122,38 @@ void TrainOptions::validate() const {
   if (threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
   if (eval_every < 0) throw SpecError("eval_every", "must be >= 0");
   if (checkpoint_every < 0) throw SpecError("checkpoint_every", "must be >= 0");
+  if (!(kd_alpha >= 0 && kd_alpha <= 1)) throw SpecError("kd_alpha", "must be in [0, 1]");
+  if (!(kd_temperature > 0) || !std::isfinite(kd_temperature)) {
+    throw SpecError("kd_temperature", "must be a finite number > 0");
+  }
+  if (distill_from.empty() && (kd_alpha != 0.5 || kd_temperature != 2.0)) {
+    throw SpecError("kd_alpha", "applies to distillation: give the teacher (distill_from)");
+  }
 }
 
 json TrainOptions::to_json() const {
-  return {{"steps", steps},
-          {"batch", batch},
-          {"accumulation", accumulation},
-          {"lr", lr},
-          {"lr_floor", lr_floor},
-          {"warmup", warmup},
-          {"weight_decay", weight_decay},
-          {"beta1", beta1},
-          {"beta2", beta2},
-          {"clip", clip},
-          {"eval_every", eval_every},
-          {"checkpoint_every", checkpoint_every},
-          {"eval_batch", eval_batch},
-          {"seed", seed},
-          {"threads", threads}};
+  json doc = {{"steps", steps},
+              {"batch", batch},
+              {"accumulation", accumulation},
+              {"lr", lr},
+              {"lr_floor", lr_floor},
+              {"warmup", warmup},
+              {"weight_decay", weight_decay},
+              {"beta1", beta1},
+              {"beta2", beta2},
+              {"clip", clip},
+              {"eval_every", eval_every},
+              {"checkpoint_every", checkpoint_every},
+              {"eval_batch", eval_batch},
+              {"seed", seed},
+              {"threads", threads}};
+  if (!init_from.empty()) doc["init_from"] = init_from;
+  if (!distill_from.empty()) {
+    doc["distill_from"] = distill_from;
+    doc["kd_alpha"] = kd_alpha;
+    doc["kd_temperature"] = kd_temperature;
+  }
+  return doc;
 }
 
 TrainOptions TrainOptions::from_json(const json& doc) {
@@ -160,6 +174,10 @@ TrainOptions TrainOptions::from_json(const json& doc) {
     o.eval_batch = doc.at("eval_batch").get<int64_t>();
     o.seed = doc.at("seed").get<uint64_t>();
     o.threads = doc.value("threads", 0);  // runs written before the field: all cores
+    o.init_from = doc.value("init_from", std::string());
+    o.distill_from = doc.value("distill_from", std::string());
+    o.kd_alpha = doc.value("kd_alpha", 0.5);
+    o.kd_temperature = doc.value("kd_temperature", 2.0);
   } catch (const json::exception& e) {
     throw SpecError("train", std::string("malformed training options: ") + e.what());
   }
@@ -209,10 +227,67 @@ Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, T
       options_(options),
       run_dir_(std::move(run_dir)) {
   options_.validate();
+  if (!options_.distill_from.empty()) {
+    teacher_ = nn::load_model(nn::checkpoint_dir(options_.distill_from));
+    const ModelShape& t = teacher_->config().shape;
+    const ModelShape& s = model_->config().shape;
+    if (t.kind != s.kind || t.output_classes() != s.output_classes() ||
+        t.vocab_size != s.vocab_size) {
+      throw SpecError("distill-from",
+                      options_.distill_from + " predicts " + std::to_string(t.output_classes()) +
+                          " classes over a vocabulary of " + std::to_string(t.vocab_size) +
+                          "; the student " + std::to_string(s.output_classes()) + " over " +
+                          std::to_string(s.vocab_size) + ": a teacher must share the vocabulary");
+    }
+    teacher_->eval();
+    for (torch::Tensor& p : teacher_->parameters()) p.requires_grad_(false);
+  }
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
   optimizer_ = std::make_unique<AdamW>(
       params, AdamW::Options{options_.beta1, options_.beta2, 1e-8, options_.weight_decay});
+}
+
+std::unique_ptr<Trainer> Trainer::from_checkpoint(std::unique_ptr<data::Task> task,
+                                                  TrainOptions options, std::string run_dir) {
+  if (options.init_from.empty()) throw SpecError("init-from", "no checkpoint given");
+  nn::TransformerModel model = nn::load_model(nn::checkpoint_dir(options.init_from));
+  const ModelShape& s = model->config().shape;
+  if (s.kind != task->model_kind() || s.vocab_size != task->vocab_size()) {
+    throw SpecError("init-from", options.init_from + " is a model over " +
+                                     std::to_string(s.vocab_size) + " tokens; the task " +
+                                     task->name() + " has " + std::to_string(task->vocab_size()));
+  }
+  if (s.pos == PosScheme::kLearned && task->seq_len() > s.max_context) {
+    throw SpecError("init-from", options.init_from + " has " + std::to_string(s.max_context) +
+                                     " learned positions; the task's windows are " +
+                                     std::to_string(task->seq_len()) + " tokens");
+  }
+  if (exists(run_dir + "/checkpoint")) {
+    throw SpecError("out", "'" + run_dir + "' already holds a run: resume it with --resume " +
+                               run_dir + " or choose another --out");
+  }
+  return std::unique_ptr<Trainer>(
+      new Trainer(std::move(model), std::move(task), std::move(options), std::move(run_dir)));
+}
+
+torch::Tensor Trainer::loss_of(const torch::Tensor& inputs, const torch::Tensor& targets,
+                               double* cross_entropy_sum) {
+  const torch::Tensor logits = model_->forward(inputs);
+  const torch::Tensor ce = cross_entropy(logits, targets);
+  *cross_entropy_sum += ce.item<double>();
+  if (!teacher_) return ce;
+  torch::Tensor teacher_logits;
+  {
+    torch::NoGradGuard no_grad;
+    teacher_logits = teacher_->forward(inputs);
+  }
+  // KL(teacher ‖ student) at temperature T, per position; T² keeps its gradient's scale
+  const double t = options_.kd_temperature;
+  const torch::Tensor log_student = torch::log_softmax(logits / t, -1);
+  const torch::Tensor log_teacher = torch::log_softmax(teacher_logits / t, -1);
+  const torch::Tensor kl = (log_teacher.exp() * (log_teacher - log_student)).sum(-1).mean();
+  return options_.kd_alpha * ce + (1 - options_.kd_alpha) * t * t * kl;
 }
 
 void Trainer::set_data_parallel(DataParallel* data_parallel) {
@@ -335,6 +410,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     bool stopping = stop != nullptr && stop->load();
     const auto step_start = std::chrono::steady_clock::now();
     double loss_value = 0;
+    double ce_value = 0;  // the cross-entropy part, summed over micro-batches
     int64_t batch_tokens = 0;
     if (!stopping || data_parallel_) {
       const data::Batch batch = task_->train_batch(options_.seed, step_, options_.batch);
@@ -344,8 +420,8 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
         const torch::Tensor inputs = batch.inputs.narrow(0, rank * shard + k * micro, micro);
         const torch::Tensor targets = batch.targets.narrow(0, rank * shard + k * micro, micro);
         // each micro-batch's mean weighs 1/accumulation: the sum is the shard's mean
-        const torch::Tensor loss = cross_entropy(model_->forward(inputs), targets) /
-                                   static_cast<double>(options_.accumulation);
+        const torch::Tensor loss =
+            loss_of(inputs, targets, &ce_value) / static_cast<double>(options_.accumulation);
         loss_value += loss.item<double>();
         loss.backward();
       }
@@ -388,11 +464,14 @@ TrainResult Trainer::run(const std::atomic<bool>* stop,
     tokens += batch_tokens;  // the global batch: every rank's shard
     compute_seconds += seconds;
     const double tokens_per_s = static_cast<double>(batch_tokens) / seconds;
-    log({{"step", step_},
-         {"loss", loss_value},
-         {"lr", lr},
-         {"grad_norm", grad_norm},
-         {"tokens_per_s", tokens_per_s}});
+    json record = {{"step", step_},
+                   {"loss", loss_value},
+                   {"lr", lr},
+                   {"grad_norm", grad_norm},
+                   {"tokens_per_s", tokens_per_s}};
+    // distilling, the loss mixes in the KL term: the cross-entropy alone (this rank's shard)
+    if (teacher_) record["ce"] = ce_value / static_cast<double>(options_.accumulation);
+    log(record);
     if (progress) progress(step_, loss_value, tokens_per_s);
     if (writer() && options_.eval_every > 0 && step_ % options_.eval_every == 0 &&
         step_ < options_.steps) {

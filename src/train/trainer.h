@@ -29,6 +29,13 @@ struct TrainOptions {
   int64_t eval_batch = 256;
   uint64_t seed = 0;
   int threads = 0;  // threads the run computes with (0: all cores); a resume uses the same
+  // Uptraining: the checkpoint the weights start from (the model's config comes from it;
+  // recorded only), and a teacher whose soft targets join the loss:
+  // kd_alpha·CE + (1 − kd_alpha)·T²·KL(teacher ‖ student) at temperature T = kd_temperature.
+  std::string init_from;
+  std::string distill_from;
+  double kd_alpha = 0.5;
+  double kd_temperature = 2.0;
 
   // Throws SpecError naming the field.
   void validate() const;
@@ -69,6 +76,11 @@ class Trainer {
   // not empty, replaces a text task's recorded file (it must hold the same content).
   static std::unique_ptr<Trainer> resume(const std::string& run_dir, bool writer = true,
                                          const std::string& data_path = "");
+  // A new run whose weights start from options.init_from (a checkpoint, run or Hugging Face
+  // folder) instead of a seeded initialisation; the optimizer starts fresh. Throws
+  // SpecError("init-from") when the model does not fit the task (kind, vocabulary, context).
+  static std::unique_ptr<Trainer> from_checkpoint(std::unique_ptr<data::Task> task,
+                                                  TrainOptions options, std::string run_dir);
 
   // Data-parallel training (not owned; must outlive run()): each rank computes its shard of
   // every global batch (rows [rank·B/W, (rank+1)·B/W)), gradients are averaged over ranks
@@ -96,7 +108,13 @@ class Trainer {
   void log(const nlohmann::json& record);
   bool writer() const { return data_parallel_ == nullptr || data_parallel_->rank() == 0; }
 
+  // The loss of one micro-batch: cross-entropy, or with a teacher the distillation mix.
+  // Adds the cross-entropy alone to *cross_entropy_sum.
+  torch::Tensor loss_of(const torch::Tensor& inputs, const torch::Tensor& targets,
+                        double* cross_entropy_sum);
+
   nn::TransformerModel model_;
+  nn::TransformerModel teacher_{nullptr};  // distill_from, no gradients
   std::unique_ptr<data::Task> task_;
   TrainOptions options_;
   std::string run_dir_;

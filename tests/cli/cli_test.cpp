@@ -187,6 +187,108 @@ TEST(CliTest, ExportToHuggingFaceAndBack) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliTest, ConvertARunThenEvaluateAndGenerateFromIt) {
+  const std::string dir = "/tmp/kvlab_cli_convert_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/corpus.txt");
+    for (int i = 0; i < 300; ++i)
+      text << "and the spirit of god moved upon the face of the waters. ";
+    std::ofstream(dir + "/short.txt") << "too short";
+  }
+  const RunResult train = run_kvlab(
+      "train --task text --data " + dir +
+      "/corpus.txt --seq-len 32 --layers 2 --d-model 32 --heads 4 --attn gqa:2 --mlp-kind swiglu "
+      "--mlp 48 --norm rmsnorm --bias none --pos rope --steps 20 --batch 8 --threads 1 "
+      "--no-progress --out " +
+      dir + "/run");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const RunResult converted =
+      run_kvlab("convert --checkpoint " + dir +
+                "/run --attn gva:2,dr=4 --calibration-tokens 2048 --out " + dir + "/gva");
+  ASSERT_EQ(converted.exit_code, 0) << converted.err;
+  EXPECT_TRUE(contains(converted.out, "converted gqa:2 -> gva:2,dr=4,dn=4")) << converted.out;
+  EXPECT_TRUE(contains(converted.out, "| layer | method")) << converted.out;
+  EXPECT_TRUE(contains(converted.err, "layer 2/2")) << converted.err;
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/gva/config.json"));
+  EXPECT_EQ(config["converted_from"]["report"]["layers"].size(), 2u);
+  EXPECT_EQ(config["task"]["name"], "text");
+  // the converted folder is a checkpoint like any other
+  const RunResult eval = run_kvlab("eval --checkpoint " + dir + "/gva --threads 1 --format json");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const RunResult gen = run_kvlab("generate --checkpoint " + dir +
+                                  "/gva --prompt 'and the ' --max-tokens 8 --threads 1");
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(gen.out.size(), 9u);
+  // decode speed of the source and of the converted model side by side
+  const RunResult bench =
+      run_kvlab("bench generate --checkpoint " + dir + "/run --checkpoint " + dir +
+                "/gva --prompt 8 --generate 4 --long-prompt 0 "
+                "--repeats 1 --threads 1 --format json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const nlohmann::json bench_rows = nlohmann::json::parse(bench.out)["rows"];
+  ASSERT_EQ(bench_rows.size(), 2u);
+  EXPECT_EQ(bench_rows[1]["attn"], "gva:2,dr=4,dn=4");
+  EXPECT_GT(bench_rows[0]["cache_bytes"].get<int64_t>(),
+            bench_rows[1]["cache_bytes"].get<int64_t>());
+  // uptraining: the converted weights, the source as teacher, the task from the checkpoint
+  const RunResult up =
+      run_kvlab("train --init-from " + dir + "/gva --distill-from " + dir +
+                "/run --steps 4 --batch 4 --threads 1 --no-progress --out " + dir + "/up");
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_TRUE(contains(up.err, "gva:2,dr=4,dn=4 on text")) << up.err;
+  std::ifstream up_log(dir + "/up/log.jsonl");
+  std::string first_line;
+  std::getline(up_log, first_line);
+  EXPECT_TRUE(nlohmann::json::parse(first_line).contains("ce")) << first_line;
+  const RunResult with_model =
+      run_kvlab("train --init-from " + dir + "/gva --attn mha --out " + dir + "/bad");
+  EXPECT_EQ(with_model.exit_code, 2);
+  EXPECT_TRUE(contains(with_model.err, "the model comes from --init-from; drop --attn"))
+      << with_model.err;
+  const RunResult json =
+      run_kvlab("convert --checkpoint " + dir + "/run --attn q-gqa:2 --calibration " + dir +
+                "/corpus.txt --context 32 --format json --out " + dir + "/kv");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["layers"][0]["candidates"].size(), 4u);
+
+  // a Hugging Face folder converts too, calibrated on a text file through its tokenizer.json
+  ASSERT_EQ(run_kvlab("export --checkpoint " + dir + "/run --out " + dir + "/hf").exit_code, 0);
+  const RunResult from_hf =
+      run_kvlab("convert --checkpoint " + dir + "/hf --attn mqa --calibration " + dir +
+                "/corpus.txt --out " + dir + "/from-hf");
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.err;
+  EXPECT_TRUE(contains(from_hf.out, "converted gqa:2 -> mqa")) << from_hf.out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/from-hf/tokenizer.json"));
+  const RunResult hf_no_text =
+      run_kvlab("convert --checkpoint " + dir + "/hf --attn mqa --out " + dir + "/bad");
+  EXPECT_EQ(hf_no_text.exit_code, 2);
+  EXPECT_TRUE(contains(hf_no_text.err, "give the text with --calibration FILE")) << hf_no_text.err;
+
+  const std::string run = " --checkpoint " + dir + "/run --out " + dir + "/bad";
+  const std::pair<std::string, std::string> refusals[] = {
+      {"convert --attn gla:hc=2" + run, "conversion to gla is not implemented"},
+      {"convert --attn gqa:4" + run, "do not divide the source's 2"},
+      {"convert --attn gva:2,dr=4 --calibration " + dir + "/short.txt" + run,
+       "at least 2 windows of 32 tokens"},
+      {"convert --attn gva:2,dr=4 --calibration " + dir + "/missing.txt" + run, "calibration"},
+      {"convert --attn gva:2,dr=4 --checkpoint " + dir + "/run --out " + dir + "/gva",
+       "already exists and is not an empty folder"},
+      {"convert --attn gva:2,dr=4 --context 32" + run, "applies only to --calibration files"},
+      {"convert --attn gva:2,dr=4 --calibration-tokens 0" + run, "calibration-tokens"},
+      {"convert --attn gva:2,dr=4 --checkpoint " + dir + "/gva --out " + dir + "/bad",
+       "kvlab converts from mha, gqa or mqa"},
+  };
+  for (const auto& [args, message] : refusals) {
+    const RunResult r = run_kvlab(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_TRUE(contains(r.err, message)) << args << "\n" << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/bad/config.json")) << args;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, NoArgumentsPrintsTheDefaultComparison) {
   const RunResult r = run_kvlab("cache");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -686,6 +788,41 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
     EXPECT_NE(bad.exit_code, 0) << args;
     EXPECT_TRUE(contains(bad.err, message)) << args << ": " << bad.err;
   }
+}
+
+// The convert suite on one target: two teachers, a scratch run, conversions, uptraining.
+TEST(CliCompareTest, ConvertSuiteSmokeRun) {
+  if (!std::filesystem::exists("/usr/bin/bible")) {
+    GTEST_SKIP() << "bible-kjv is not installed (scripts/install-deps installs it)";
+  }
+  const std::string dir = fresh_dir("compare-convert");
+  const RunResult r =
+      run_kvlab("compare --suite convert --steps 4 --seeds 1 --attn gva:2,dr=16 --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
+  EXPECT_EQ(results["suite"], "convert");
+  EXPECT_EQ(results["config"]["uptrain_steps"], 1);  // 5% of 4 steps, at least one
+  ASSERT_EQ(results["pairs"].size(), 2u);            // from gqa:2 and from mha
+  EXPECT_EQ(results["pairs"][0]["label"], "gqa:2 → gva:2,dr=16,dn=16");
+  // teachers 2, scratch 1, uptraining 2 pairs × 2 budgets
+  ASSERT_EQ(results["runs"].size(), 7u);
+  for (const auto& run : results["runs"]) EXPECT_GT(run["eval_loss"].get<double>(), 0);
+  const std::string md = slurp(dir + "/results.md");
+  EXPECT_TRUE(contains(md, "| gqa:2 → gva:2,dr=16,dn=16 ")) << md;
+  EXPECT_TRUE(contains(md, "Ranking by perplexity after 0 tokens")) << md;
+  EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/uptraining_curves.svg")), "");
+  std::filesystem::remove(dir + "/results.md");
+  ASSERT_EQ(run_kvlab("report " + dir).exit_code, 0);
+  EXPECT_EQ(slurp(dir + "/results.md"), md);
+  // a converted checkpoint and its uptrained run are ordinary checkpoints
+  const RunResult eval =
+      run_kvlab("eval --checkpoint " + dir +
+                "/runs/uptrain-gqa_2-to-gva_2_dr_16_dn_16-4N/seed0 --format json");
+  EXPECT_EQ(eval.exit_code, 0) << eval.err;
+  const RunResult bad =
+      run_kvlab("compare --suite convert --steps 4 --attn gla:hc=2 --out " + dir + "/bad");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "no teacher converts")) << bad.err;
 }
 
 // The vision suite on two variants: a ViT on Fashion-MNIST and the set-anomaly task.

@@ -807,6 +807,36 @@ std::vector<HostileCase> cases() {
       "format");
   add("Export_unknown_format", "export --checkpoint {ckpt} --format onnx --out {d}/x", "--format");
   add("Export_synthetic", "export --checkpoint {syn} --out {d}/x", "checkpoint");
+  add("Convert_to_gla", "convert --checkpoint {ckpt} --attn gla:hc=2 --out {d}/c", "attn");
+  add("Convert_groups_split", "convert --checkpoint {ckpt} --attn gqa:4 --out {d}/c", "groups");
+  add("Convert_odd_rope_width", "convert --checkpoint {ckpt} --attn gva:1,dr=3 --out {d}/c", "dr");
+  add("Convert_calibration_missing",
+      "convert --checkpoint {ckpt} --attn gqa:1 --calibration {d}/none.txt --out {d}/c",
+      "calibration");
+  add("Convert_calibration_short",
+      "convert --checkpoint {ckpt} --attn gqa:1 --calibration {d}/short.txt --out {d}/c",
+      "calibration", file("short.txt", "In the beginning"));
+  add("Convert_calibration_tokens_zero",
+      "convert --checkpoint {ckpt} --attn gqa:1 --calibration-tokens 0 --out {d}/c",
+      "calibration-tokens");
+  add("Convert_encoder", "convert --checkpoint {syn} --attn gqa:1 --out {d}/c", "checkpoint");
+  add("Convert_out_exists", "convert --checkpoint {ckpt} --attn gqa:1 --out {d}/file", "out",
+      file("file", "x"));
+  add("Train_init_from_with_model_flags", "train --init-from {ckpt} --attn mha --out {d}/r",
+      "init-from");
+  add("Train_init_from_missing", "train --init-from {d}/none --out {d}/r", "checkpoint");
+  add("Train_init_from_seq_len_without_task", "train --init-from {ckpt} --seq-len 8 --out {d}/r",
+      "--seq-len");
+  add("Train_distill_from_other_vocabulary",
+      "train --init-from {ckpt} --distill-from {syn} --steps 1 --out {d}/r", "distill-from");
+  add("Train_kd_alpha_without_teacher", "train --task reverse --kd-alpha 0.3 --out {d}/r",
+      "kd_alpha");
+  add("Train_kd_alpha_out_of_range",
+      "train --init-from {ckpt} --distill-from {ckpt} --kd-alpha 2 --out {d}/r", "kd_alpha");
+  add("Train_kd_temperature_zero",
+      "train --init-from {ckpt} --distill-from {ckpt} --kd-temperature 0 --out {d}/r",
+      "kd_temperature");
+  add("Compare_convert_no_target", "compare --suite convert --attn gla:hc=2 --out {d}/c", "attn");
   return c;
 }
 

@@ -137,6 +137,7 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithRopeScalingQkNormsAndRoute
       {"mha", yarn, v2_groups},
       {"mla:dc=12,dr=4,dq=10", deepseek_yarn, v3},
       {"mla:dc=12,dr=4", llama3, v2_groups},
+      {"mla:dc=12,dr=4,plainlatent", linear, dense},
       {"q-gqa:2,knorm", yarn, dense},
       {"gva:2,dr=0", yarn, dense},
       {"gla:hc=2", deepseek_yarn, dense},

@@ -52,6 +52,7 @@ std::vector<VariantCase> every_variant() {
       {"mla", rope},
       {"mla:dc=12,dr=4,dn=6,dv=2,dq=10", learned},
       {"mla", no_bias},
+      {"mla:dc=12,dr=4,plainlatent", rope},
       {"gva:2,dr=4", rope},
       {"gva:1,dr=2,qnorm", rope},
       {"gva:4,dr=4,dn=6,init=scale-matched", learned},

@@ -255,6 +255,141 @@ TEST(TrainerTest, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   }
 }
 
+// A teacher and a student saved as checkpoints (tiny encoders on "reverse": 10 classes).
+struct DistillationModels {
+  std::string teacher, student;
+};
+
+DistillationModels save_distillation_models(const std::string& name) {
+  DistillationModels m{temp_dir(name + "_teacher"), temp_dir(name + "_student")};
+  torch::manual_seed(21);
+  nn::save_model(*nn::TransformerModel(ModelConfig::make(tiny_encoder(8), "mha", DType::kF32),
+                                       torch::kFloat32),
+                 m.teacher);
+  torch::manual_seed(22);
+  nn::save_model(*nn::TransformerModel(ModelConfig::make(tiny_encoder(8), "q-kv", DType::kF32),
+                                       torch::kFloat32),
+                 m.student);
+  return m;
+}
+
+std::vector<double> logged(const std::string& dir, const std::string& key) {
+  std::vector<double> values;
+  std::ifstream log(dir + "/log.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains(key) && record[key].is_number())
+      values.push_back(record[key].get<double>());
+  }
+  return values;
+}
+
+TEST(TrainerTest, InitFromStartsAtTheCheckpointsWeights) {
+  nn::set_threads(1);
+  const DistillationModels m = save_distillation_models("init");
+  TrainOptions options = short_run(1);
+  options.init_from = m.student;
+  const std::unique_ptr<Trainer> t =
+      Trainer::from_checkpoint(task("reverse"), options, temp_dir("init_run"));
+  EXPECT_EQ(t->model().config().attn.to_string(), "q-kv");
+  EXPECT_TRUE(bitwise_equal(params_of(t->model()), params_of(*nn::load_model(m.student))));
+  // a model that does not fit the task is refused
+  ModelShape shape = tiny_encoder(8);
+  shape.vocab_size = 12;
+  options.init_from = temp_dir("init_other");
+  nn::save_model(
+      *nn::TransformerModel(ModelConfig::make(shape, "mha", DType::kF32), torch::kFloat32),
+      options.init_from);
+  try {
+    Trainer::from_checkpoint(task("reverse"), options, temp_dir("init_bad"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "init-from");
+  }
+}
+
+TEST(TrainerTest, DistillationLossIsTheMixOfCrossEntropyAndTemperedKl) {
+  nn::set_threads(1);
+  const DistillationModels m = save_distillation_models("kd");
+  TrainOptions options = short_run(1);
+  options.init_from = m.student;
+  options.distill_from = m.teacher;
+  options.kd_alpha = 0.25;
+  options.kd_temperature = 3.0;
+  const std::string dir = temp_dir("kd_run");
+  const std::unique_ptr<Trainer> t = Trainer::from_checkpoint(task("reverse"), options, dir);
+  ASSERT_EQ(t->run(nullptr).status, TrainResult::Status::kFinished);
+  // step 1's loss from the first batch, computed here in f64 with explicit sums
+  const data::Batch batch = task("reverse")->train_batch(options.seed, 0, options.batch);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor s = nn::load_model(m.student)->forward(batch.inputs).to(torch::kFloat64);
+  const torch::Tensor q = nn::load_model(m.teacher)->forward(batch.inputs).to(torch::kFloat64);
+  const double T = 3.0;
+  const torch::Tensor ps = (s / T).exp() / (s / T).exp().sum(-1, true);
+  const torch::Tensor pt = (q / T).exp() / (q / T).exp().sum(-1, true);
+  const double kl = (pt * (pt.log() - ps.log())).sum(-1).mean().item<double>();
+  const torch::Tensor p = s.exp() / s.exp().sum(-1, true);
+  const double ce = -p.gather(-1, batch.targets.unsqueeze(-1)).log().mean().item<double>();
+  const std::vector<double> loss = logged(dir, "loss"), ce_logged = logged(dir, "ce");
+  ASSERT_EQ(ce_logged.size(), 1u);
+  EXPECT_NEAR(ce_logged[0], ce, 1e-5);
+  EXPECT_NEAR(loss[0], 0.25 * ce + 0.75 * T * T * kl, 1e-5);
+  EXPECT_GT(kl, 1e-3);  // distinct models: the KL term is really there
+}
+
+TEST(TrainerTest, DistillationWithAlphaOneIsPlainTrainingAndResumesWithItsTeacher) {
+  nn::set_threads(1);
+  const DistillationModels m = save_distillation_models("kd1");
+  TrainOptions plain = short_run(6);
+  plain.init_from = m.student;
+  TrainOptions kd = plain;
+  kd.distill_from = m.teacher;
+  kd.kd_alpha = 1.0;
+  const std::unique_ptr<Trainer> a =
+      Trainer::from_checkpoint(task("reverse"), plain, temp_dir("kd1_a"));
+  const std::unique_ptr<Trainer> b =
+      Trainer::from_checkpoint(task("reverse"), kd, temp_dir("kd1_b"));
+  a->run(nullptr);
+  b->run(nullptr);
+  EXPECT_TRUE(bitwise_equal(params_of(a->model()), params_of(b->model())));
+  // interrupted and resumed with the teacher equals straight through
+  kd.kd_alpha = 0.5;
+  const std::unique_ptr<Trainer> straight =
+      Trainer::from_checkpoint(task("reverse"), kd, temp_dir("kd1_straight"));
+  straight->run(nullptr);
+  const std::string dir = temp_dir("kd1_cut");
+  std::atomic<bool> stop{false};
+  Trainer::from_checkpoint(task("reverse"), kd, dir)->run(&stop, [&](int64_t step, double, double) {
+    if (step == 3) stop.store(true);
+  });
+  const std::unique_ptr<Trainer> resumed = Trainer::resume(dir);
+  EXPECT_EQ(resumed->options().distill_from, m.teacher);
+  resumed->run(nullptr);
+  EXPECT_TRUE(bitwise_equal(params_of(straight->model()), params_of(resumed->model())));
+}
+
+TEST(TrainerTest, TeacherWithAnotherVocabularyIsRefused) {
+  const DistillationModels m = save_distillation_models("kdv");
+  const std::string other = temp_dir("kdv_other");
+  ModelShape shape = tiny_encoder(8);
+  shape.vocab_size = 12;
+  nn::save_model(
+      *nn::TransformerModel(ModelConfig::make(shape, "mha", DType::kF32), torch::kFloat32), other);
+  TrainOptions options = short_run(1);
+  options.init_from = m.student;
+  options.distill_from = other;
+  try {
+    Trainer::from_checkpoint(task("reverse"), options, temp_dir("kdv_run"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "distill-from");
+    EXPECT_NE(std::string(e.what()).find("share the vocabulary"), std::string::npos) << e.what();
+  }
+  options.distill_from.clear();
+  options.kd_alpha = 0.3;
+  EXPECT_THROW(options.validate(), SpecError);
+}
+
 TEST(CheckpointTest, RoundTripAndBrokenFiles) {
   const ModelConfig config = ModelConfig::make(tiny_encoder(8), "gva:2,dr=0,qnorm", DType::kF32);
   nn::TransformerModel model(config, torch::kFloat32);

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "convert/layer_targets.h"
+#include "kernels/rope.h"
 #include "nn/checkpoint.h"
 #include "spec/spec_error.h"
 
@@ -305,6 +307,17 @@ ConversionResult convert_model(nn::TransformerModelImpl& source, std::string_vie
     shape.rope_theta = rotary.rope_theta(from.shape.rope_theta, from.shape.head_dim);
     shape.rope_scaling =
         rotary.rope_scaling(from.shape.rope_scaling, from.shape.rope_theta, from.shape.head_dim);
+    // the one definition of RoPE's frequencies must give every kept pair its source frequency
+    for (int64_t i = 0; i < rotary.n_pairs; ++i) {
+      const double want =
+          rope_frequency(rotary.pairs()[static_cast<size_t>(i)], from.shape.head_dim,
+                         from.shape.rope_theta, from.shape.rope_scaling);
+      const double got = rope_frequency(i, probe.rope_dim, shape.rope_theta, shape.rope_scaling);
+      if (std::abs(got - want) > 1e-9 * want) {
+        throw std::logic_error(
+            fmt::format("rotary pair {}: frequency {} where the source has {}", i, got, want));
+      }
+    }
     say(fmt::format("rotary pairs kept: {} (first {}, stride {}): {:.1f}% of the q·k contribution",
                     rotary.n_pairs, rotary.first_pair, rotary.stride,
                     100.0 * rotary.contribution / std::max(rotary.total_contribution, 1e-300)));

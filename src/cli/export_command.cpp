@@ -16,13 +16,15 @@ CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
       "generation_config.json, and for byte-level language models a tokenizer.json that encodes "
       "text to its bytes. Llama-style decoders with mha/gqa/mqa are written as LlamaForCausalLM "
       "(Qwen2ForCausalLM with q/k/v biases, Qwen3ForCausalLM with qknorm), mla as "
-      "DeepseekV2ForCausalLM or DeepseekV3ForCausalLM (by its router), which transformers and "
-      "llama.cpp's converter load; every other variant as KvlabForCausalLM, which only kvlab "
+      "DeepseekV2ForCausalLM or DeepseekV3ForCausalLM (by its router), GPT-2 style decoders "
+      "(LayerNorm, GELU, biases, learned positions) with mha as GPT2LMHeadModel, which "
+      "transformers and llama.cpp's converter load; every other variant as KvlabForCausalLM, "
+      "which only kvlab "
       "loads (its config.json carries a \"kvlab\" block with the spec). `--checkpoint DIR` of "
       "eval, generate and analyze reads either kind back.\n"
       "--format gguf writes one GGUF v3 file for llama.cpp (architectures llama, qwen2, qwen3: "
-      "Llama-style decoders with mha/gqa/mqa and the byte vocabulary; other variants are refused "
-      "with the reason).\n"
+      "Llama-style decoders with mha/gqa/mqa; deepseek2: dense DeepSeek-V2-style mla; with the "
+      "byte vocabulary; other variants are refused with the reason).\n"
       "  kvlab export --checkpoint runs/text/gqa --out exported/gqa\n"
       "  kvlab export --checkpoint runs/text/gqa --format gguf --out gqa.gguf");
   cmd->add_option("--checkpoint", o.checkpoint, "Checkpoint folder (or a run folder)")->required();
@@ -59,8 +61,12 @@ int run_export(const ExportOptions& o, std::ostream& out) {
                                              : GgmlType::kBF16;
     const GgufWriter file = nn::gguf_for(*model, type);
     file.write(o.out);
-    out << "exported " << dir << " as GGUF (llama, " << o.dtype << ", " << file.tensors().size()
-        << " tensors) to " << o.out << "\n";
+    std::string arch;
+    for (const auto& [key, value] : file.metadata()) {
+      if (key == "general.architecture") arch = std::get<std::string>(value);
+    }
+    out << "exported " << dir << " as GGUF (" << arch << ", " << o.dtype << ", "
+        << file.tensors().size() << " tensors) to " << o.out << "\n";
     return 0;
   }
   const std::string architecture = nn::save_hf_model(*model, o.out);

@@ -28,7 +28,9 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--heads", f.heads, "Query heads H")->group("Model");
   app.add_option("--head-dim", f.head_dim, "Head width d_h (default D / H)")->group("Model");
   app.add_option("--mlp", f.mlp, "MLP hidden width (default 4·D)")->group("Model");
-  app.add_option("--mlp-kind", f.mlp_kind, "gelu | swiglu (default gelu)")->group("Model");
+  app.add_option("--mlp-kind", f.mlp_kind,
+                 "gelu | gelu_tanh | swiglu (default gelu; gelu_tanh: GPT-2's tanh approximation)")
+      ->group("Model");
   app.add_option("--vocab", f.vocab, "Vocabulary size (default 50304)")->group("Model");
   app.add_option("--max-context", f.max_context,
                  "Model context length: size of a learned position table (default 2048)")

@@ -41,7 +41,9 @@ void TrainModelFlags::add(CLI::App& app) {
   app.add_option("--heads", heads, "Query heads H (default 4)")->group("Model");
   app.add_option("--head-dim", head_dim, "Head width (default D / H)")->group("Model");
   app.add_option("--mlp", mlp, "MLP width (default 4·D)")->group("Model");
-  app.add_option("--mlp-kind", mlp_kind, "gelu | swiglu (default gelu)")->group("Model");
+  app.add_option("--mlp-kind", mlp_kind,
+                 "gelu | gelu_tanh | swiglu (default gelu; gelu_tanh: GPT-2's tanh approximation)")
+      ->group("Model");
   app.add_option("--norm", norm, "layernorm | rmsnorm (default layernorm)")->group("Model");
   app.add_option("--bias", bias, "none | qkv | all (default all)")->group("Model");
   app.add_option("--pos", pos, "learned | sinusoidal | rope | none (default learned)")

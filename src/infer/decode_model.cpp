@@ -41,6 +41,12 @@ float gelu(float x) {  // torch's exact form: x Φ(x)
   return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
 }
 
+// torch's gelu(approximate="tanh"), GPT-2's gelu_new: x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³)))
+float gelu_tanh(float x) {
+  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * double(x) * x * x);
+  return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
+}
+
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 int64_t max_of(std::initializer_list<int64_t> values) { return std::max(values); }
@@ -201,8 +207,9 @@ void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) 
       mlp_a_[static_cast<size_t>(i)] *= silu(mlp_b_[static_cast<size_t>(i)]);
     }
   } else {
+    float (*const activation)(float) = m.kind == MlpKind::kGeluTanh ? gelu_tanh : gelu;
     for (int64_t i = 0; i < n * width; ++i) {
-      mlp_a_[static_cast<size_t>(i)] = gelu(mlp_a_[static_cast<size_t>(i)]);
+      mlp_a_[static_cast<size_t>(i)] = activation(mlp_a_[static_cast<size_t>(i)]);
     }
   }
   dense(m.down, mlp_a_.data(), width, y, D, n);  // [n, D]

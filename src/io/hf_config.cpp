@@ -4,6 +4,7 @@
 
 #include "io/atomic_file.h"
 #include "io/hf_fields.h"
+#include "io/hf_gpt2_config.h"
 #include "io/json_document.h"
 #include "spec/spec_error.h"
 
@@ -54,6 +55,7 @@ Preset hf_preset(const json& config, const std::string& source) {
   if (!config.is_object()) throw SpecError("hf-config", source + " holds no JSON object");
 
   const std::string type = model_type(config);
+  if (type == "gpt2") return gpt2_preset(config, source);
   ModelShape s;
   s.kind = ModelKind::kDecoder;
   s.d_model = positive_int(config, "hidden_size");

@@ -6,6 +6,7 @@
 
 #include "io/hf_config.h"
 #include "io/hf_fields.h"
+#include "io/hf_gpt2_config.h"
 #include "io/hf_rope_scaling.h"
 #include "io/json_document.h"
 #include "io/model_config_json.h"
@@ -34,6 +35,7 @@ constexpr std::array<Architecture, 2> kDeepseekFamily = {{
     {"DeepseekV3ForCausalLM", "deepseek_v3"},
 }};
 constexpr std::string_view kKvlabArchitecture = "KvlabForCausalLM";
+constexpr std::string_view kGpt2Architecture = "GPT2LMHeadModel";
 
 // Fields of a Llama-family config.json that kvlab applies.
 constexpr std::array<std::string_view, 24> kApplied = {"architectures",
@@ -87,7 +89,7 @@ std::string supported_list() {
   std::string out;
   for (const Architecture& a : kLlamaFamily) out += std::string(a.name) + ", ";
   for (const Architecture& a : kDeepseekFamily) out += std::string(a.name) + ", ";
-  return out + std::string(kKvlabArchitecture);
+  return out + std::string(kGpt2Architecture) + ", " + std::string(kKvlabArchitecture);
 }
 
 // DeepSeek's fields beyond the shared ones (the MLA widths, the MoE and its router).
@@ -292,7 +294,7 @@ HfModel deepseek_family(const json& config, const Architecture& arch, const std:
   if (shape.moe.enabled()) read_router(config, v3, shape.moe);
   HfModel out{std::string(arch.name),
               ModelConfig::make(shape, preset.attn, cache_dtype_of(config))};
-  out.interleaved_rope = true;
+  out.layout = HfTensorLayout::kDeepseekRope;
   out.mtp_layers = non_negative_int_or(config, "num_nextn_predict_layers", 0);
   return out;
 }
@@ -324,6 +326,9 @@ HfModel hf_model_from_config(const json& config, const std::string& source) {
     for (const Architecture& arch : kDeepseekFamily) {
       if (arch.name == name) return deepseek_family(config, arch, source);
     }
+    if (name == kGpt2Architecture) {
+      return {name, gpt2_model_config(config, source), HfTensorLayout::kGpt2};
+    }
     throw SpecError(
         "architectures",
         "'" + name + "' is not an architecture kvlab loads (it loads " + supported_list() + ")");
@@ -345,6 +350,7 @@ std::string hf_architecture_for(const ModelConfig& config) {
     return "LlamaForCausalLM";
   if (standard && llama_blocks && !a.qk_norm && s.bias == BiasKind::kQkv) return "Qwen2ForCausalLM";
   if (standard && llama_blocks && a.qk_norm && s.bias == BiasKind::kNone) return "Qwen3ForCausalLM";
+  if (has_gpt2_blocks(config)) return std::string(kGpt2Architecture);
   const bool deepseek_blocks = s.kind == ModelKind::kDecoder && s.norm == NormKind::kRmsNorm &&
                                s.mlp_kind == MlpKind::kSwiglu && s.pos == PosScheme::kRope &&
                                s.bias == BiasKind::kNone && a.variant == AttnVariant::kMla &&
@@ -394,6 +400,7 @@ json hf_config_for(const ModelConfig& config) {
                             {"cache_dtype", std::string(dtype_name(config.attn.cache_dtype))},
                             {"version", kVersion},
                             {"config", model_config_to_json(config)}};
+  if (arch == kGpt2Architecture) return gpt2_config_for(config, kvlab_block);
   if (arch == kKvlabArchitecture) {
     return {{"architectures", {arch}},
             {"model_type", "kvlab"},

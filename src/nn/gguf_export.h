@@ -9,7 +9,8 @@ namespace kvlab::nn {
 
 // The GGUF file llama.cpp runs for a kvlab model, as its converter (convert_hf_to_gguf.py)
 // would write it from the Hugging Face export: architecture "llama" for Llama-style decoders
-// with mha/gqa/mqa, "qwen2" with q/k/v biases, "qwen3" with qknorm, and a byte vocabulary (a
+// with mha/gqa/mqa, "qwen2" with q/k/v biases, "qwen3" with qknorm, "deepseek2" for
+// DeepSeek-style mla (q LoRA, dense or MoE), "gpt2" for GPT-2 blocks, and a byte vocabulary (a
 // "gpt2" BPE tokenizer over the 256 byte tokens, no merges). For llama, q and k rows are
 // reordered for llama.cpp's RoPE, which rotates adjacent pairs where Hugging Face's (and
 // kvlab's, and llama.cpp's for qwen2/qwen3) rotates the two halves of a head. Matrices in `type`,

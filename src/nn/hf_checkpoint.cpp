@@ -11,6 +11,7 @@
 #include "io/json_document.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
+#include "nn/hf_tensor_layout.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "tokenizer/byte_vocabulary.h"
@@ -115,47 +116,6 @@ torch::Tensor view_of(const FolderTensors& folder, const FolderTensors::Location
                           torch::TensorOptions().dtype(type));
 }
 
-// DeepSeek stores each RoPE slice with pair i in rows (2i, 2i+1); kvlab with pair i in rows
-// (i, i + d_r/2). The rows [offset, offset + d_r) of every `block` rows of `weight` are
-// reordered from the first layout to the second (to_kvlab) or back.
-torch::Tensor reorder_rope_rows(const torch::Tensor& weight, int64_t block, int64_t offset,
-                                int64_t rope_dim, bool to_kvlab) {
-  std::vector<int64_t> order(static_cast<size_t>(rope_dim));
-  for (int64_t i = 0; i < rope_dim / 2; ++i) {
-    if (to_kvlab) {
-      order[static_cast<size_t>(i)] = 2 * i;
-      order[static_cast<size_t>(rope_dim / 2 + i)] = 2 * i + 1;
-    } else {
-      order[static_cast<size_t>(2 * i)] = i;
-      order[static_cast<size_t>(2 * i + 1)] = rope_dim / 2 + i;
-    }
-  }
-  const torch::Tensor blocks = weight.view({-1, block, weight.size(-1)});  // [n, block, in]
-  torch::Tensor out = blocks.clone();
-  out.narrow(1, offset, rope_dim)
-      .copy_(blocks.narrow(1, offset, rope_dim).index_select(1, torch::tensor(order)));
-  return out.view_as(weight);
-}
-
-// The MLA tensors whose rows hold RoPE slices, by their name's ending: the query (per head,
-// after the d_n content rows) and kv_a_proj_with_mqa (after the d_c latent rows).
-torch::Tensor reorder_mla_rope(const std::string& name, const torch::Tensor& t,
-                               const AttentionSpec& spec, bool to_kvlab) {
-  const auto ends_with = [&](const std::string& tail) {
-    return name.size() >= tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (ends_with("self_attn.q_proj.weight") || ends_with("self_attn.q_b_proj.weight")) {
-    return reorder_rope_rows(t, spec.nope_dim + spec.rope_dim, spec.nope_dim, spec.rope_dim,
-                             to_kvlab);
-  }
-  if (ends_with("self_attn.kv_a_proj_with_mqa.weight")) {
-    return reorder_rope_rows(t, spec.latent_dim + spec.rope_dim, spec.latent_dim, spec.rope_dim,
-                             to_kvlab);
-  }
-  return t;
-}
-
 void write_json(const std::string& path, const json& value) {
   write_file_atomic(path, value.dump(2) + "\n");
 }
@@ -183,21 +143,35 @@ TransformerModel load_hf_model(const std::string& dir, const json& config,
     }
     return false;
   };
-  // Tied models may still store lm_head.weight (a copy of the embedding): read it as a check.
-  const bool tied_copy =
-      hf.config.shape.tied_embeddings && folder.tensors().count("lm_head.weight") != 0;
-  std::vector<std::string> missing, unexpected, wrong_shape;
+  // The names and shapes the folder must hold: the model's parameters in the architecture's
+  // layout, computed on the meta device (no memory).
+  NamedTensors meta_parameters;
   for (const auto& [name, target] : targets) {
-    const auto it = folder.tensors().find(name);
-    if (it == folder.tensors().end()) {
+    meta_parameters.emplace(name, torch::empty(target.sizes(), target.options().device(at::kMeta)));
+  }
+  const NamedTensors expected = to_hf_layout(meta_parameters, hf.config, hf.layout);
+  // The folder's tensors by the names to_hf_layout writes.
+  std::map<std::string, FolderTensors::Location> stored;
+  std::vector<std::string> missing, unexpected, wrong_shape;
+  for (const auto& [name, at] : folder.tensors()) {
+    const std::string canonical = canonical_hf_name(name, hf.layout);
+    if (is_hf_buffer(canonical, hf.layout) || skipped(name)) continue;
+    if (!stored.emplace(canonical, at).second) unexpected.push_back(name + " (twice)");
+  }
+  // Tied models may still store lm_head.weight (a copy of the embedding): read it as a check.
+  const bool tied_copy = hf.config.shape.tied_embeddings && stored.count("lm_head.weight") != 0 &&
+                         expected.count("lm_head.weight") == 0;
+  for (const auto& [name, want] : expected) {
+    const auto it = stored.find(name);
+    if (it == stored.end()) {
       missing.push_back(name);
-    } else if (it->second.info->shape != target.sizes().vec()) {
+    } else if (it->second.info->shape != want.sizes().vec()) {
       wrong_shape.push_back(name + " " + shape_text(it->second.info->shape) + " (expected " +
-                            shape_text(target.sizes().vec()) + ")");
+                            shape_text(want.sizes().vec()) + ")");
     }
   }
-  for (const auto& [name, unused] : folder.tensors()) {
-    if (targets.count(name) == 0 && !(tied_copy && name == "lm_head.weight") && !skipped(name))
+  for (const auto& [name, unused] : stored) {
+    if (expected.count(name) == 0 && !(tied_copy && name == "lm_head.weight"))
       unexpected.push_back(name);
   }
   const std::string what = dir + " (" + hf.architecture + ")";
@@ -210,17 +184,16 @@ TransformerModel load_hf_model(const std::string& dir, const json& config,
     throw SafetensorsError(what + ": wrong shapes: " + name_list(wrong_shape));
 
   torch::NoGradGuard no_grad;
-  for (const auto& [name, target] : targets) {
-    const torch::Tensor stored = view_of(folder, folder.tensors().at(name));
-    target.copy_(hf.interleaved_rope ? reorder_mla_rope(name, stored, hf.config.attn, true)
-                                     : stored);
-  }
+  NamedTensors views;
+  for (const auto& [name, want] : expected) views.emplace(name, view_of(folder, stored.at(name)));
+  const NamedTensors values = from_hf_layout(views, hf.config, hf.layout);
+  for (const auto& [name, target] : targets) target.copy_(values.at(name));
   if (tied_copy) {
-    const torch::Tensor head = view_of(folder, folder.tensors().at("lm_head.weight"));
+    const torch::Tensor head = view_of(folder, stored.at("lm_head.weight"));
     if (!head.to(model->model->embed_tokens.scalar_type()).equal(model->model->embed_tokens)) {
       throw SafetensorsError(what +
                              ": tie_word_embeddings is true but lm_head.weight differs from "
-                             "model.embed_tokens.weight");
+                             "the token embedding");
     }
   }
   return model;
@@ -230,14 +203,11 @@ std::string save_hf_model(const TransformerModelImpl& model, const std::string& 
   const ModelConfig& config = model.config();
   fs::create_directories(dir);
   const json hf = hf_config_for(config);
-  std::map<std::string, torch::Tensor> tensors;
-  const bool deepseek = hf_model_from_config(hf, "export").interleaved_rope;
-  for (const auto& item : model.named_parameters()) {
-    const torch::Tensor t = item.value().detach();
-    tensors.emplace(file_tensor_name(item.key()),
-                    deepseek ? reorder_mla_rope(item.key(), t, config.attn, false) : t);
-  }
-  save_tensors(dir + "/model.safetensors", tensors);
+  NamedTensors tensors;
+  for (const auto& item : model.named_parameters())
+    tensors.emplace(file_tensor_name(item.key()), item.value().detach());
+  save_tensors(dir + "/model.safetensors",
+               to_hf_layout(tensors, config, hf_model_from_config(hf, "export").layout));
   write_json(dir + "/generation_config.json", {{"do_sample", false}});
   if (config.shape.kind == ModelKind::kDecoder && config.shape.vocab_size == 256) {
     write_json(dir + "/tokenizer.json", tok::byte_vocabulary_tokenizer_json());

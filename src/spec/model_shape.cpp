@@ -219,7 +219,17 @@ std::string_view model_kind_name(ModelKind kind) {
   return "?";
 }
 
-std::string_view mlp_kind_name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
+std::string_view mlp_kind_name(MlpKind kind) {
+  switch (kind) {
+    case MlpKind::kGelu:
+      return "gelu";
+    case MlpKind::kSwiglu:
+      return "swiglu";
+    case MlpKind::kGeluTanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
 
 std::string_view norm_kind_name(NormKind kind) {
   return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm";
@@ -266,7 +276,9 @@ ModelKind parse_model_kind(std::string_view text) {
 MlpKind parse_mlp_kind(std::string_view text) {
   if (text == "gelu") return MlpKind::kGelu;
   if (text == "swiglu") return MlpKind::kSwiglu;
-  throw SpecError("mlp_kind", "unknown MLP kind '" + std::string(text) + "' (known: gelu, swiglu)");
+  if (text == "gelu_tanh") return MlpKind::kGeluTanh;
+  throw SpecError("mlp_kind",
+                  "unknown MLP kind '" + std::string(text) + "' (known: gelu, gelu_tanh, swiglu)");
 }
 
 NormKind parse_norm_kind(std::string_view text) {

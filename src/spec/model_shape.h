@@ -9,7 +9,10 @@
 namespace kvlab {
 
 enum class ModelKind { kDecoder, kEncoder, kVit, kSet };
-enum class MlpKind { kGelu, kSwiglu };
+// kGelu is exact (x·Φ(x)); kGeluTanh is its tanh approximation (GPT-2's "gelu_new",
+// torch's gelu(approximate="tanh")): checkpoints trained with one compute the other's MLP
+// differently, so both are kept.
+enum class MlpKind { kGelu, kSwiglu, kGeluTanh };
 enum class NormKind { kLayerNorm, kRmsNorm };
 // Which linear layers carry a bias: none (Llama), q/k/v projections only (Qwen2), or every
 // linear layer except the LM head (GPT-2, the seeds' models).

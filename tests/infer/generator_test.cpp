@@ -94,6 +94,34 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
   }
 }
 
+// GPT-2's tanh GELU ("gelu_new") in the decode runtime against the full forward. The weights
+// are scaled up so that the exact and the tanh GELU give logits further apart than the
+// tolerance: a runtime that ignored the kind would fail.
+TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithTanhGelu) {
+  ModelShape shape = small_shape(PosScheme::kLearned);
+  shape.mlp_kind = MlpKind::kGeluTanh;
+  torch::manual_seed(43);
+  nn::TransformerModel model(ModelConfig::make(shape, "mha", DType::kF32), torch::kFloat32);
+  ModelShape exact_shape = shape;
+  exact_shape.mlp_kind = MlpKind::kGelu;
+  nn::TransformerModel exact(ModelConfig::make(exact_shape, "mha", DType::kF32), torch::kFloat32);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) p.value().mul_(3);
+    const auto source = model->named_parameters();
+    for (auto& p : exact->named_parameters()) p.value().copy_(source[p.key()]);
+  }
+  const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, 9});
+  const torch::Tensor full = model->forward(tokens).detach();  // [1, 9, V]
+  ASSERT_GT(max_abs_diff(full, exact->forward(tokens).detach()), 20 * tolerance(DType::kF32));
+  Generator gen(model, DType::kF32, 16, 1, 2);
+  const int32_t seq = gen.add_sequence();
+  for (int64_t t = 0; t < 9; ++t) {
+    const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
+    EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(DType::kF32)) << "token " << t;
+  }
+}
+
 // RoPE scaling (stretched frequencies, the cos/sin factor, DeepSeek's softmax factor), Qwen3's
 // per-head q/k norms and DeepSeek-V2/V3 routers in the decode runtime (and the kernels that
 // rotate keys on read) against the full forward.

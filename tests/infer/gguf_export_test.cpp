@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -36,6 +38,35 @@ ModelShape byte_llama() {
   testing::make_llama(s);
   s.vocab_size = 256;
   s.norm_eps = 1e-6;
+  return s;
+}
+
+// DeepSeek's mixture of experts after one dense layer: 4 routed experts (top 2), 2 shared;
+// V2's router (softmax, scaled) or V3's (sigmoid, a correction bias, renormalised, scaled).
+ModelShape deepseek_moe(bool v3, int64_t groups = 1) {
+  ModelShape s = byte_llama();
+  testing::add_moe(s, /*expert_width=*/8);
+  s.moe.n_shared_experts = 2;
+  s.moe.n_expert_groups = groups;  // each token's experts from groups_per_token (1) groups
+  if (v3) {
+    s.moe.scoring = MoeScoring::kSigmoid;
+    s.moe.score_correction = true;
+    s.moe.group_score = MoeGroupScore::kTopTwoSum;
+    s.moe.normalize_top_k = true;
+    s.moe.routed_scale = 2.5;
+  } else {
+    s.moe.routed_scale = 1.5;
+  }
+  return s;
+}
+
+// GPT-2 blocks with GELU's tanh form (llama.cpp's gpt2).
+ModelShape gpt2(bool tied) {
+  ModelShape s = ModelShape::gpt_decoder(/*n_layers=*/2, /*d_model=*/16, /*n_heads=*/4,
+                                         /*vocab_size=*/256, /*max_context=*/16);
+  s.mlp_kind = MlpKind::kGeluTanh;
+  s.mlp_width = 40;
+  s.tied_embeddings = tied;
   return s;
 }
 
@@ -68,6 +99,10 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
       {llama3, "gqa:2", "llama", GgmlType::kF16},
       {qwen2, "gqa:2", "qwen2", GgmlType::kBF16},
       {byte_llama(), "gqa:2,qknorm", "qwen3", GgmlType::kF32},
+      {byte_llama(), "mla:dc=12,dr=4,dq=10", "deepseek2", GgmlType::kF16},
+      {deepseek_moe(/*v3=*/true, /*groups=*/2), "mla:dc=12,dr=4,dq=6", "deepseek2",
+       GgmlType::kBF16},
+      {gpt2(/*tied=*/true), "mha", "gpt2", GgmlType::kF16},
   };
   const fs::path work = fs::temp_directory_path() / ("kvlab-gguf-" + std::to_string(::getpid()));
   fs::create_directories(work);
@@ -154,6 +189,111 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
   fs::remove_all(work);
 }
 
+// llama.cpp itself (node-llama-cpp's prebuilt CPU build, installed by the oracles fixture) runs
+// the exported f32 files: for every position of a token sequence, its next-token probabilities
+// must be kvlab's (llama.cpp's f32 path; measured differences 1e-6 to 3e-5). The weights are scaled
+// up so that the distributions are far from uniform: a wrong RoPE row order, bias, norm or router
+// moves them by much more than the tolerance.
+TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
+  const char* dir_env = std::getenv("KVLAB_ORACLES");
+  if (dir_env == nullptr) GTEST_SKIP() << "KVLAB_ORACLES is not set (ctest sets it)";
+  const fs::path oracles(dir_env);
+  for (const fs::path& marker : {oracles / "UNAVAILABLE", oracles / "llama-cpp/UNAVAILABLE"}) {
+    if (fs::exists(marker)) GTEST_SKIP() << "llama.cpp oracle unavailable: " << read_bytes(marker);
+  }
+  if (!fs::exists(oracles / "llama-cpp/node_modules/node-llama-cpp")) {
+    GTEST_SKIP() << "llama.cpp oracle unavailable: node-llama-cpp is not installed in "
+                 << (oracles / "llama-cpp").string();
+  }
+  ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
+  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
+  llama3.rope_scaling.factor = 8;
+  llama3.rope_scaling.original_context = 8;
+  qwen2.bias = BiasKind::kQkv;
+  const struct {
+    ModelShape shape;
+    const char* attn;
+    const char* arch;
+  } cases[] = {
+      {byte_llama(), "gqa:2", "llama"},
+      {byte_llama(), "mha", "llama"},
+      {llama3, "gqa:2", "llama"},
+      {qwen2, "mqa", "qwen2"},
+      {byte_llama(), "gqa:2,qknorm", "qwen3"},
+      {byte_llama(), "mla:dc=12,dr=4,dq=10", "deepseek2"},
+      {byte_llama(), "mla:dc=12,dr=6,dn=4,dv=5,dq=10", "deepseek2"},
+      {deepseek_moe(/*v3=*/false), "mla:dc=12,dr=4,dq=8", "deepseek2"},
+      {deepseek_moe(/*v3=*/true), "mla:dc=12,dr=4,dq=10", "deepseek2"},
+      {deepseek_moe(/*v3=*/true, /*groups=*/2), "mla:dc=12,dr=4,dq=10", "deepseek2"},
+      {gpt2(/*tied=*/true), "mha", "gpt2"},
+      {gpt2(/*tied=*/false), "mha", "gpt2"},
+  };
+  const std::vector<int64_t> ids = {65, 110, 100, 32, 71, 111, 100, 32, 115, 97, 105, 100};
+  std::string id_list;
+  for (const int64_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  const fs::path work =
+      fs::temp_directory_path() / ("kvlab-llama-cpp-" + std::to_string(::getpid()));
+  fs::create_directories(work);
+  // every model written first, then one llama.cpp process reads them all
+  std::vector<TransformerModel> models;
+  std::string files;
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    torch::manual_seed(6);
+    models.emplace_back(ModelConfig::make(cases[i].shape, cases[i].attn, DType::kBf16),
+                        torch::kFloat32);
+    torch::NoGradGuard no_grad;
+    for (auto& p : models.back()->named_parameters()) {
+      if (p.key().find("e_score_correction_bias") != std::string::npos) {
+        p.value().uniform_(0, 1);  // V3's correction bias changes which experts are chosen
+      } else if (p.key().find("norm") != std::string::npos && p.key().ends_with("weight")) {
+        p.value().uniform_(1, 3);  // norm gains away from 1: a misplaced one shows
+      } else if (p.key() == "model.embed_tokens") {
+        p.value().mul_(10);  // the head too where it is tied
+      } else {
+        p.value().mul_(4);
+      }
+    }
+    const fs::path file = work / ("model" + std::to_string(i) + ".gguf");
+    gguf_for(*models.back(), GgmlType::kF32).write(file.string());
+    files += " '" + file.string() + "' '" +
+             (work / ("out" + std::to_string(i) + ".json")).string() + "'";
+  }
+  const std::string command = "node '" + std::string(KVLAB_ORACLE_SCRIPTS) +
+                              "/llama_cpp_oracle.mjs' '" + oracles.string() + "' " + id_list +
+                              files + " 2> '" + (work / "err").string() + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n"
+                                             << read_bytes(work / "err").substr(0, 600);
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const auto& c = cases[i];
+    SCOPED_TRACE(std::string(c.arch) + " " + c.attn);
+    const json rows = json::parse(read_bytes(work / ("out" + std::to_string(i) + ".json")));
+    ASSERT_EQ(rows.size(), ids.size());
+    torch::NoGradGuard no_grad;
+    const torch::Tensor ours =
+        torch::softmax(models[i]->forward(torch::tensor(ids).view({1, -1}))[0], -1);  // [T, 256]
+    double worst = 0, peak = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      for (int64_t v = 0; v < 256; ++v) {
+        const std::string key = std::to_string(v);
+        const double theirs = rows[t].contains(key) ? rows[t].at(key).get<double>() : 0.0;
+        const double mine = ours[static_cast<int64_t>(t)][v].item<double>();
+        ASSERT_FALSE(std::isnan(theirs)) << "position " << t << " token " << v;
+        worst = std::max(worst, std::abs(theirs - mine));
+        peak = std::max(peak, mine);
+      }
+    }
+    std::cout << c.arch << " " << c.attn << ": max |p_llama.cpp - p_kvlab| " << worst
+              << ", peak probability " << peak << "\n";
+    EXPECT_GT(peak, 0.2);  // far from uniform (1/256)
+    // ggml's GELU reads a table of f16 values at the f16-rounded input (ggml_vec_gelu_f32), so
+    // gpt2's activations carry f16 error; every other architecture here is f32 throughout
+    const double tolerance = std::string(c.arch) == "gpt2" ? 3e-3 : 1e-4;
+    EXPECT_LT(worst, tolerance) << "largest |p_llama.cpp − p_kvlab| over " << ids.size()
+                                << " positions × 256 tokens";
+  }
+  fs::remove_all(work);
+}
+
 // llama.cpp's RoPE (LLAMA_ROPE_TYPE_NORM) turns adjacent channels (2i, 2i+1) by p·θ^(−2i/d);
 // kvlab's turns (i, i + d/2). With the rows reordered, the scores are the same.
 TEST(GgufExportTest, ReorderedRowsUnderAdjacentRopeGiveTheSameScores) {
@@ -198,9 +338,17 @@ TEST(GgufExportTest, RefusesWhatLlamaCppCannotRunSayingWhy) {
   };
   EXPECT_NE(refusal(byte_llama(), "gva:2,dr=2").find("'gva:2,dr=2' with these blocks is not one"),
             std::string::npos);
-  EXPECT_NE(
-      refusal(byte_llama(), "mla:dc=12,dr=4").find("deepseek2, which kvlab does not write yet"),
-      std::string::npos);
+  EXPECT_EQ(refusal(byte_llama(), "mla:dc=12,dr=4,dq=10"), "(written)");  // deepseek2
+  EXPECT_NE(refusal(byte_llama(), "mla:dc=12,dr=4").find("2 layers and no q LoRA (dq)"),
+            std::string::npos);
+  ModelShape grouped = byte_llama();
+  testing::add_moe(grouped, /*expert_width=*/8);
+  grouped.moe.n_expert_groups = 2;
+  EXPECT_NE(refusal(grouped, "mla:dc=12,dr=4,dq=10").find("ranks them by their best one"),
+            std::string::npos);
+  EXPECT_NE(refusal(byte_llama(), "mla:dc=12,dr=4,dq=10,plainlatent")
+                .find("this mla model is not one DeepseekV2ForCausalLM describes"),
+            std::string::npos);
   ModelShape yarn = byte_llama();
   yarn.rope_scaling.kind = RopeScalingKind::kYarn;
   yarn.rope_scaling.factor = 4;
@@ -215,6 +363,10 @@ TEST(GgufExportTest, RefusesWhatLlamaCppCannotRunSayingWhy) {
   ModelShape gelu = byte_llama();
   gelu.mlp_kind = MlpKind::kGelu;
   EXPECT_NE(refusal(gelu, "gqa:2").find("'gqa:2' with these blocks is not one"), std::string::npos);
+  ModelShape exact_gelu = gpt2(/*tied=*/true);
+  exact_gelu.mlp_kind = MlpKind::kGelu;
+  EXPECT_NE(refusal(exact_gelu, "mha").find("llama.cpp's gpt2 computes GELU's tanh form"),
+            std::string::npos);
   ModelShape small_vocab = byte_llama();
   small_vocab.vocab_size = 11;
   EXPECT_NE(refusal(small_vocab, "gqa:2").find("this model has 11 tokens"), std::string::npos);

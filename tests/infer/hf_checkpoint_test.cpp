@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "experiments/eval_text.h"
@@ -323,6 +325,187 @@ TEST(HfCheckpointTest, DeepseekInterleavedRopeMatchesComplexRotation) {
   EXPECT_LT(testing::max_abs_diff(attn.scores(x, /*absorbed=*/true)[0], scores), 1e-10);
 }
 
+ModelShape byte_gpt2(MlpKind activation, bool tied) {
+  ModelShape s = ModelShape::gpt_decoder(/*n_layers=*/2, /*d_model=*/16, /*n_heads=*/4,
+                                         /*vocab_size=*/256, /*max_context=*/16);
+  s.mlp_kind = activation;
+  s.mlp_width = 40;
+  s.tied_embeddings = tied;
+  return s;
+}
+
+// GPT-2 blocks (LayerNorm, GELU, biases, learned positions) with mha go out as
+// GPT2LMHeadModel in GPT-2's own layout and come back exactly from GPT-2's fields alone.
+TEST(HfCheckpointTest, Gpt2StyleExportThenImportIsExact) {
+  for (const bool tanh_gelu : {false, true}) {
+    SCOPED_TRACE(tanh_gelu ? "gelu_new, untied" : "gelu, tied");
+    torch::manual_seed(11);
+    const ModelShape shape =
+        byte_gpt2(tanh_gelu ? MlpKind::kGeluTanh : MlpKind::kGelu, /*tied=*/!tanh_gelu);
+    TransformerModel model(ModelConfig::make(shape, "mha", DType::kBf16), torch::kFloat32);
+    const std::string dir = temp_dir(tanh_gelu ? "gpt2_tanh" : "gpt2");
+    ASSERT_EQ(save_hf_model(*model, dir), "GPT2LMHeadModel");
+    json config = json::parse(read_file(dir + "/config.json", 1 << 20));
+    EXPECT_EQ(config.at("model_type"), "gpt2");
+    EXPECT_EQ(config.at("n_embd"), 16);
+    EXPECT_EQ(config.at("n_inner"), 40);
+    EXPECT_EQ(config.at("activation_function"), tanh_gelu ? "gelu_new" : "gelu");
+    EXPECT_EQ(config.at("tie_word_embeddings"), !tanh_gelu);
+    config.erase("kvlab");
+    write_file_atomic(dir + "/config.json", config.dump());
+    const SafetensorsFile file = SafetensorsFile::read(dir + "/model.safetensors");
+    ASSERT_NE(file.find("transformer.h.1.attn.c_attn.weight"), nullptr);
+    EXPECT_EQ(file.find("transformer.h.1.attn.c_attn.weight")->shape,
+              (std::vector<int64_t>{16, 48}));  // Conv1D: [in, 3 · out]
+    EXPECT_EQ(file.find("transformer.h.1.mlp.c_fc.weight")->shape, (std::vector<int64_t>{16, 40}));
+    EXPECT_EQ(file.find("transformer.wpe.weight")->shape, (std::vector<int64_t>{16, 16}));
+    EXPECT_EQ(file.find("lm_head.weight") != nullptr, tanh_gelu);
+    EXPECT_EQ(file.tensors().size(), (tanh_gelu ? 5u : 4u) + 2 * 12);
+
+    TransformerModel loaded = load_model(dir);
+    EXPECT_EQ(loaded->config().shape, model->config().shape);
+    EXPECT_EQ(loaded->config().attn.to_string(), "mha");
+    const auto before = parameters(*model), after = parameters(*loaded);
+    ASSERT_EQ(before.size(), after.size());
+    for (const auto& [name, tensor] : before) EXPECT_TRUE(tensor.equal(after.at(name))) << name;
+    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
+    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
+    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
+    EXPECT_EQ(greedy(model, prompt, 8), greedy(loaded, prompt, 8));
+    std::vector<int64_t> text;
+    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
+    EXPECT_EQ(evaluate_text(*model, text, 16, 8, 2).loss_nats,
+              evaluate_text(*loaded, text, 16, 8, 2).loss_nats);
+  }
+}
+
+// The exported file read the way transformers' GPT-2 reads it, computed here from its tensors
+// alone: Conv1D layers (x · W + b with W [in, out]), c_attn split into q, k, v, heads of
+// n_embd / n_head, causal softmax scaled by 1/√d_h, gelu_new, ln_f, logits against wte. The
+// kvlab model's logits must equal it.
+TEST(HfCheckpointTest, Gpt2FileComputesWhatGpt2Computes) {
+  torch::manual_seed(12);
+  const ModelShape shape = byte_gpt2(MlpKind::kGeluTanh, /*tied=*/true);
+  TransformerModel model(ModelConfig::make(shape, "mha", DType::kBf16), torch::kFloat64);
+  const std::string dir = temp_dir("gpt2_math");
+  ASSERT_EQ(save_hf_model(*model, dir), "GPT2LMHeadModel");
+  const std::map<std::string, torch::Tensor> w = load_tensors(dir + "/model.safetensors");
+  const auto at = [&](const std::string& name) {
+    EXPECT_EQ(w.count(name), 1u) << name;
+    return w.count(name) ? w.at(name) : torch::zeros({1}, torch::kFloat64);
+  };
+  const auto layer_norm = [&](const torch::Tensor& x, const std::string& name) {
+    const torch::Tensor mean = x.mean(-1, true);
+    const torch::Tensor var = (x - mean).pow(2).mean(-1, true);
+    return (x - mean) / torch::sqrt(var + 1e-5) * at(name + ".weight") + at(name + ".bias");
+  };
+  const auto conv1d = [&](const torch::Tensor& x, const std::string& name) {
+    return torch::matmul(x, at(name + ".weight")) + at(name + ".bias");
+  };
+  const int64_t T = 11, H = 4, dh = 4;
+  const torch::Tensor tokens = torch::randint(0, 256, {1, T});
+  torch::Tensor h = at("transformer.wte.weight").index_select(0, tokens[0]) +
+                    at("transformer.wpe.weight").narrow(0, 0, T);  // [T, D]
+  const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = "transformer.h." + std::to_string(layer) + ".";
+    const std::vector<torch::Tensor> qkv =
+        conv1d(layer_norm(h, p + "ln_1"), p + "attn.c_attn").split(16, -1);
+    const auto heads = [&](const torch::Tensor& x) { return x.view({T, H, dh}).transpose(0, 1); };
+    torch::Tensor scores = torch::matmul(heads(qkv[0]), heads(qkv[1]).transpose(1, 2)) /
+                           std::sqrt(double(dh));  // [H, T, T]
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+    const torch::Tensor mixed =
+        torch::matmul(torch::softmax(scores, -1), heads(qkv[2])).transpose(0, 1).reshape({T, 16});
+    h = h + conv1d(mixed, p + "attn.c_proj");
+    const torch::Tensor u = conv1d(layer_norm(h, p + "ln_2"), p + "mlp.c_fc");
+    const torch::Tensor gelu_new =
+        0.5 * u * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * torch::pow(u, 3.0))));
+    h = h + conv1d(gelu_new, p + "mlp.c_proj");
+  }
+  const torch::Tensor logits =
+      torch::matmul(layer_norm(h, "transformer.ln_f"), at("transformer.wte.weight").t());
+  TransformerModel loaded = load_model(dir, torch::kFloat64);
+  EXPECT_LT(testing::max_abs_diff(loaded->forward(tokens)[0], logits), 1e-10);
+}
+
+// What the Hub holds for GPT-2: names saved from GPT2Model (no "transformer." prefix), the
+// causal-mask buffers older transformers saved, the published config.json's fields.
+TEST(HfCheckpointTest, Gpt2FoldersAsPublishedLoadAndBadOnesAreRefusedByName) {
+  torch::manual_seed(13);
+  const ModelShape shape = byte_gpt2(MlpKind::kGeluTanh, /*tied=*/true);
+  TransformerModel model(ModelConfig::make(shape, "mha", DType::kBf16), torch::kFloat32);
+  const std::string dir = temp_dir("gpt2_hub");
+  ASSERT_EQ(save_hf_model(*model, dir), "GPT2LMHeadModel");
+  std::map<std::string, torch::Tensor> hub;
+  for (const auto& [name, t] : load_tensors(dir + "/model.safetensors"))
+    hub.emplace(name.substr(std::string("transformer.").size()), t.to(torch::kBFloat16));
+  for (int layer = 0; layer < 2; ++layer) {
+    hub.emplace("h." + std::to_string(layer) + ".attn.bias",
+                torch::ones({16, 16}).tril().view({1, 1, 16, 16}));
+    hub.emplace("h." + std::to_string(layer) + ".attn.masked_bias", torch::tensor(-1e4));
+  }
+  save_tensors(dir + "/model.safetensors", hub);
+  const json published = {{"activation_function", "gelu_new"},
+                          {"architectures", {"GPT2LMHeadModel"}},
+                          {"attn_pdrop", 0.1},
+                          {"bos_token_id", 50256},
+                          {"embd_pdrop", 0.1},
+                          {"eos_token_id", 50256},
+                          {"initializer_range", 0.02},
+                          {"layer_norm_epsilon", 1e-05},
+                          {"model_type", "gpt2"},
+                          {"n_ctx", 16},
+                          {"n_embd", 16},
+                          {"n_head", 4},
+                          {"n_inner", 40},
+                          {"n_layer", 2},
+                          {"n_positions", 16},
+                          {"resid_pdrop", 0.1},
+                          {"summary_activation", nullptr},
+                          {"summary_first_dropout", 0.1},
+                          {"summary_proj_to_labels", true},
+                          {"summary_type", "cls_index"},
+                          {"summary_use_proj", true},
+                          {"task_specific_params", {{"text-generation", {{"do_sample", true}}}}},
+                          {"vocab_size", 256}};
+  const auto with = [&](const std::function<void(json&)>& edit) {
+    json config = published;
+    edit(config);
+    write_file_atomic(dir + "/config.json", config.dump());
+    return load_error(dir);
+  };
+  ASSERT_EQ(with([](json&) {}), "(loaded)");
+  TransformerModel loaded = load_model(dir);
+  const auto before = parameters(*model), after = parameters(*loaded);
+  for (const auto& [name, tensor] : before) {
+    EXPECT_TRUE(tensor.to(torch::kBFloat16).to(torch::kFloat32).equal(after.at(name))) << name;
+  }
+  const auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  std::string e = with([](json& c) { c["activation_function"] = "relu"; });
+  EXPECT_TRUE(has(e, "activation_function: 'relu' is not implemented")) << e;
+  e = with([](json& c) { c["scale_attn_by_inverse_layer_idx"] = true; });
+  EXPECT_TRUE(has(e, "scale_attn_by_inverse_layer_idx: true")) << e;
+  e = with([](json& c) { c["rotary_dim"] = 4; });
+  EXPECT_TRUE(has(e, "rotary_dim: is not a field kvlab understands for GPT2LMHeadModel")) << e;
+  e = with([](json& c) { c["model_type"] = "gpt_neo"; });
+  EXPECT_TRUE(has(e, "model_type: expected \"gpt2\"")) << e;
+  e = with([](json& c) { c["n_inner"] = 32; });
+  EXPECT_TRUE(has(e, "wrong shapes: transformer.h.0.mlp.c_fc.bias [40] (expected [32])")) << e;
+  hub.erase("h.1.ln_2.bias");
+  hub.emplace("h.1.attn.q_proj.weight", torch::zeros({16, 16}));
+  save_tensors(dir + "/model.safetensors", hub);
+  e = with([](json&) {});
+  EXPECT_TRUE(has(e, "missing tensors: transformer.h.1.ln_2.bias")) << e;
+  hub.emplace("h.1.ln_2.bias", torch::zeros({16}));
+  save_tensors(dir + "/model.safetensors", hub);
+  e = with([](json&) {});
+  EXPECT_TRUE(has(e, "unexpected tensors (not in the model): transformer.h.1.attn.q_proj.weight"))
+      << e;
+}
+
 TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {
   const ModelShape shape = byte_llama(false, BiasKind::kNone);
   TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
@@ -345,7 +528,8 @@ TEST(HfCheckpointTest, RefusesWhatItCannotRunNamingTheFieldOrTensor) {
               has(e, "'GPTJForCausalLM' is not an architecture kvlab loads") &&
               has(e,
                   "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                  "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, KvlabForCausalLM"))
+                  "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GPT2LMHeadModel, "
+                  "KvlabForCausalLM"))
       << e;
   e = with([](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
   EXPECT_TRUE(has(e, "rope_scaling.low_freq_factor: missing (required for llama3)")) << e;

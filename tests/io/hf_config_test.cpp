@@ -85,6 +85,42 @@ TEST(HfConfigTest, DeepseekMlaAndMoe) {
   EXPECT_EQ(error_field(c), "qk_rope_head_dim");
 }
 
+// openai-community/gpt2's config.json as published (GPT-2 small).
+json gpt2_config() {
+  return json::parse(R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024,
+    "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1,
+    "summary_activation": null, "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+    "summary_type": "cls_index", "summary_use_proj": true,
+    "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+    "vocab_size": 50257})");
+}
+
+// GPT-2 small has 124,439,808 parameters (the sum transformers reports for GPT2LMHeadModel,
+// the lm_head tied to wte) and caches 2 · 12 layers · 768 values a token.
+TEST(HfConfigTest, Gpt2SmallCountsItsPublishedParameters) {
+  const Preset p = parse_hf_config(gpt2_config().dump(), "config.json");
+  EXPECT_EQ(p.attn, "mha");
+  EXPECT_EQ(p.shape.mlp_kind, MlpKind::kGeluTanh);
+  EXPECT_EQ(p.shape.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(p.shape.pos, PosScheme::kLearned);
+  EXPECT_EQ(p.shape.mlp_width, 3072);
+  EXPECT_TRUE(p.shape.tied_embeddings);
+  const ModelConfig m = ModelConfig::make(p.shape, p.attn, DType::kF16);
+  EXPECT_EQ(m.param_count().value(), 124439808);
+  EXPECT_EQ(m.cache_bytes_per_token().value(), 2 * 12 * 768 * 2);
+  json c = gpt2_config();
+  c["activation_function"] = "relu";
+  EXPECT_EQ(error_field(c), "activation_function");
+  c = gpt2_config();
+  c["n_head"] = 7;
+  EXPECT_EQ(error_field(c), "n_head");
+  c = gpt2_config();
+  c.erase("n_embd");
+  EXPECT_EQ(error_field(c), "n_embd");
+}
+
 TEST(HfConfigTest, ErrorsNameTheField) {
   json c = llama_config();
   c.erase("hidden_size");

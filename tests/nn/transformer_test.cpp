@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "nn/feed_forward.h"
 #include "nn/nn_test_util.h"
 #include "spec/presets.h"
 
@@ -62,6 +63,25 @@ std::vector<std::pair<ModelShape, std::string>> every_model() {
   }
   out.push_back({mean_pool, "qk-v"});
   return out;
+}
+
+// GPT-2's gelu_new, written out here as transformers' NewGELUActivation writes it, against the
+// MLP with kGeluTanh; the exact GELU differs from it (so the kind is not ignored).
+TEST(DenseMlpTest, TanhGeluIsGpt2sGeluNew) {
+  torch::manual_seed(5);
+  ModelShape shape = small_shape(PosScheme::kLearned);
+  shape.mlp_kind = MlpKind::kGeluTanh;
+  auto mlp = std::make_shared<DenseMlpImpl>(shape, shape.mlp_width,
+                                            torch::TensorOptions().dtype(torch::kFloat64));
+  const torch::Tensor x = 3 * torch::randn({2, 5, shape.d_model}, kF64);
+  const torch::Tensor u = torch::matmul(x, mlp->up_proj->weight.t()) + mlp->up_proj->bias;
+  const torch::Tensor act =
+      0.5 * u * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * torch::pow(u, 3.0))));
+  const torch::Tensor expected =
+      torch::matmul(act, mlp->down_proj->weight.t()) + mlp->down_proj->bias;
+  EXPECT_LT(max_abs_diff(mlp->forward(x), expected), 1e-12);
+  mlp->kind = MlpKind::kGelu;
+  EXPECT_GT(max_abs_diff(mlp->forward(x), expected), 1e-4);
 }
 
 TEST(TransformerModelTest, ParameterCountEqualsTheSpecsForEveryKind) {

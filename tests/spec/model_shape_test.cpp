@@ -72,6 +72,10 @@ TEST(ModelShapeTest, EnumTextRoundTrips) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);
   }
   EXPECT_EQ(parse_mlp_kind("swiglu"), MlpKind::kSwiglu);
+  for (MlpKind k : {MlpKind::kGelu, MlpKind::kSwiglu, MlpKind::kGeluTanh}) {
+    EXPECT_EQ(parse_mlp_kind(mlp_kind_name(k)), k);
+  }
+  EXPECT_THROW(parse_mlp_kind("relu"), SpecError);
   EXPECT_EQ(parse_norm_kind("rmsnorm"), NormKind::kRmsNorm);
   EXPECT_EQ(parse_model_pos("rope"), PosScheme::kRope);
   EXPECT_THROW(parse_model_pos("drope"), SpecError);

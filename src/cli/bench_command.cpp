@@ -27,6 +27,14 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
                   "After the timed steps, one more under libtorch's profiler: time per phase "
                   "(forward, loss, backward, optimizer) and the operators with the most self "
                   "time (not in the medians: the profiler adds ~1 us an op)");
+  train->add_flag("--compare-pytorch", o.compare_pytorch,
+                  "Time the same model and steps in PyTorch eager too (bench/pytorch_train.py "
+                  "under python3; Debian: python3-torch), alternating with kvlab, and print "
+                  "kvlab ÷ PyTorch per round and the median (mha only)");
+  train->add_option("--pytorch-script", o.pytorch_script,
+                    "The PyTorch twin to run (default: the source tree's bench/pytorch_train.py)");
+  train->add_option("--rounds", o.rounds, "Alternating kvlab/PyTorch rounds (--compare-pytorch)")
+      ->capture_default_str();
   train->add_option("--format", o.format, "table | json")->capture_default_str();
   CLI::App* memory = bench->add_subcommand(
       "memory", "Streaming read bandwidth (all threads, median of repeats): the decode ceiling");

@@ -2,18 +2,23 @@
 
 #include <ATen/record_function.h>
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <thread>
 
 #include "experiments/op_profile.h"
+#include "experiments/source_dir.h"
 #include "infer/generator.h"
+#include "io/json_document.h"
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
 #include "kernels/memory_bandwidth.h"
@@ -437,20 +442,27 @@ std::string profile_table(const OpProfile& p) {
 
 }  // namespace
 
-int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
-  if (o.steps <= 0) throw SpecError("steps", "must be > 0");
-  if (o.warmup < 0) throw SpecError("warmup", "must be >= 0");
-  if (o.batch <= 0 || o.seq_len <= 0) throw SpecError("batch", "batch and seq-len must be > 0");
-  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
-  if (o.heads <= 0 || o.d_model % o.heads != 0) {
-    throw SpecError("heads", "--d-model must be a multiple of --heads");
-  }
-  const int threads = nn::set_threads(o.threads);
+namespace {
+
+// Median training-step time of the bench model (gpt_decoder with o's shape and attention).
+struct TrainTiming {
+  std::string attn;
+  int threads = 0;
+  int64_t params = 0;
+  double tokens_per_s = 0, median_s = 0, min_s = 0, max_s = 0;
+  std::optional<OpProfile> profile;
+};
+
+TrainTiming time_kvlab_training(const BenchTrainOptions& o) {
+  TrainTiming t;
+  t.threads = nn::set_threads(o.threads);
   const ModelShape s = ModelShape::gpt_decoder(o.layers, o.d_model, o.heads,
                                                /*vocab_size=*/256, o.seq_len);
   const ModelConfig config = ModelConfig::make(s, o.attn, DType::kF32);
+  t.attn = config.attn.to_string();
   torch::manual_seed(0);
   nn::TransformerModel model(config, torch::kFloat32);
+  t.params = model->parameter_count();
   for (const auto& layer : *model->model->layers) {
     layer->as<nn::TransformerBlockImpl>()->self_attn->use_fused_attention(!o.composed_attention);
   }
@@ -491,40 +503,161 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i >= o.warmup) seconds.push_back(s_elapsed);
   }
-  std::optional<OpProfile> profile;
-  if (o.profile) profile = profile_ops(step);
-  const double median = median_of(seconds);
-  const double tokens = static_cast<double>(o.batch * o.seq_len);
+  if (o.profile) t.profile = profile_ops(step);
+  t.median_s = median_of(seconds);
+  t.min_s = min_of(seconds);
+  t.max_s = max_of(seconds);
+  t.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / t.median_s;
+  return t;
+}
+
+// The same steps in PyTorch eager (bench/pytorch_train.py, run by python3), read from the JSON
+// line it prints. Throws SpecError("compare-pytorch") saying what is missing.
+TrainTiming time_pytorch_training(const BenchTrainOptions& o) {
+  const std::string script = o.pytorch_script.empty()
+                                 ? std::string(KVLAB_SOURCE_DIR) + "/bench/pytorch_train.py"
+                                 : o.pytorch_script;
+  if (!std::ifstream(script)) {
+    throw SpecError("compare-pytorch",
+                    "the PyTorch twin '" + script + "' is not there (give --pytorch-script PATH)");
+  }
+  const std::string command = fmt::format(
+      "python3 '{}' --threads {} --d-model {} --layers {} --heads {} --seq-len {} "
+      "--batch {} --steps {} --warmup {} 2>&1",
+      script, std::max(1, o.threads), o.d_model, o.layers, o.heads, o.seq_len, o.batch, o.steps,
+      o.warmup);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) throw SpecError("compare-pytorch", "could not start python3");
+  std::string output;
+  char buffer[4096];
+  while (const size_t n = std::fread(buffer, 1, sizeof(buffer), pipe.get()))
+    output.append(buffer, n);
+  const int status = ::pclose(pipe.release());
+  const std::string last = output.substr(output.find_last_of('\n', output.size() - 2) + 1);
+  if (status != 0) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    throw SpecError("compare-pytorch", "python3 " + script + " failed (exit " +
+                                           std::to_string(code) +
+                                           "): " + text_excerpt(output, 400));
+  }
+  const nlohmann::json j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tokens_per_s")) {
+    throw SpecError("compare-pytorch",
+                    "no result line from " + script + ": " + text_excerpt(output, 400));
+  }
+  TrainTiming t;
+  t.attn = "mha";
+  t.threads = j.at("threads").get<int>();
+  t.params = j.at("params").get<int64_t>();
+  t.tokens_per_s = j.at("tokens_per_s").get<double>();
+  t.median_s = j.at("step_ms_median").get<double>() / 1e3;
+  t.min_s = j.at("step_ms_min").get<double>() / 1e3;
+  t.max_s = j.at("step_ms_max").get<double>() / 1e3;
+  return t;
+}
+
+// kvlab and PyTorch eager on the same model, alternating, `rounds` times; medians of the rounds.
+int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
+  if (o.attn != "mha") {
+    throw SpecError(
+        "attn", "--compare-pytorch runs mha (the PyTorch twin's attention), not '" + o.attn + "'");
+  }
+  if (o.profile) throw SpecError("profile", "is not taken with --compare-pytorch");
+  std::vector<double> ours, theirs, ratios;
+  int64_t params = 0;
+  int threads = 0;
+  for (int r = 0; r < o.rounds; ++r) {
+    const TrainTiming k = time_kvlab_training(o);
+    const TrainTiming p = time_pytorch_training(o);
+    if (p.params != k.params) {
+      throw SpecError("compare-pytorch", fmt::format("the PyTorch twin has {} parameters, kvlab's "
+                                                     "model {}: they are not the same model",
+                                                     p.params, k.params));
+    }
+    ours.push_back(k.tokens_per_s);
+    theirs.push_back(p.tokens_per_s);
+    ratios.push_back(k.tokens_per_s / p.tokens_per_s);
+    params = k.params;
+    threads = k.threads;
+  }
+  const nlohmann::json result = {{"d_model", o.d_model},
+                                 {"layers", o.layers},
+                                 {"heads", o.heads},
+                                 {"seq_len", o.seq_len},
+                                 {"batch", o.batch},
+                                 {"threads", threads},
+                                 {"params", params},
+                                 {"attention", o.composed_attention ? "composed" : "fused"},
+                                 {"rounds", o.rounds},
+                                 {"kvlab_tokens_per_s", ours},
+                                 {"pytorch_tokens_per_s", theirs},
+                                 {"kvlab_over_pytorch", ratios},
+                                 {"kvlab_over_pytorch_median", median_of(ratios)}};
   if (o.format == "json") {
-    out << nlohmann::json{{"attn", config.attn.to_string()},
+    out << result.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "bench train --compare-pytorch: d {} × {} layers × {} heads, seq {} × batch {}, {} "
+      "thread(s), {} params, kvlab {} attention vs PyTorch eager (composed attention, foreach "
+      "AdamW); {} alternating rounds\n",
+      o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads, params,
+      o.composed_attention ? "composed" : "fused", o.rounds);
+  Table table({"round", "kvlab tokens/s", "PyTorch tokens/s", "kvlab ÷ PyTorch"});
+  for (int r = 0; r < o.rounds; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    table.add_row({std::to_string(r + 1), fmt::format("{:.0f}", ours[i]),
+                   fmt::format("{:.0f}", theirs[i]), fmt::format("{:.2f}", ratios[i])});
+  }
+  table.add_row({"median", fmt::format("{:.0f}", median_of(ours)),
+                 fmt::format("{:.0f}", median_of(theirs)),
+                 fmt::format("{:.2f}", median_of(ratios))});
+  out << table.to_markdown();
+  return 0;
+}
+
+}  // namespace
+
+int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
+  if (o.steps <= 0) throw SpecError("steps", "must be > 0");
+  if (o.warmup < 0) throw SpecError("warmup", "must be >= 0");
+  if (o.rounds <= 0) throw SpecError("rounds", "must be > 0");
+  if (o.batch <= 0 || o.seq_len <= 0) throw SpecError("batch", "batch and seq-len must be > 0");
+  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  if (o.heads <= 0 || o.d_model % o.heads != 0) {
+    throw SpecError("heads", "--d-model must be a multiple of --heads");
+  }
+  if (o.compare_pytorch) return compare_with_pytorch(o, out);
+  const TrainTiming t = time_kvlab_training(o);
+  if (o.format == "json") {
+    out << nlohmann::json{{"attn", t.attn},
                           {"d_model", o.d_model},
                           {"layers", o.layers},
                           {"heads", o.heads},
                           {"seq_len", o.seq_len},
                           {"batch", o.batch},
-                          {"threads", threads},
+                          {"threads", t.threads},
                           {"attention", o.composed_attention ? "composed" : "fused"},
-                          {"params", model->parameter_count()},
-                          {"tokens_per_s", tokens / median},
-                          {"step_ms_median", 1e3 * median},
-                          {"step_ms_min", 1e3 * min_of(seconds)},
-                          {"step_ms_max", 1e3 * max_of(seconds)},
+                          {"params", t.params},
+                          {"tokens_per_s", t.tokens_per_s},
+                          {"step_ms_median", 1e3 * t.median_s},
+                          {"step_ms_min", 1e3 * t.min_s},
+                          {"step_ms_max", 1e3 * t.max_s},
                           {"steps", o.steps},
-                          {"profile", profile ? profile_json(*profile) : nlohmann::json()}}
+                          {"profile", t.profile ? profile_json(*t.profile) : nlohmann::json()}}
                .dump(2)
         << "\n";
   } else {
     out << fmt::format(
         "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
         "thread(s), {} params, {} attention\n",
-        config.attn.to_string(), o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads,
-        model->parameter_count(), o.composed_attention ? "composed" : "fused");
+        t.attn, o.d_model, o.layers, o.heads, o.seq_len, o.batch, t.threads, t.params,
+        o.composed_attention ? "composed" : "fused");
     out << fmt::format(
         "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
         "after {} warm-up)\n",
-        tokens / median, 1e3 * median, 1e3 * min_of(seconds), 1e3 * max_of(seconds), o.steps,
-        o.warmup);
-    if (profile) out << "\n" << profile_table(*profile);
+        t.tokens_per_s, 1e3 * t.median_s, 1e3 * t.min_s, 1e3 * t.max_s, o.steps, o.warmup);
+    if (t.profile) out << "\n" << profile_table(*t.profile);
   }
   return 0;
 }

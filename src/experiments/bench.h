@@ -17,6 +17,11 @@ struct BenchTrainOptions {
   int64_t warmup = 3;
   bool profile = false;  // one more step under libtorch's profiler: time per phase and per op
   bool composed_attention = false;  // libtorch's composed ops instead of the fused kernel
+  // The same model and steps in PyTorch eager (bench/pytorch_train.py under python3),
+  // alternating with kvlab for `rounds` rounds.
+  bool compare_pytorch = false;
+  std::string pytorch_script;  // empty: the source tree's bench/pytorch_train.py
+  int rounds = 3;
   std::string format = "table";
 };
 

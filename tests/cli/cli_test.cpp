@@ -1030,6 +1030,59 @@ TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
 // --profile: one more step under libtorch's profiler; the fused attention shows as its own ops
 // (one forward and one backward per layer), the composed reference as libtorch's softmax; self
 // times add up to at most the profiled step.
+// --compare-pytorch's plumbing, against a stand-in for bench/pytorch_train.py that prints what
+// the twin prints (PyTorch itself is not a test dependency): kvlab ÷ PyTorch is computed per
+// round from the two measurements, a twin with another parameter count is refused, and so is a
+// missing or failing twin.
+TEST(CliBenchTest, TrainComparisonWithPytorchDividesTheTwoMeasurements) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is not installed";
+  }
+  const std::string dir = fresh_dir("compare-pytorch");
+  std::filesystem::create_directories(dir);
+  const std::string small =
+      "bench train --layers 1 --d-model 16 --heads 2 --seq-len 8 --batch 2 "
+      "--steps 1 --warmup 0 --rounds 2 --compare-pytorch ";
+  const auto twin = [&](const std::string& name, int64_t params, const std::string& extra) {
+    std::ofstream(dir + "/" + name)
+        << "import json, sys\n"
+        << extra << "print('loading')\nprint(json.dumps({'threads': 1, 'params': " << params
+        << ", 'tokens_per_s': 250.0, 'step_ms_median': 64.0, 'step_ms_min': 60.0, "
+           "'step_ms_max': 70.0}))\n";
+    return " --pytorch-script " + dir + "/" + name;
+  };
+  // 1 layer, D 16, byte vocabulary, context 8: 256·16 + 8·16 + (2·16 + 4·(16·16 + 16) +
+  // 2·16 + 16·64 + 64 + 64·16 + 16) + 2·16 parameters, tied
+  const int64_t params = 256 * 16 + 8 * 16 +
+                         (2 * 16 + 4 * (16 * 16 + 16) + 2 * 16 + 16 * 64 + 64 + 64 * 16 + 16) +
+                         2 * 16;
+  RunResult r = run_kvlab(small + "--format json" + twin("twin.py", params, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["params"], params);
+  ASSERT_EQ(doc["kvlab_over_pytorch"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(doc["pytorch_tokens_per_s"][i], 250.0);
+    EXPECT_DOUBLE_EQ(doc["kvlab_over_pytorch"][i].get<double>(),
+                     doc["kvlab_tokens_per_s"][i].get<double>() / 250.0);
+  }
+  r = run_kvlab(small + twin("twin.py", params, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "| median ")) << r.out;
+  r = run_kvlab(small + twin("other.py", params + 1, ""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "compare-pytorch: the PyTorch twin has")) << r.err;
+  r = run_kvlab(small + twin("broken.py", params, "sys.exit('no torch here')\n"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "no torch here")) << r.err;
+  r = run_kvlab(small + " --pytorch-script " + dir + "/absent.py");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "is not there")) << r.err;
+  r = run_kvlab(small + " --attn gqa:2" + twin("twin.py", params, ""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--compare-pytorch runs mha")) << r.err;
+}
+
 TEST(CliBenchTest, TrainBenchmarkProfilesOneStepPerOp) {
   for (const bool composed : {false, true}) {
     const RunResult r = run_kvlab(

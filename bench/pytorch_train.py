@@ -13,10 +13,30 @@ or alone:
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
 
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    return p.parse_args()
+
+
+ARGS = parse_args()
+# OpenBLAS keeps its own pool, which torch.set_num_threads does not size: it must be set before
+# torch loads, or "1 thread" runs its matrix products on every core.
+os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 try:
     import torch
     import torch.nn.functional as F
@@ -68,16 +88,7 @@ class Model(torch.nn.Module):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    a = p.parse_args()
+    a = ARGS
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Model(a.d_model, a.layers, a.heads, a.seq_len)

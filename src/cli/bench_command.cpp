@@ -33,6 +33,11 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
                   "kvlab ÷ PyTorch per round and the median (mha only)");
   train->add_option("--pytorch-script", o.pytorch_script,
                     "The PyTorch twin to run (default: the source tree's bench/pytorch_train.py)");
+  train
+      ->add_option("--python", o.python,
+                   "The Python interpreter for the twin (Debian's python3-torch installs into "
+                   "/usr/bin/python3)")
+      ->capture_default_str();
   train->add_option("--rounds", o.rounds, "Alternating kvlab/PyTorch rounds (--compare-pytorch)")
       ->capture_default_str();
   train->add_option("--format", o.format, "table | json")->capture_default_str();

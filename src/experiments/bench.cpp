@@ -511,9 +511,9 @@ TrainTiming time_kvlab_training(const BenchTrainOptions& o) {
   return t;
 }
 
-// The same steps in PyTorch eager (bench/pytorch_train.py, run by python3), read from the JSON
-// line it prints. Throws SpecError("compare-pytorch") saying what is missing.
-TrainTiming time_pytorch_training(const BenchTrainOptions& o) {
+// The same steps in PyTorch eager (bench/pytorch_train.py, run by o.python) on `threads` threads,
+// read from the JSON line it prints. Throws SpecError("compare-pytorch") saying what is missing.
+TrainTiming time_pytorch_training(const BenchTrainOptions& o, int threads) {
   const std::string script = o.pytorch_script.empty()
                                  ? std::string(KVLAB_SOURCE_DIR) + "/bench/pytorch_train.py"
                                  : o.pytorch_script;
@@ -522,12 +522,12 @@ TrainTiming time_pytorch_training(const BenchTrainOptions& o) {
                     "the PyTorch twin '" + script + "' is not there (give --pytorch-script PATH)");
   }
   const std::string command = fmt::format(
-      "python3 '{}' --threads {} --d-model {} --layers {} --heads {} --seq-len {} "
-      "--batch {} --steps {} --warmup {} 2>&1",
-      script, std::max(1, o.threads), o.d_model, o.layers, o.heads, o.seq_len, o.batch, o.steps,
+      "OMP_NUM_THREADS={0} OPENBLAS_NUM_THREADS={0} '{1}' '{2}' --threads {0} --d-model {3} "
+      "--layers {4} --heads {5} --seq-len {6} --batch {7} --steps {8} --warmup {9} 2>&1",
+      threads, o.python, script, o.d_model, o.layers, o.heads, o.seq_len, o.batch, o.steps,
       o.warmup);
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-  if (!pipe) throw SpecError("compare-pytorch", "could not start python3");
+  if (!pipe) throw SpecError("compare-pytorch", "could not start " + o.python);
   std::string output;
   char buffer[4096];
   while (const size_t n = std::fread(buffer, 1, sizeof(buffer), pipe.get()))
@@ -536,7 +536,7 @@ TrainTiming time_pytorch_training(const BenchTrainOptions& o) {
   const std::string last = output.substr(output.find_last_of('\n', output.size() - 2) + 1);
   if (status != 0) {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    throw SpecError("compare-pytorch", "python3 " + script + " failed (exit " +
+    throw SpecError("compare-pytorch", o.python + " " + script + " failed (exit " +
                                            std::to_string(code) +
                                            "): " + text_excerpt(output, 400));
   }
@@ -568,7 +568,9 @@ int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
   int threads = 0;
   for (int r = 0; r < o.rounds; ++r) {
     const TrainTiming k = time_kvlab_training(o);
-    const TrainTiming p = time_pytorch_training(o);
+    // the same thread count for libtorch's pool and OpenBLAS's (which torch.set_num_threads
+    // leaves alone: "1 thread" in Python ran its matrix products on both cores here)
+    const TrainTiming p = time_pytorch_training(o, k.threads);
     if (p.params != k.params) {
       throw SpecError("compare-pytorch", fmt::format("the PyTorch twin has {} parameters, kvlab's "
                                                      "model {}: they are not the same model",

@@ -20,7 +20,8 @@ struct BenchTrainOptions {
   // The same model and steps in PyTorch eager (bench/pytorch_train.py under python3),
   // alternating with kvlab for `rounds` rounds.
   bool compare_pytorch = false;
-  std::string pytorch_script;  // empty: the source tree's bench/pytorch_train.py
+  std::string pytorch_script;               // empty: the source tree's bench/pytorch_train.py
+  std::string python = "/usr/bin/python3";  // Debian's, where python3-torch installs
   int rounds = 3;
   std::string format = "table";
 };

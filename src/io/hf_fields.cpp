@@ -1,5 +1,8 @@
 #include "io/hf_fields.h"
 
+#include <algorithm>
+#include <array>
+
 #include "io/json_document.h"
 #include "spec/spec_error.h"
 
@@ -54,6 +57,27 @@ std::string string_or(const json& config, const char* key, const std::string& fa
     throw SpecError(key, "expected a string, got " + json_excerpt(config.at(key)));
   }
   return config.at(key).get<std::string>();
+}
+
+bool is_inert_hf_field(std::string_view key) {
+  static constexpr std::array<std::string_view, 17> kInert = {"bos_token_id",
+                                                              "eos_token_id",
+                                                              "pad_token_id",
+                                                              "torch_dtype",
+                                                              "dtype",
+                                                              "transformers_version",
+                                                              "use_cache",
+                                                              "initializer_range",
+                                                              "attention_dropout",
+                                                              "_name_or_path",
+                                                              "tokenizer_class",
+                                                              "return_dict",
+                                                              "output_attentions",
+                                                              "output_hidden_states",
+                                                              "_attn_implementation",
+                                                              "is_decoder",
+                                                              "use_return_dict"};
+  return std::find(kInert.begin(), kInert.end(), key) != kInert.end();
 }
 
 }  // namespace kvlab::hf_fields

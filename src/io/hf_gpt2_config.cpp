@@ -31,36 +31,20 @@ constexpr std::array<std::string_view, 16> kApplied = {"architectures",
                                                        "add_cross_attention",
                                                        "reorder_and_upcast_attn",
                                                        "kvlab"};
-// Fields that do not change what the model computes at inference: dropout, initialisation, the
-// sequence-summary head of GPT2DoubleHeadsModel, token ids, bookkeeping, n_ctx (GPT-2's original
-// name for n_positions, which transformers no longer reads).
-constexpr std::array<std::string_view, 27> kInert = {"resid_pdrop",
-                                                     "embd_pdrop",
-                                                     "attn_pdrop",
-                                                     "initializer_range",
-                                                     "summary_type",
-                                                     "summary_use_proj",
-                                                     "summary_activation",
-                                                     "summary_proj_to_labels",
-                                                     "summary_first_dropout",
-                                                     "task_specific_params",
-                                                     "n_ctx",
-                                                     "output_past",
-                                                     "bos_token_id",
-                                                     "eos_token_id",
-                                                     "pad_token_id",
-                                                     "torch_dtype",
-                                                     "dtype",
-                                                     "transformers_version",
-                                                     "use_cache",
-                                                     "_name_or_path",
-                                                     "tokenizer_class",
-                                                     "return_dict",
-                                                     "output_attentions",
-                                                     "output_hidden_states",
-                                                     "_attn_implementation",
-                                                     "is_decoder",
-                                                     "use_return_dict"};
+// GPT-2's own fields that do not change what the model computes at inference (beside
+// is_inert_hf_field's): dropout, the sequence-summary head of GPT2DoubleHeadsModel, generation
+// settings, n_ctx (GPT-2's original name for n_positions, which transformers no longer reads).
+constexpr std::array<std::string_view, 11> kGpt2Inert = {"resid_pdrop",
+                                                         "embd_pdrop",
+                                                         "attn_pdrop",
+                                                         "summary_type",
+                                                         "summary_use_proj",
+                                                         "summary_activation",
+                                                         "summary_proj_to_labels",
+                                                         "summary_first_dropout",
+                                                         "task_specific_params",
+                                                         "n_ctx",
+                                                         "output_past"};
 
 MlpKind activation_of(const json& config) {
   const std::string name = string_or(config, "activation_function", "gelu_new");
@@ -108,7 +92,8 @@ Preset gpt2_preset(const json& config, const std::string& source) {
 ModelConfig gpt2_model_config(const json& config, const std::string& source) {
   for (const auto& [key, value] : config.items()) {
     if (std::find(kApplied.begin(), kApplied.end(), key) == kApplied.end() &&
-        std::find(kInert.begin(), kInert.end(), key) == kInert.end()) {
+        std::find(kGpt2Inert.begin(), kGpt2Inert.end(), key) == kGpt2Inert.end() &&
+        !is_inert_hf_field(key)) {
       throw SpecError(key,
                       "is not a field kvlab understands for GPT2LMHeadModel (an unknown field "
                       "could change the model; remove it if it does not)");

@@ -62,25 +62,6 @@ constexpr std::array<std::string_view, 24> kApplied = {"architectures",
                                                        "max_window_layers",
                                                        "kvlab",
                                                        "layer_types"};
-// Fields that do not change what the model computes at inference.
-constexpr std::array<std::string_view, 17> kInert = {"bos_token_id",
-                                                     "eos_token_id",
-                                                     "pad_token_id",
-                                                     "torch_dtype",
-                                                     "dtype",
-                                                     "transformers_version",
-                                                     "use_cache",
-                                                     "initializer_range",
-                                                     "attention_dropout",
-                                                     "_name_or_path",
-                                                     "tokenizer_class",
-                                                     "return_dict",
-                                                     "output_attentions",
-                                                     "output_hidden_states",
-                                                     "_attn_implementation",
-                                                     "is_decoder",
-                                                     "use_return_dict"};
-
 bool listed(std::string_view key, auto const& list) {
   return std::find(list.begin(), list.end(), key) != list.end();
 }
@@ -121,7 +102,7 @@ constexpr std::array<std::string_view, 5> kDeepseekInert = {"aux_loss_alpha", "s
 // (DeepSeek's own lists added for DeepSeek), model_type matches, SiLU, unsliced projections.
 void check_common_fields(const json& config, const Architecture& arch, bool deepseek) {
   for (const auto& [key, value] : config.items()) {
-    const bool known = listed(key, kApplied) || listed(key, kInert) ||
+    const bool known = listed(key, kApplied) || is_inert_hf_field(key) ||
                        (deepseek && (listed(key, kDeepseekApplied) || listed(key, kDeepseekInert)));
     if (!known) {
       throw SpecError(key, "is not a field kvlab understands for " + std::string(arch.name) +

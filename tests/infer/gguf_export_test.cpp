@@ -33,6 +33,25 @@ std::string read_bytes(const fs::path& path) {
   return buffer.str();
 }
 
+// Where the oracles fixture installed the npm packages (ctest sets KVLAB_ORACLES).
+fs::path oracles_dir() {
+  const char* dir = std::getenv("KVLAB_ORACLES");
+  return dir == nullptr ? fs::path() : fs::path(dir);
+}
+
+// Why the oracles in `oracles`/`sub` cannot run, or "" when they can: install-oracles writes
+// UNAVAILABLE with its reason where it could not install them.
+std::string oracle_missing(const fs::path& oracles, const std::string& sub) {
+  if (oracles.empty()) return "KVLAB_ORACLES is not set (ctest sets it)";
+  for (const fs::path& marker : {oracles / "UNAVAILABLE", oracles / sub / "UNAVAILABLE"}) {
+    if (fs::exists(marker)) return read_bytes(marker);
+  }
+  if (!sub.empty() && !fs::exists(oracles / sub / "node_modules")) {
+    return "nothing is installed in " + (oracles / sub).string();
+  }
+  return "";
+}
+
 ModelShape byte_llama() {
   ModelShape s = testing::small_shape(PosScheme::kRope);
   testing::make_llama(s);
@@ -75,11 +94,9 @@ json expected_value(const GgufValue& value) {
 }
 
 TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
-  const char* dir_env = std::getenv("KVLAB_ORACLES");
-  if (dir_env == nullptr) GTEST_SKIP() << "KVLAB_ORACLES is not set (ctest sets it)";
-  const fs::path oracles(dir_env);
-  if (fs::exists(oracles / "UNAVAILABLE")) {
-    GTEST_SKIP() << "GGUF oracle unavailable: " << read_bytes(oracles / "UNAVAILABLE");
+  const fs::path oracles = oracles_dir();
+  if (const std::string why = oracle_missing(oracles, ""); !why.empty()) {
+    GTEST_SKIP() << "GGUF oracle unavailable: " << why;
   }
   // llama (plain and with llama3 scaling: rope_freqs), qwen2 (q/k/v biases), qwen3 (q/k norms)
   ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
@@ -195,15 +212,9 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
 // up so that the distributions are far from uniform: a wrong RoPE row order, bias, norm or router
 // moves them by much more than the tolerance.
 TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
-  const char* dir_env = std::getenv("KVLAB_ORACLES");
-  if (dir_env == nullptr) GTEST_SKIP() << "KVLAB_ORACLES is not set (ctest sets it)";
-  const fs::path oracles(dir_env);
-  for (const fs::path& marker : {oracles / "UNAVAILABLE", oracles / "llama-cpp/UNAVAILABLE"}) {
-    if (fs::exists(marker)) GTEST_SKIP() << "llama.cpp oracle unavailable: " << read_bytes(marker);
-  }
-  if (!fs::exists(oracles / "llama-cpp/node_modules/node-llama-cpp")) {
-    GTEST_SKIP() << "llama.cpp oracle unavailable: node-llama-cpp is not installed in "
-                 << (oracles / "llama-cpp").string();
+  const fs::path oracles = oracles_dir();
+  if (const std::string why = oracle_missing(oracles, "llama-cpp"); !why.empty()) {
+    GTEST_SKIP() << "llama.cpp oracle unavailable: " << why;
   }
   ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
   llama3.rope_scaling.kind = RopeScalingKind::kLlama3;

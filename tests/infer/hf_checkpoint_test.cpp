@@ -65,6 +65,24 @@ std::vector<int64_t> greedy(TransformerModel& model, std::vector<int64_t> prompt
   return out;
 }
 
+// The model read back is the model written: bit-identical parameters, the same logits, greedy
+// generation through the decode engine and sliding-window loss.
+void expect_same_model(TransformerModel& model, TransformerModel& loaded) {
+  const auto before = parameters(*model), after = parameters(*loaded);
+  ASSERT_EQ(before.size(), after.size());
+  for (const auto& [name, tensor] : before) EXPECT_TRUE(tensor.equal(after.at(name))) << name;
+  const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
+  EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
+  const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
+  EXPECT_EQ(greedy(model, prompt, 8), greedy(loaded, prompt, 8));
+  std::vector<int64_t> text;
+  for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
+  const TextEvalResult a = evaluate_text(*model, text, 16, 8, 2);
+  const TextEvalResult b = evaluate_text(*loaded, text, 16, 8, 2);
+  EXPECT_EQ(a.loss_nats, b.loss_nats);
+  EXPECT_EQ(a.scored_tokens, 39);
+}
+
 struct RoundTrip {
   const char* attn;
   bool tied;
@@ -97,21 +115,7 @@ TEST(HfCheckpointTest, ExportThenImportIsExact) {
     TransformerModel loaded = load_model(dir);
     EXPECT_EQ(loaded->config().attn.to_string(), model->config().attn.to_string());
     EXPECT_EQ(loaded->config().shape, model->config().shape);
-    const auto before = parameters(*model), after = parameters(*loaded);
-    ASSERT_EQ(before.size(), after.size());
-    for (const auto& [name, tensor] : before) {
-      EXPECT_TRUE(tensor.equal(after.at(name))) << name;  // bit-identical
-    }
-    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
-    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
-    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
-    EXPECT_EQ(greedy(model, prompt, 6), greedy(loaded, prompt, 6));
-    std::vector<int64_t> text;
-    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
-    const TextEvalResult a = evaluate_text(*model, text, 16, 8, 2);
-    const TextEvalResult b = evaluate_text(*loaded, text, 16, 8, 2);
-    EXPECT_EQ(a.loss_nats, b.loss_nats);
-    EXPECT_EQ(a.scored_tokens, 39);
+    expect_same_model(model, loaded);
   }
 }
 
@@ -252,19 +256,7 @@ TEST(HfCheckpointTest, DeepseekStyleExportThenImportIsExact) {
     TransformerModel loaded = load_model(dir);
     EXPECT_EQ(loaded->config().shape, model->config().shape);
     EXPECT_EQ(loaded->config().attn.to_string(), model->config().attn.to_string());
-    const auto before = parameters(*model), after = parameters(*loaded);
-    ASSERT_EQ(before.size(), after.size());
-    for (const auto& [name, tensor] : before) {
-      EXPECT_TRUE(tensor.equal(after.at(name))) << name;  // the RoPE rows went out and back
-    }
-    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
-    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
-    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
-    EXPECT_EQ(greedy(model, prompt, 8), greedy(loaded, prompt, 8));
-    std::vector<int64_t> text;
-    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
-    EXPECT_EQ(evaluate_text(*model, text, 16, 8, 2).loss_nats,
-              evaluate_text(*loaded, text, 16, 8, 2).loss_nats);
+    expect_same_model(model, loaded);  // the RoPE rows went out and back
   }
 }
 
@@ -365,17 +357,7 @@ TEST(HfCheckpointTest, Gpt2StyleExportThenImportIsExact) {
     TransformerModel loaded = load_model(dir);
     EXPECT_EQ(loaded->config().shape, model->config().shape);
     EXPECT_EQ(loaded->config().attn.to_string(), "mha");
-    const auto before = parameters(*model), after = parameters(*loaded);
-    ASSERT_EQ(before.size(), after.size());
-    for (const auto& [name, tensor] : before) EXPECT_TRUE(tensor.equal(after.at(name))) << name;
-    const torch::Tensor tokens = torch::randint(0, 256, {2, 13});
-    EXPECT_TRUE(model->forward(tokens).equal(loaded->forward(tokens)));
-    const std::vector<int64_t> prompt = {'I', 'n', ' ', 't', 'h', 'e'};
-    EXPECT_EQ(greedy(model, prompt, 8), greedy(loaded, prompt, 8));
-    std::vector<int64_t> text;
-    for (int i = 0; i < 40; ++i) text.push_back((i * 37 + 11) % 256);
-    EXPECT_EQ(evaluate_text(*model, text, 16, 8, 2).loss_nats,
-              evaluate_text(*loaded, text, 16, 8, 2).loss_nats);
+    expect_same_model(model, loaded);
   }
 }
 

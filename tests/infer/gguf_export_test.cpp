@@ -60,6 +60,21 @@ ModelShape byte_llama() {
   return s;
 }
 
+// Llama with Llama 3's RoPE scaling (written as rope_freqs), and Qwen2's q/k/v biases.
+ModelShape llama3_scaled() {
+  ModelShape s = byte_llama();
+  s.rope_scaling.kind = RopeScalingKind::kLlama3;
+  s.rope_scaling.factor = 8;
+  s.rope_scaling.original_context = 8;
+  return s;
+}
+
+ModelShape with_qkv_biases() {
+  ModelShape s = byte_llama();
+  s.bias = BiasKind::kQkv;
+  return s;
+}
+
 // DeepSeek's mixture of experts after one dense layer: 4 routed experts (top 2), 2 shared;
 // V2's router (softmax, scaled) or V3's (sigmoid, a correction bias, renormalised, scaled).
 ModelShape deepseek_moe(bool v3, int64_t groups = 1) {
@@ -67,15 +82,7 @@ ModelShape deepseek_moe(bool v3, int64_t groups = 1) {
   testing::add_moe(s, /*expert_width=*/8);
   s.moe.n_shared_experts = 2;
   s.moe.n_expert_groups = groups;  // each token's experts from groups_per_token (1) groups
-  if (v3) {
-    s.moe.scoring = MoeScoring::kSigmoid;
-    s.moe.score_correction = true;
-    s.moe.group_score = MoeGroupScore::kTopTwoSum;
-    s.moe.normalize_top_k = true;
-    s.moe.routed_scale = 2.5;
-  } else {
-    s.moe.routed_scale = 1.5;
-  }
+  testing::set_deepseek_router(s.moe, v3, /*v2_scale=*/1.5);
   return s;
 }
 
@@ -99,11 +106,7 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
     GTEST_SKIP() << "GGUF oracle unavailable: " << why;
   }
   // llama (plain and with llama3 scaling: rope_freqs), qwen2 (q/k/v biases), qwen3 (q/k norms)
-  ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
-  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
-  llama3.rope_scaling.factor = 8;
-  llama3.rope_scaling.original_context = 8;
-  qwen2.bias = BiasKind::kQkv;
+  const ModelShape llama3 = llama3_scaled(), qwen2 = with_qkv_biases();
   const struct {
     ModelShape shape;
     const char* attn;
@@ -216,11 +219,7 @@ TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
   if (const std::string why = oracle_missing(oracles, "llama-cpp"); !why.empty()) {
     GTEST_SKIP() << "llama.cpp oracle unavailable: " << why;
   }
-  ModelShape llama3 = byte_llama(), qwen2 = byte_llama();
-  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
-  llama3.rope_scaling.factor = 8;
-  llama3.rope_scaling.original_context = 8;
-  qwen2.bias = BiasKind::kQkv;
+  const ModelShape llama3 = llama3_scaled(), qwen2 = with_qkv_biases();
   const struct {
     ModelShape shape;
     const char* attn;
@@ -365,11 +364,8 @@ TEST(GgufExportTest, RefusesWhatLlamaCppCannotRunSayingWhy) {
   yarn.rope_scaling.factor = 4;
   yarn.rope_scaling.original_context = 8;
   EXPECT_NE(refusal(yarn, "gqa:2").find("does not write yarn RoPE scaling"), std::string::npos);
-  ModelShape llama3 = byte_llama();
-  llama3.rope_scaling.kind = RopeScalingKind::kLlama3;
-  llama3.rope_scaling.factor = 8;
-  llama3.rope_scaling.original_context = 8;
-  EXPECT_NE(refusal(llama3, "gqa:2,qknorm").find("llama3 RoPE scaling (rope_freqs) for llama only"),
+  EXPECT_NE(refusal(llama3_scaled(), "gqa:2,qknorm")
+                .find("llama3 RoPE scaling (rope_freqs) for llama only"),
             std::string::npos);
   ModelShape gelu = byte_llama();
   gelu.mlp_kind = MlpKind::kGelu;

@@ -198,15 +198,7 @@ ModelShape deepseek_shape(bool v3) {
   testing::add_moe(s, /*expert_width=*/8);
   s.moe.n_shared_experts = 2;
   s.moe.n_expert_groups = 2;
-  if (v3) {
-    s.moe.scoring = MoeScoring::kSigmoid;
-    s.moe.score_correction = true;
-    s.moe.group_score = MoeGroupScore::kTopTwoSum;
-    s.moe.normalize_top_k = true;
-    s.moe.routed_scale = 2.5;
-  } else {
-    s.moe.routed_scale = 16;
-  }
+  testing::set_deepseek_router(s.moe, v3, /*v2_scale=*/16);
   return s;
 }
 

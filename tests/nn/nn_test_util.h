@@ -49,6 +49,20 @@ inline void add_moe(ModelShape& s, int64_t expert_width) {
   s.moe.n_dense_layers = 1;
 }
 
+// DeepSeek-V3's router (sigmoid scores, a correction bias for the choice, groups ranked by their
+// best two, renormalised, then scaled by 2.5), or V2's (softmax, scaled by v2_scale).
+inline void set_deepseek_router(MoeShape& m, bool v3, double v2_scale) {
+  if (v3) {
+    m.scoring = MoeScoring::kSigmoid;
+    m.score_correction = true;
+    m.group_score = MoeGroupScore::kTopTwoSum;
+    m.normalize_top_k = true;
+    m.routed_scale = 2.5;
+  } else {
+    m.routed_scale = v2_scale;
+  }
+}
+
 inline AttentionSpec spec_of(const std::string& text, const ModelShape& shape) {
   return AttentionSpec::parse(text, shape, DType::kF32);
 }

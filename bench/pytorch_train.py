@@ -37,6 +37,9 @@ ARGS = parse_args()
 # torch loads, or "1 thread" runs its matrix products on every core.
 os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
 os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+# Idle OpenMP workers must sleep (libgomp's default spins them, and on 2 cores 2 threads then run
+# slower than 1); kvlab runs with the same policy. A value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 try:
     import torch
     import torch.nn.functional as F

@@ -23,6 +23,7 @@
 #include "cli/tokenize_command.h"
 #include "cli/train_command.h"
 #include "io/json_document.h"
+#include "kernels/process_memory.h"
 #include "spec/version.h"
 
 namespace {
@@ -79,6 +80,7 @@ __attribute__((section(".preinit_array"), used)) static void (*const kPreinitOmp
     int, char**, char**) = &exec_again_with_passive_omp_workers;
 
 int main(int argc, char** argv) {
+  kvlab::keep_freed_memory_for_reuse();
   CLI::App app(
       "kvlab — attention variants that keep less in the KV cache (MHA, GQA, MQA, MLA, GVA and "
       "the projection-sharing family): count what each costs, train, decode, report.",

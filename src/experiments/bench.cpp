@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -21,7 +22,9 @@
 #include "io/json_document.h"
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
+#include "kernels/gemm.h"
 #include "kernels/memory_bandwidth.h"
+#include "kernels/process_memory.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "nn/transformer.h"
@@ -521,11 +524,15 @@ TrainTiming time_pytorch_training(const BenchTrainOptions& o, int threads) {
     throw SpecError("compare-pytorch",
                     "the PyTorch twin '" + script + "' is not there (give --pytorch-script PATH)");
   }
+  // malloc set as kvlab sets its own (keep_freed_memory_for_reuse), unless the user chose
+  const std::string tunables = std::getenv("GLIBC_TUNABLES") != nullptr
+                                   ? ""
+                                   : "GLIBC_TUNABLES=" + glibc_tunables_for_reuse() + " ";
   const std::string command = fmt::format(
-      "OMP_NUM_THREADS={0} OPENBLAS_NUM_THREADS={0} '{1}' '{2}' --threads {0} --d-model {3} "
+      "{10}OMP_NUM_THREADS={0} OPENBLAS_NUM_THREADS={0} '{1}' '{2}' --threads {0} --d-model {3} "
       "--layers {4} --heads {5} --seq-len {6} --batch {7} --steps {8} --warmup {9} 2>&1",
       threads, o.python, script, o.d_model, o.layers, o.heads, o.seq_len, o.batch, o.steps,
-      o.warmup);
+      o.warmup, tunables);
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
   if (!pipe) throw SpecError("compare-pytorch", "could not start " + o.python);
   std::string output;
@@ -590,6 +597,7 @@ int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
                                  {"threads", threads},
                                  {"params", params},
                                  {"attention", o.composed_attention ? "composed" : "fused"},
+                                 {"matmuls", gemm_description()},
                                  {"rounds", o.rounds},
                                  {"kvlab_tokens_per_s", ours},
                                  {"pytorch_tokens_per_s", theirs},
@@ -601,10 +609,11 @@ int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
   }
   out << fmt::format(
       "bench train --compare-pytorch: d {} × {} layers × {} heads, seq {} × batch {}, {} "
-      "thread(s), {} params, kvlab {} attention vs PyTorch eager (composed attention, foreach "
-      "AdamW); {} alternating rounds\n",
+      "thread(s), {} params, kvlab {} attention and matmuls by {} vs PyTorch eager (composed "
+      "attention, foreach AdamW; malloc keeping freed memory, as kvlab's); {} alternating "
+      "rounds\n",
       o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads, params,
-      o.composed_attention ? "composed" : "fused", o.rounds);
+      o.composed_attention ? "composed" : "fused", gemm_description(), o.rounds);
   Table table({"round", "kvlab tokens/s", "PyTorch tokens/s", "kvlab ÷ PyTorch"});
   for (int r = 0; r < o.rounds; ++r) {
     const size_t i = static_cast<size_t>(r);
@@ -640,6 +649,7 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
                           {"batch", o.batch},
                           {"threads", t.threads},
                           {"attention", o.composed_attention ? "composed" : "fused"},
+                          {"matmuls", gemm_description()},
                           {"params", t.params},
                           {"tokens_per_s", t.tokens_per_s},
                           {"step_ms_median", 1e3 * t.median_s},
@@ -652,9 +662,9 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   } else {
     out << fmt::format(
         "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
-        "thread(s), {} params, {} attention\n",
+        "thread(s), {} params, {} attention, matmuls by {}\n",
         t.attn, o.d_model, o.layers, o.heads, o.seq_len, o.batch, t.threads, t.params,
-        o.composed_attention ? "composed" : "fused");
+        o.composed_attention ? "composed" : "fused", gemm_description());
     out << fmt::format(
         "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
         "after {} warm-up)\n",

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/exp_nonpositive.h"
+#include "kernels/gemm.h"
+
 // Every inner loop is an axpy over contiguous elements (keys and values transposed once per
 // item so the score and dp loops run along keys), which the compiler vectorises without
 // reassociating sums; target_clones builds each entry point for AVX-512, AVX2 + FMA and the
@@ -13,29 +16,10 @@
 namespace kvlab {
 
 namespace {
-
 template <class T>
 [[gnu::always_inline]] inline void axpy(T a, const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
-
-// e^x for x <= 0 (scores less their row's maximum), branch-free so that a loop of it vectorises:
-// x = n·ln 2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (relative error
-// < 2e-7, about one f32 ulp), times 2^n put into the exponent bits. Below −87 it returns 0
-// (e^−87 is under f32's normal range). f64 keeps std::exp.
-[[gnu::always_inline]] inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);
-  const float n = std::floor(x * 1.44269504f + 0.5f);
-  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 in two parts
-  const float p =
-      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
-                                          r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-[[gnu::always_inline]] inline double exp_nonpositive(double x) { return std::exp(x); }
 
 // max and sum of a row with eight running values, so neither waits on one dependency chain
 template <class T>
@@ -153,13 +137,87 @@ template <class T>
   }
 }
 
+// f32: the same item by blocks of kQueryBlock query rows, each product one sgemm (oneDNN,
+// kernels/gemm) over keys 0..end of the block only, reading q, k, v, dout where the projections
+// left them (row strides H·d and G·d). The block's keys past each row's own position are
+// computed and then set to probability 0, so every product below reads exact zeros there.
+constexpr int64_t kQueryBlock = kCausalQueryBlock;
+
+// probs rows [rows, keys] (row stride n) hold scaled scores; row r may see keys 0..first + r.
+inline void softmax_rows(float* p, int64_t n, int64_t first, int64_t rows, int64_t keys) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = p + r * n;
+    const int64_t seen = first + r + 1;
+    const float max = row_max(row, seen);
+    for (int64_t j = 0; j < seen; ++j) row[j] = exp_nonpositive(row[j] - max);
+    const float inv = 1.0f / row_sum(row, seen);
+    for (int64_t j = 0; j < seen; ++j) row[j] *= inv;
+    std::fill(row + seen, row + keys, 0.0f);
+  }
+}
+
+void forward_item_gemm(const CausalAttentionShape& s, int64_t b, int64_t h, double scale,
+                       const float* q, const float* k, const float* v, float* out, float* probs) {
+  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk = s.key_dim, dv = s.value_dim;
+  const int64_t g = h / (H / G);
+  const float* k0 = k + (b * n * G + g) * dk;  // key j at k0 + j·G·dk
+  const float* v0 = v + (b * n * G + g) * dv;
+  for (int64_t first = 0; first < n; first += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, n - first), keys = first + rows;
+    const float* q_block = q + ((b * n + first) * H + h) * dk;  // [rows, dk], stride H·dk
+    float* p_block = probs + ((b * H + h) * n + first) * n;     // [rows, keys], stride n
+    float* out_block = out + ((b * n + first) * H + h) * dv;    // [rows, dv], stride H·dv
+    sgemm(false, true, rows, keys, dk, static_cast<float>(scale), q_block, H * dk, k0, G * dk, 0.0f,
+          p_block, n);
+    softmax_rows(p_block, n, first, rows, keys);
+    sgemm(false, false, rows, dv, keys, 1.0f, p_block, n, v0, G * dv, 0.0f, out_block, H * dv);
+  }
+}
+
+// dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP))·scale, dQ = dS·K, dK += dSᵀ·Q, dV += Pᵀ·dO, each a
+// block product; `scratch` holds dS for one block [kQueryBlock, n] (backward_scratch()).
+void backward_item_gemm(const CausalAttentionShape& s, int64_t b, int64_t g, double scale,
+                        const float* q, const float* k, const float* v, const float* probs,
+                        const float* dout, float* dq, float* dk, float* dv, float* scratch) {
+  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk_ = s.key_dim, dv_ = s.value_dim;
+  const int64_t per_group = H / G;
+  const float* k0 = k + (b * n * G + g) * dk_;
+  const float* v0 = v + (b * n * G + g) * dv_;
+  float* dk0 = dk + (b * n * G + g) * dk_;
+  float* dv0 = dv + (b * n * G + g) * dv_;
+  for (int64_t j = 0; j < n; ++j) {
+    std::fill(dk0 + j * G * dk_, dk0 + j * G * dk_ + dk_, 0.0f);
+    std::fill(dv0 + j * G * dv_, dv0 + j * G * dv_ + dv_, 0.0f);
+  }
+  float* ds = scratch;  // [rows, keys], stride n
+  const auto sc = static_cast<float>(scale);
+  for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+    for (int64_t first = 0; first < n; first += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, n - first), keys = first + rows;
+      const float* p_block = probs + ((b * H + h) * n + first) * n;
+      const float* do_block = dout + ((b * n + first) * H + h) * dv_;
+      const float* q_block = q + ((b * n + first) * H + h) * dk_;
+      float* dq_block = dq + ((b * n + first) * H + h) * dk_;
+      sgemm(false, true, rows, keys, dv_, 1.0f, do_block, H * dv_, v0, G * dv_, 0.0f, ds, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* dsr = ds + r * n;
+        const float* pr = p_block + r * n;
+        const float row = row_dot(pr, dsr, keys);
+        for (int64_t j = 0; j < keys; ++j) dsr[j] = pr[j] * (dsr[j] - row) * sc;
+      }
+      sgemm(false, false, rows, dk_, keys, 1.0f, ds, n, k0, G * dk_, 0.0f, dq_block, H * dk_);
+      sgemm(true, false, keys, dk_, rows, 1.0f, ds, n, q_block, H * dk_, 1.0f, dk0, G * dk_);
+      sgemm(true, false, keys, dv_, rows, 1.0f, p_block, n, do_block, H * dv_, 1.0f, dv0, G * dv_);
+    }
+  }
+}
+
 }  // namespace
 
 KVLAB_CLONES void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h,
                                            double scale, const float* q, const float* k,
-                                           const float* v, float* out, float* probs,
-                                           float* scratch) {
-  forward_item(s, b, h, scale, q, k, v, out, probs, scratch);
+                                           const float* v, float* out, float* probs, float*) {
+  forward_item_gemm(s, b, h, scale, q, k, v, out, probs);
 }
 
 KVLAB_CLONES void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h,
@@ -173,7 +231,7 @@ KVLAB_CLONES void causal_attention_backward(const CausalAttentionShape& s, int64
                                             double scale, const float* q, const float* k,
                                             const float* v, const float* probs, const float* dout,
                                             float* dq, float* dk, float* dv, float* scratch) {
-  backward_item(s, b, g, scale, q, k, v, probs, dout, dq, dk, dv, scratch);
+  backward_item_gemm(s, b, g, scale, q, k, v, probs, dout, dq, dk, dv, scratch);
 }
 
 KVLAB_CLONES void causal_attention_backward(const CausalAttentionShape& s, int64_t b, int64_t g,

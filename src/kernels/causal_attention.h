@@ -1,20 +1,27 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace kvlab {
 
 // Causal softmax attention over grouped heads for training, read and written in the layout the
 // projections produce (no transposes): q [B, T, H, d_k], k [B, T, G, d_k], v [B, T, G, d_v],
-// out [B, T, H, d_v], probabilities [B, H, T, T] (row i holds keys 0..i; the rest is never
-// written nor read). Head h reads group h / (H / G). Query i attends to keys 0..i only: the
-// masked half is never computed. The reference twin is nn's composed path (matmul, masked
-// softmax, matmul), which the tests hold these to.
+// out [B, T, H, d_v], probabilities [B, H, T, T] (row i holds keys 0..i, zeros after them up
+// to the end of its query block; the rest is never written nor read). Head h reads group
+// h / (H / G). Query i attends to keys 0..i only. f32 computes by blocks of kCausalQueryBlock
+// query rows, each product one oneDNN sgemm over the keys up to the block's last row (so about
+// half of the masked half is never computed); f64 row by row in plain loops. The reference
+// twin is nn's composed path (matmul, masked softmax, matmul), which the tests hold these to.
+
+// Query rows per block of the f32 path's products.
+constexpr int64_t kCausalQueryBlock = 64;
+
 struct CausalAttentionShape {
   int64_t batch = 0, tokens = 0, heads = 0, groups = 0, key_dim = 0, value_dim = 0;
 
   int64_t forward_scratch() const { return key_dim * tokens; }
-  int64_t backward_scratch() const { return (value_dim + 2) * tokens; }
+  int64_t backward_scratch() const { return std::max(value_dim + 2, kCausalQueryBlock) * tokens; }
 };
 
 // One (batch, head) item: its probabilities and output rows. `scratch` holds

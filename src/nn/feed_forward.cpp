@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "nn/gelu.h"
+
 namespace kvlab::nn {
 
 DenseMlpImpl::DenseMlpImpl(const ModelShape& shape, int64_t width,
@@ -17,7 +19,7 @@ DenseMlpImpl::DenseMlpImpl(const ModelShape& shape, int64_t width,
 
 torch::Tensor DenseMlpImpl::forward(const torch::Tensor& x) {
   if (kind == MlpKind::kSwiglu) return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
-  return down_proj(torch::gelu(up_proj(x), kind == MlpKind::kGeluTanh ? "tanh" : "none"));
+  return down_proj(gelu(up_proj(x), kind == MlpKind::kGeluTanh));
 }
 
 MoeMlpImpl::MoeMlpImpl(const ModelShape& shape, const torch::TensorOptions& options)

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/rope.h"
+#include "nn/linear_function.h"
 
 namespace kvlab::nn {
 
@@ -19,9 +20,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   }
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, weight, bias);
-}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return nn::linear(x, weight, bias); }
 
 NormImpl::NormImpl(NormKind norm_kind, int64_t width, const torch::TensorOptions& options,
                    double epsilon)

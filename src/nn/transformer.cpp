@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/linear_function.h"
+
 namespace kvlab::nn {
 namespace {
 
@@ -145,7 +147,7 @@ torch::Tensor TransformerModelImpl::forward(const torch::Tensor& input, int64_t 
   switch (s.kind) {
     case ModelKind::kDecoder:
     case ModelKind::kEncoder:
-      return lm_head ? lm_head(h) : torch::matmul(h, model->embed_tokens.t());
+      return lm_head ? lm_head(h) : linear(h, model->embed_tokens, torch::Tensor());
     case ModelKind::kVit: {
       const torch::Tensor pooled = s.class_token ? h.select(1, 0) : h.mean(1);
       return head(pooled);

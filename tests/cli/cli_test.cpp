@@ -1032,8 +1032,8 @@ TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {
 // times add up to at most the profiled step.
 // --compare-pytorch's plumbing, against a stand-in for bench/pytorch_train.py that prints what
 // the twin prints (PyTorch itself is not a test dependency): kvlab ÷ PyTorch is computed per
-// round from the two measurements, a twin with another parameter count is refused, and so is a
-// missing or failing twin.
+// round from the two measurements, the twin's malloc is set as kvlab sets its own, a twin with
+// another parameter count is refused, and so is a missing or failing twin.
 TEST(CliBenchTest, TrainComparisonWithPytorchDividesTheTwoMeasurements) {
   if (std::system("test -x /usr/bin/python3") != 0) {
     GTEST_SKIP() << "/usr/bin/python3 is not installed";
@@ -1056,7 +1056,12 @@ TEST(CliBenchTest, TrainComparisonWithPytorchDividesTheTwoMeasurements) {
   const int64_t params = 256 * 16 + 8 * 16 +
                          (2 * 16 + 4 * (16 * 16 + 16) + 2 * 16 + 16 * 64 + 64 + 64 * 16 + 16) +
                          2 * 16;
-  RunResult r = run_kvlab(small + "--format json" + twin("twin.py", params, ""));
+  RunResult r = run_kvlab(small + "--format json" +
+                              twin("twin.py", params,
+                                   "import os\nif 'glibc.malloc.mmap_threshold=33554432' not in "
+                                   "os.environ.get('GLIBC_TUNABLES', ''): sys.exit('malloc not set "
+                                   "as kvlab sets it')\n"),
+                          "env -u GLIBC_TUNABLES");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["params"], params);

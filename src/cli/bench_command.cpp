@@ -23,6 +23,11 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   train->add_flag("--composed-attention", o.composed_attention,
                   "Attention from libtorch's composed ops (matmul, masked softmax, matmul), the "
                   "reference, instead of the fused causal kernel");
+  train
+      ->add_option("--matmul-precision", o.matmul_precision,
+                   "The linears' products: f32, or bf16 operands with f32 sums and outputs "
+                   "(CPUs with AVX-512 BF16 or AMX)")
+      ->capture_default_str();
   train->add_flag("--profile", o.profile,
                   "After the timed steps, one more under libtorch's profiler: time per phase "
                   "(forward, loss, backward, optimizer) and the operators with the most self "

@@ -41,6 +41,9 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
   cmd->add_option("--out", o.out, "Folder for results.json, results.md and runs/")->required();
   cmd->add_option("--jobs", o.jobs, "Runs trained at once (0: one per core)")
       ->capture_default_str();
+  cmd->add_option("--matmul-precision", o.matmul_precision,
+                  "lm: the linears' products in every run, f32 | bf16 (train --matmul-precision)")
+      ->capture_default_str();
   cmd->add_option("--data", o.data,
                   "lm: a file holding `bible \"gen1:1-re22:21\"`'s output (default: run bible); "
                   "vision: the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)");

@@ -469,6 +469,7 @@ TrainTiming time_kvlab_training(const BenchTrainOptions& o) {
   for (const auto& layer : *model->model->layers) {
     layer->as<nn::TransformerBlockImpl>()->self_attn->use_fused_attention(!o.composed_attention);
   }
+  model->set_matmul_precision(nn::parse_matmul_precision(o.matmul_precision));
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
   train::AdamW optimizer(params, {});
@@ -598,6 +599,8 @@ int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
                                  {"params", params},
                                  {"attention", o.composed_attention ? "composed" : "fused"},
                                  {"matmuls", gemm_description()},
+                                 {"matmul_precision", o.matmul_precision},
+                                 {"matmul_precision", o.matmul_precision},
                                  {"rounds", o.rounds},
                                  {"kvlab_tokens_per_s", ours},
                                  {"pytorch_tokens_per_s", theirs},
@@ -609,11 +612,13 @@ int compare_with_pytorch(const BenchTrainOptions& o, std::ostream& out) {
   }
   out << fmt::format(
       "bench train --compare-pytorch: d {} × {} layers × {} heads, seq {} × batch {}, {} "
-      "thread(s), {} params, kvlab {} attention and matmuls by {} vs PyTorch eager (composed "
+      "thread(s), {} params, kvlab {} attention and {} matmuls by {} vs PyTorch eager (f32, "
+      "composed "
       "attention, foreach AdamW; malloc keeping freed memory, as kvlab's); {} alternating "
       "rounds\n",
       o.d_model, o.layers, o.heads, o.seq_len, o.batch, threads, params,
-      o.composed_attention ? "composed" : "fused", gemm_description(), o.rounds);
+      o.composed_attention ? "composed" : "fused", o.matmul_precision, gemm_description(),
+      o.rounds);
   Table table({"round", "kvlab tokens/s", "PyTorch tokens/s", "kvlab ÷ PyTorch"});
   for (int r = 0; r < o.rounds; ++r) {
     const size_t i = static_cast<size_t>(r);
@@ -650,6 +655,7 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
                           {"threads", t.threads},
                           {"attention", o.composed_attention ? "composed" : "fused"},
                           {"matmuls", gemm_description()},
+                          {"matmul_precision", o.matmul_precision},
                           {"params", t.params},
                           {"tokens_per_s", t.tokens_per_s},
                           {"step_ms_median", 1e3 * t.median_s},
@@ -662,9 +668,9 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   } else {
     out << fmt::format(
         "bench train: {} d {} × {} layers × {} heads, seq {} × batch {}, {} "
-        "thread(s), {} params, {} attention, matmuls by {}\n",
+        "thread(s), {} params, {} attention, {} matmuls by {}\n",
         t.attn, o.d_model, o.layers, o.heads, o.seq_len, o.batch, t.threads, t.params,
-        o.composed_attention ? "composed" : "fused", gemm_description());
+        o.composed_attention ? "composed" : "fused", o.matmul_precision, gemm_description());
     out << fmt::format(
         "{:.0f} tokens/s (step median {:.1f} ms, min {:.1f}, max {:.1f}, {} steps "
         "after {} warm-up)\n",

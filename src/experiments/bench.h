@@ -16,7 +16,8 @@ struct BenchTrainOptions {
   int64_t steps = 10;
   int64_t warmup = 3;
   bool profile = false;  // one more step under libtorch's profiler: time per phase and per op
-  bool composed_attention = false;  // libtorch's composed ops instead of the fused kernel
+  bool composed_attention = false;       // libtorch's composed ops instead of the fused kernel
+  std::string matmul_precision = "f32";  // the linears' products: f32 | bf16
   // The same model and steps in PyTorch eager (bench/pytorch_train.py under python3),
   // alternating with kvlab for `rounds` rounds.
   bool compare_pytorch = false;

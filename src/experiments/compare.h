@@ -19,7 +19,8 @@ struct CompareOptions {
   std::string preset = "quick";
   std::optional<int64_t> steps;  // overrides the preset (smoke runs)
   std::string out;
-  int jobs = 0;      // concurrent runs (0: one per core)
+  int jobs = 0;                          // concurrent runs (0: one per core)
+  std::string matmul_precision = "f32";  // lm: the runs' --matmul-precision
   std::string data;  // lm: bible's output (default: run `bible`); vision: Fashion-MNIST folder
 };
 

@@ -135,6 +135,9 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   const data::TaskOptions task_options{"kjv", preset.seq_len, preset.eval_windows, o.data};
   data::make_task(task_options);  // the text is there and splits, before anything trains
 
+  train::TrainOptions train_options = suite_train_options(preset.steps, preset.batch, preset.lr, 0);
+  train_options.matmul_precision = o.matmul_precision;
+  train_options.validate();  // before anything trains
   Suite suite{"lm", o.preset, {}};
   for (size_t v = 0; v < variants.size(); ++v) {
     ModelConfig config = models[v];
@@ -143,7 +146,11 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
       suite.runs.push_back(
           {variants[v].label, "kjv", seed, 0,
            fmt::format("{}/runs/{}/seed{}", o.out, dir_name(variants[v].label), seed), config,
-           task_options, suite_train_options(preset.steps, preset.batch, preset.lr, seed)});
+           task_options, [&] {
+             train::TrainOptions t = train_options;
+             t.seed = static_cast<uint64_t>(seed);
+             return t;
+           }()});
     }
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -162,6 +169,7 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   // Decode speed, one variant at a time on every core (runs in parallel would disturb it).
   nn::set_threads(cores);
   json config = lm_config_json(preset);
+  config["matmul_precision"] = o.matmul_precision;
   config.update({{"decode_context", preset.decode_context},
                  {"decode_tokens", preset.decode_tokens},
                  {"decode_cache_dtype", "bf16"},
@@ -231,8 +239,9 @@ std::string render_lm_report(const json& results, const std::string& dir) {
   std::string md = fmt::format(
       "# kvlab compare --suite lm --preset {}\n\n"
       "Byte-level GPT on the King James Bible (Debian's bible-kjv; every tenth book held out): "
-      "d {}, {} layers, {} heads, SwiGLU {}, RoPE, context {}, {} steps of {} sequences (lr {}), "
-      "{} seed(s) per variant, same batches for all. Validation loss over {} held-out windows, "
+      "d {}, {} layers, {} heads, SwiGLU {}, RoPE, context {}, {} steps of {} sequences (lr {}, "
+      "{} matmuls), {} seed(s) per variant, same batches for all. Validation loss over {} held-out "
+      "windows, "
       "mean ± sample std over seeds; Δ: relative change of the mean loss and of the mean "
       "perplexity (seed 003 reports the latter). Cache bytes per "
       "token over all layers in bf16. Decode tok/s: greedy decoding of the seed-0 checkpoint "
@@ -240,9 +249,10 @@ std::string render_lm_report(const json& results, const std::string& dir) {
       results.value("preset", "?"), c.at("d_model").get<int64_t>(), c.at("layers").get<int64_t>(),
       c.at("heads").get<int64_t>(), c.at("mlp_width").get<int64_t>(),
       c.at("seq_len").get<int64_t>(), c.at("steps").get<int64_t>(), c.at("batch").get<int64_t>(),
-      c.at("lr").get<double>(), results.at("seeds").get<int64_t>(),
-      c.at("eval_windows").get<int64_t>(), c.at("decode_context").get<int64_t>(),
-      c.at("decode_threads").get<int64_t>(), c.at("decode_tokens").get<int64_t>());
+      c.at("lr").get<double>(), c.value("matmul_precision", std::string("f32")),
+      results.at("seeds").get<int64_t>(), c.at("eval_windows").get<int64_t>(),
+      c.at("decode_context").get<int64_t>(), c.at("decode_threads").get<int64_t>(),
+      c.at("decode_tokens").get<int64_t>());
   md += table.to_markdown() + "\nLoss curves: loss_curves.svg\n";
   write_file_atomic(dir + "/results.md", md);
   return md;

@@ -96,6 +96,29 @@ template <class T>
   }
 }
 
+// Group g's first key, value, dk and dv rows of batch b (row j at + j·G·width), with the
+// group's dk and dv rows zeroed: each backward item owns its group's rows.
+template <class T>
+struct GroupRows {
+  const T* k0;
+  const T* v0;
+  T* dk0;
+  T* dv0;
+};
+template <class T>
+[[gnu::always_inline]] inline GroupRows<T> group_rows_zeroed(const CausalAttentionShape& s,
+                                                             int64_t b, int64_t g, const T* k,
+                                                             const T* v, T* dk, T* dv) {
+  const int64_t n = s.tokens, G = s.groups, dk_ = s.key_dim, dv_ = s.value_dim;
+  const GroupRows<T> rows{k + (b * n * G + g) * dk_, v + (b * n * G + g) * dv_,
+                          dk + (b * n * G + g) * dk_, dv + (b * n * G + g) * dv_};
+  for (int64_t j = 0; j < n; ++j) {
+    std::fill(rows.dk0 + j * G * dk_, rows.dk0 + j * G * dk_ + dk_, T(0));
+    std::fill(rows.dv0 + j * G * dv_, rows.dv0 + j * G * dv_ + dv_, T(0));
+  }
+  return rows;
+}
+
 // dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = dS·K·scale, dK += dSᵀ·Q·scale, dV += Pᵀ·dO,
 // over j ≤ i.
 template <class T>
@@ -105,14 +128,7 @@ template <class T>
                                                  T* dk, T* dv, T* scratch) {
   const int64_t n = s.tokens, H = s.heads, G = s.groups, dk_ = s.key_dim, dv_ = s.value_dim;
   const int64_t per_group = H / G;
-  const T* k0 = k + (b * n * G + g) * dk_;
-  const T* v0 = v + (b * n * G + g) * dv_;
-  T* dk0 = dk + (b * n * G + g) * dk_;
-  T* dv0 = dv + (b * n * G + g) * dv_;
-  for (int64_t j = 0; j < n; ++j) {
-    std::fill(dk0 + j * G * dk_, dk0 + j * G * dk_ + dk_, T(0));
-    std::fill(dv0 + j * G * dv_, dv0 + j * G * dv_ + dv_, T(0));
-  }
+  const auto [k0, v0, dk0, dv0] = group_rows_zeroed(s, b, g, k, v, dk, dv);
   T* values_t = scratch;  // [dv, n]
   T* dp = values_t + dv_ * n;
   T* ds = dp + n;
@@ -181,14 +197,7 @@ void backward_item_gemm(const CausalAttentionShape& s, int64_t b, int64_t g, dou
                         const float* dout, float* dq, float* dk, float* dv, float* scratch) {
   const int64_t n = s.tokens, H = s.heads, G = s.groups, dk_ = s.key_dim, dv_ = s.value_dim;
   const int64_t per_group = H / G;
-  const float* k0 = k + (b * n * G + g) * dk_;
-  const float* v0 = v + (b * n * G + g) * dv_;
-  float* dk0 = dk + (b * n * G + g) * dk_;
-  float* dv0 = dv + (b * n * G + g) * dv_;
-  for (int64_t j = 0; j < n; ++j) {
-    std::fill(dk0 + j * G * dk_, dk0 + j * G * dk_ + dk_, 0.0f);
-    std::fill(dv0 + j * G * dv_, dv0 + j * G * dv_ + dv_, 0.0f);
-  }
+  const auto [k0, v0, dk0, dv0] = group_rows_zeroed(s, b, g, k, v, dk, dv);
   float* ds = scratch;  // [rows, keys], stride n
   const auto sc = static_cast<float>(scale);
   for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {

@@ -2,6 +2,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,45 @@ void sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, 
 }  // namespace kvlab
 
 namespace kvlab {
+
+void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  if (beta != 0.0f && beta != 1.0f) {
+    throw std::runtime_error("gemm_bf16: beta must be 0 or 1, not " + std::to_string(beta));
+  }
+  using dnnl::memory;
+  try {
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    // op(A) [m, k] and op(B) [k, n] as strides over the row-major arrays
+    const memory::desc a_desc({m, k}, memory::data_type::bf16,
+                              transpose_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+    const memory::desc b_desc({k, n}, memory::data_type::bf16,
+                              transpose_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    if (beta == 1.0f) {
+      dnnl::post_ops accumulate;
+      accumulate.append_sum(1.0f);
+      attr.set_post_ops(accumulate);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
+    dnnl::stream stream(engine);
+    dnnl::matmul(pd).execute(stream,
+                             {{DNNL_ARG_SRC, memory(a_desc, engine, const_cast<uint16_t*>(a))},
+                              {DNNL_ARG_WEIGHTS, memory(b_desc, engine, const_cast<uint16_t*>(b))},
+                              {DNNL_ARG_DST, memory(c_desc, engine, c)}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error("gemm_bf16: oneDNN refused m " + std::to_string(m) + ", n " +
+                             std::to_string(n) + ", k " + std::to_string(k) + ": " + e.what());
+  }
+}
+
+bool bf16_gemm_native() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
 
 std::string gemm_description() {
   const char* isa = "an ISA newer than this build knows";
@@ -62,7 +102,7 @@ std::string gemm_description() {
   }
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " sgemm (" + isa + ")";
+         std::to_string(v->patch) + " (" + isa + ")";
 }
 
 }  // namespace kvlab

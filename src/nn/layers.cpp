@@ -20,7 +20,9 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   }
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return nn::linear(x, weight, bias); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return nn::linear(x, weight, bias, matmul_precision);
+}
 
 NormImpl::NormImpl(NormKind norm_kind, int64_t width, const torch::TensorOptions& options,
                    double epsilon)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "nn/linear_function.h"
 #include "spec/model_shape.h"
 
 namespace kvlab::nn {
@@ -19,6 +20,7 @@ class LinearImpl : public torch::nn::Module {
 
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out], or undefined
+  MatmulPrecision matmul_precision = MatmulPrecision::kF32;
 };
 TORCH_MODULE(Linear);
 

@@ -141,13 +141,21 @@ TransformerModelImpl::TransformerModelImpl(const ModelConfig& config,
   }
 }
 
+void TransformerModelImpl::set_matmul_precision(MatmulPrecision precision) {
+  tied_head_precision_ = precision;
+  for (const auto& module : modules()) {
+    if (auto* linear_module = module->as<LinearImpl>()) linear_module->matmul_precision = precision;
+  }
+}
+
 torch::Tensor TransformerModelImpl::forward(const torch::Tensor& input, int64_t start_pos) {
   const ModelShape& s = config_.shape;
   const torch::Tensor h = model->forward(model->embed(input, start_pos), start_pos);
   switch (s.kind) {
     case ModelKind::kDecoder:
     case ModelKind::kEncoder:
-      return lm_head ? lm_head(h) : linear(h, model->embed_tokens, torch::Tensor());
+      return lm_head ? lm_head(h)
+                     : linear(h, model->embed_tokens, torch::Tensor(), tied_head_precision_);
     case ModelKind::kVit: {
       const torch::Tensor pooled = s.class_token ? h.select(1, 0) : h.mean(1);
       return head(pooled);

@@ -58,6 +58,9 @@ class TransformerModelImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   int64_t parameter_count() const;
+  // The precision of every linear's products (and of the tied output head's): training's
+  // --matmul-precision. Not part of the model: a checkpoint loads at f32.
+  void set_matmul_precision(MatmulPrecision precision);
 
   Transformer model{nullptr};
   Linear lm_head{nullptr};  // decoder/encoder output when untied (decoder: no bias)
@@ -65,6 +68,7 @@ class TransformerModelImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  MatmulPrecision tied_head_precision_ = MatmulPrecision::kF32;
 };
 TORCH_MODULE(TransformerModel);
 

@@ -17,6 +17,7 @@
 #include "io/json_document.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
+#include "nn/linear_function.h"
 #include "spec/spec_error.h"
 #include "spec/version.h"
 
@@ -122,6 +123,7 @@ void TrainOptions::validate() const {
   if (threads < 0) throw SpecError("threads", "must be >= 0 (0: all cores)");
   if (eval_every < 0) throw SpecError("eval_every", "must be >= 0");
   if (checkpoint_every < 0) throw SpecError("checkpoint_every", "must be >= 0");
+  nn::parse_matmul_precision(matmul_precision);  // a name it knows, on a CPU that has it
   if (!(kd_alpha >= 0 && kd_alpha <= 1)) throw SpecError("kd_alpha", "must be in [0, 1]");
   if (!(kd_temperature > 0) || !std::isfinite(kd_temperature)) {
     throw SpecError("kd_temperature", "must be a finite number > 0");
@@ -146,7 +148,8 @@ json TrainOptions::to_json() const {
               {"checkpoint_every", checkpoint_every},
               {"eval_batch", eval_batch},
               {"seed", seed},
-              {"threads", threads}};
+              {"threads", threads},
+              {"matmul_precision", matmul_precision}};
   if (!init_from.empty()) doc["init_from"] = init_from;
   if (!distill_from.empty()) {
     doc["distill_from"] = distill_from;
@@ -174,6 +177,7 @@ TrainOptions TrainOptions::from_json(const json& doc) {
     o.eval_batch = doc.at("eval_batch").get<int64_t>();
     o.seed = doc.at("seed").get<uint64_t>();
     o.threads = doc.value("threads", 0);  // runs written before the field: all cores
+    o.matmul_precision = doc.value("matmul_precision", std::string("f32"));
     o.init_from = doc.value("init_from", std::string());
     o.distill_from = doc.value("distill_from", std::string());
     o.kd_alpha = doc.value("kd_alpha", 0.5);
@@ -227,6 +231,7 @@ Trainer::Trainer(nn::TransformerModel model, std::unique_ptr<data::Task> task, T
       options_(options),
       run_dir_(std::move(run_dir)) {
   options_.validate();
+  model_->set_matmul_precision(nn::parse_matmul_precision(options_.matmul_precision));
   if (!options_.distill_from.empty()) {
     teacher_ = nn::load_model(nn::checkpoint_dir(options_.distill_from));
     const ModelShape& t = teacher_->config().shape;

@@ -29,6 +29,9 @@ struct TrainOptions {
   int64_t eval_batch = 256;
   uint64_t seed = 0;
   int threads = 0;  // threads the run computes with (0: all cores); a resume uses the same
+  // The linears' products: "f32", or "bf16" operands with f32 sums (nn::MatmulPrecision); a
+  // resume uses the same.
+  std::string matmul_precision = "f32";
   // Uptraining: the checkpoint the weights start from (the model's config comes from it;
   // recorded only), and a teacher whose soft targets join the loss:
   // kd_alpha·CE + (1 − kd_alpha)·T²·KL(teacher ‖ student) at temperature T = kd_temperature.

@@ -277,6 +277,9 @@ std::vector<HostileCase> cases() {
   add("Train_beta1_one", train + "--beta1 1", "beta1");
   add("Train_beta2_above_one", train + "--beta2 1.5", "beta2");
   add("Train_clip_negative", train + "--clip -1", "clip");
+  add("Train_matmul_precision_unknown", train + "--matmul-precision fp8", "matmul-precision");
+  add("BenchTrain_matmul_precision_unknown", "bench train --matmul-precision half",
+      "matmul-precision");
   add("Train_rope_theta_zero", train + "--pos rope --rope-theta 0", "rope_theta");
   // integer flags: what does not fit, what is not a number, what is out of range
   for (const char* flag :

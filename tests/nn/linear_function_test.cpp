@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/gemm.h"
+#include "spec/spec_error.h"
+
 namespace kvlab::nn {
 namespace {
 
@@ -71,6 +74,59 @@ TEST(GemmLinearTest, OutputAndGradientsEqualLibtorchsLinear) {
     SCOPED_TRACE(::testing::Message() << "x " << c.x_shape.size() << "-D, last " << c.x_shape.back()
                                       << ", out " << c.out << (c.bias ? ", bias" : ", no bias"));
     expect_same_as_libtorch(c, seed++);
+  }
+}
+
+// bf16 precision: the products of the operands rounded to bf16 (nearest even), summed in f32.
+// Oracle: the same roundings done here by libtorch's conversion, then the products in f64 —
+// so what is left is f32 summation error, not bf16's (which is ~100× larger, and shows: the
+// f32 path's output differs from it by far more than the bound).
+TEST(GemmLinearTest, Bf16PrecisionIsTheProductOfRoundedOperandsWithF32Sums) {
+  if (!bf16_gemm_native())
+    GTEST_SKIP() << "this CPU has no AVX-512 BF16 or AMX: " << gemm_description();
+  torch::manual_seed(21);
+  const auto rounded = [](const torch::Tensor& t) {
+    return t.to(torch::kBFloat16).to(torch::kFloat64);
+  };
+  for (const bool bias : {true, false}) {
+    const torch::Tensor x = torch::randn({3, 37, 45}).requires_grad_(true);
+    const torch::Tensor w = (torch::randn({29, 45}) / std::sqrt(45.0)).requires_grad_(true);
+    const torch::Tensor b = bias ? torch::randn({29}).requires_grad_(true) : torch::Tensor();
+    const torch::Tensor upstream = torch::randn({3, 37, 29});
+    const torch::Tensor y = linear(x, w, b, MatmulPrecision::kBf16);
+    (y * upstream).sum().backward();
+    torch::Tensor expected = torch::matmul(rounded(x), rounded(w).t());
+    if (bias) expected = expected + b.detach().to(torch::kFloat64);
+    const torch::Tensor dy = rounded(upstream).reshape({-1, 29});
+    const torch::Tensor expected_dx = torch::matmul(dy, rounded(w)).reshape({3, 37, 45});
+    const torch::Tensor expected_dw = torch::matmul(dy.t(), rounded(x).reshape({-1, 45}));
+    const auto error = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return (got.to(torch::kFloat64) - want).abs().max().item<double>() /
+             (1 + want.abs().max().item<double>());
+    };
+    EXPECT_LT(error(y.detach(), expected), 2e-6);
+    EXPECT_LT(error(x.grad(), expected_dx), 2e-6);
+    EXPECT_LT(error(w.grad(), expected_dw), 2e-6);
+    if (bias)
+      EXPECT_LT(error(b.grad(), upstream.sum(std::vector<int64_t>{0, 1}).to(torch::kFloat64)),
+                2e-6);
+    // the f32 path is not within this bound of the rounded operands' product
+    EXPECT_GT(error(linear(x, w, b).detach(), expected), 2e-4);
+  }
+}
+
+TEST(GemmLinearTest, PrecisionNamesAreCheckedByField) {
+  EXPECT_EQ(parse_matmul_precision("f32"), MatmulPrecision::kF32);
+  try {
+    parse_matmul_precision("fp16");
+    ADD_FAILURE() << "fp16 was taken";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "matmul-precision");
+  }
+  if (bf16_gemm_native()) {
+    EXPECT_EQ(parse_matmul_precision("bf16"), MatmulPrecision::kBf16);
+  } else {
+    EXPECT_THROW(parse_matmul_precision("bf16"), SpecError);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "data/task.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "kernels/gemm.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "spec/spec_error.h"
@@ -213,6 +214,40 @@ TEST(TrainerTest, InterruptedAndResumedEqualsUninterruptedBitwise) {
     }
     EXPECT_EQ(step_records, 12);
   }
+}
+
+// --matmul-precision bf16 is applied (the weights differ from f32's after a few steps, by
+// less than training moves them) and recorded: a resumed run continues at bf16, bit for bit.
+TEST(TrainerTest, Bf16MatmulsAreUsedAndKeptAcrossAResume) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 or AMX";
+  nn::set_threads(1);
+  const ModelConfig config = ModelConfig::make(tiny_encoder(8), "gqa:2", DType::kF32);
+  TrainOptions options = short_run(10);
+  Trainer f32(config, task("swap"), options, temp_dir("f32_matmuls"));
+  ASSERT_EQ(f32.run(nullptr).status, TrainResult::Status::kFinished);
+  options.matmul_precision = "bf16";
+  Trainer straight(config, task("swap"), options, temp_dir("bf16_straight"));
+  ASSERT_EQ(straight.run(nullptr).status, TrainResult::Status::kFinished);
+  const auto p32 = params_of(f32.model()), p16 = params_of(straight.model());
+  double largest_difference = 0;
+  for (const auto& [name, t] : p32) {
+    largest_difference =
+        std::max(largest_difference, (t - p16.at(name)).abs().max().item<double>());
+  }
+  EXPECT_GT(largest_difference, 0) << "bf16 products gave f32's weights bit for bit";
+  EXPECT_LT(largest_difference, 1e-2);
+
+  const std::string dir = temp_dir("bf16_interrupted");
+  std::atomic<bool> stop{false};
+  {
+    Trainer first(config, task("swap"), options, dir);
+    first.run(&stop, [&](int64_t step, double, double) {
+      if (step == 4) stop.store(true);
+    });
+  }
+  auto resumed = Trainer::resume(dir);
+  ASSERT_EQ(resumed->run(nullptr).status, TrainResult::Status::kFinished);
+  EXPECT_TRUE(bitwise_equal(p16, params_of(resumed->model())));
 }
 
 TEST(TrainerTest, AccumulationComputesTheSameGlobalBatch) {

@@ -132,12 +132,11 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
       throw SpecError("attn", v.attn + " keeps no cache: the lm suite decodes every variant");
     }
   }
-  const data::TaskOptions task_options{"kjv", preset.seq_len, preset.eval_windows, o.data};
-  data::make_task(task_options);  // the text is there and splits, before anything trains
-
   train::TrainOptions train_options = suite_train_options(preset.steps, preset.batch, preset.lr, 0);
   train_options.matmul_precision = o.matmul_precision;
   train_options.validate();  // before anything trains
+  const data::TaskOptions task_options{"kjv", preset.seq_len, preset.eval_windows, o.data};
+  data::make_task(task_options);  // the text is there and splits, before anything trains
   Suite suite{"lm", o.preset, {}};
   for (size_t v = 0; v < variants.size(); ++v) {
     ModelConfig config = models[v];
@@ -240,9 +239,9 @@ std::string render_lm_report(const json& results, const std::string& dir) {
       "# kvlab compare --suite lm --preset {}\n\n"
       "Byte-level GPT on the King James Bible (Debian's bible-kjv; every tenth book held out): "
       "d {}, {} layers, {} heads, SwiGLU {}, RoPE, context {}, {} steps of {} sequences (lr {}, "
-      "{} matmuls), {} seed(s) per variant, same batches for all. Validation loss over {} held-out "
-      "windows, "
-      "mean ± sample std over seeds; Δ: relative change of the mean loss and of the mean "
+      "{} matmuls), {} seed(s) per variant, same batches for all. Validation loss over {} "
+      "held-out windows, mean ± sample std over seeds; Δ: relative change of the mean loss and of "
+      "the mean "
       "perplexity (seed 003 reports the latter). Cache bytes per "
       "token over all layers in bf16. Decode tok/s: greedy decoding of the seed-0 checkpoint "
       "through the paged bf16 cache at {} cached tokens, {} threads (median of {} steps).\n\n",

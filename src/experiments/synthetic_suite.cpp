@@ -90,6 +90,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     throw SpecError("tasks",
                     "--tasks picks synthetic tasks; the " + o.suite + " suite runs its own");
   }
+  if (o.suite != "lm" && o.matmul_precision != "f32") {
+    throw SpecError("matmul-precision",
+                    "applies to the lm suite; the " + o.suite + " suite trains at f32");
+  }
   if (o.suite == "lm") return run_compare_lm(o, stop, out);
   if (o.suite == "vision") return run_compare_vision(o, stop, out);
   if (o.suite == "convert") return run_compare_convert(o, stop, out);

@@ -25,7 +25,7 @@ struct CausalAttentionShape {
 };
 
 // One (batch, head) item: its probabilities and output rows. `scratch` holds
-// forward_scratch() elements.
+// forward_scratch() elements (the f64 path's; the f32 path needs none).
 void causal_attention_forward(const CausalAttentionShape& s, int64_t b, int64_t h, double scale,
                               const float* q, const float* k, const float* v, float* out,
                               float* probs, float* scratch);

@@ -20,10 +20,6 @@ void sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, 
   }
 }
 
-}  // namespace kvlab
-
-namespace kvlab {
-
 void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {

@@ -107,10 +107,6 @@ MatmulPrecision parse_matmul_precision(const std::string& text) {
   throw SpecError("matmul-precision", "'" + text + "' is not a precision (f32 | bf16)");
 }
 
-const char* matmul_precision_name(MatmulPrecision precision) {
-  return precision == MatmulPrecision::kBf16 ? "bf16" : "f32";
-}
-
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                      MatmulPrecision precision) {
   if (takes_gemm(x, weight, bias)) {

@@ -15,7 +15,6 @@ enum class MatmulPrecision { kF32, kBf16 };
 // "f32" | "bf16"; throws SpecError("matmul-precision") for another name, and for bf16 on a CPU
 // without AVX-512 BF16 or AMX.
 MatmulPrecision parse_matmul_precision(const std::string& text);
-const char* matmul_precision_name(MatmulPrecision precision);
 
 // y = x·Wᵀ + b over the last dimension: x [..., in], W [out, in], b [out] or undefined ->
 // [..., out]. f32 CPU tensors go through an autograd function whose three products (y, dx =

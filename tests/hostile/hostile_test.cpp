@@ -596,6 +596,10 @@ std::vector<HostileCase> cases() {
   add("Compare_seeds_negative", "compare --seeds -1 --out {d}/c", "--seeds");
   add("Compare_seeds_overflow", "compare --seeds 99999999999999999999 --out {d}/c", "--seeds");
   add("Compare_tasks_empty", "compare --tasks '' --out {d}/c", "--tasks");
+  add("Compare_matmul_precision_unknown", "compare --suite lm --matmul-precision fp8 --out {d}/c",
+      "matmul-precision");
+  add("Compare_matmul_precision_not_lm", "compare --matmul-precision bf16 --out {d}/c",
+      "matmul-precision");
   add("Compare_tasks_commas", "compare --tasks ,, --out {d}/c", "--tasks");
   add("Compare_tasks_unknown", "compare --tasks frobnicate --out {d}/c", "task");
   add("Compare_suite_unknown", "compare --suite frobnicate --out {d}/c", "suite");

@@ -35,6 +35,7 @@ DecodeParams decode_params_for(const AttentionSpec& spec, const PagedKvCache& ca
   p.value_width = value->head_width;
   p.rope_width = rope != nullptr ? rope->head_width : 0;
   p.dtype = layout.dtype;
+  if (rope != nullptr) p.rope_dtype = layout.stream_dtype(*rope);
   p.scale = static_cast<float>(spec.softmax_scale());
   p.rope_theta = spec.rope_theta;
   p.rope_scaling = spec.rope_scaling;

@@ -31,11 +31,10 @@ PagedKvCache::PagedKvCache(const CacheLayout& layout, int64_t n_layers, int64_t 
   if (n_layers <= 0) throw CacheError("layers must be > 0");
   if (page_size <= 0) throw CacheError("page size must be > 0");
   if (max_pages < 0 || max_seqs <= 0) throw CacheError("max pages >= 0 and max sequences > 0");
-  const int64_t elem = dtype_bytes(layout.dtype);
   for (int64_t l = 0; l < n_layers; ++l) {
     for (const CacheStream& s : layout.streams) {
       pool_offset_.push_back(bytes_);
-      bytes_ += round_up(max_pages * page_size * s.width() * elem, kAlign);
+      bytes_ += round_up(max_pages * page_size * layout.token_row_bytes(s), kAlign);
     }
   }
   state_offset_ = bytes_;
@@ -135,7 +134,7 @@ std::byte* PagedKvCache::row(int64_t layer, int64_t stream, int32_t seq, int64_t
     throw CacheError("token " + std::to_string(pos) + " is not cached");
   const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
   const int64_t page = s.pages[static_cast<size_t>(pos / page_size_)];
-  const int64_t row_bytes = st.width() * dtype_bytes(layout_.dtype);
+  const int64_t row_bytes = layout_.token_row_bytes(st);
   const int64_t offset = pool_offset_[static_cast<size_t>(
       layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
   return memory_.get() + offset + (page * page_size_ + pos % page_size_) * row_bytes;

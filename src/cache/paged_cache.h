@@ -32,9 +32,9 @@ class CacheError : public std::runtime_error {
 };
 
 // A paged KV cache whose streams are exactly the spec's CacheLayout: per layer, one pool per
-// stream of [max_pages][page_size][stream width] rows in the layout's dtype, all carved from
-// one 64-byte-aligned allocation made up front (nothing allocates per token). A page id names
-// the same slot in every layer and stream, so one page table serves the whole model.
+// stream of [max_pages][page_size][n_heads] head rows in the stream's dtype (row_bytes each), all
+// carved from one 64-byte-aligned allocation made up front (nothing allocates per token). A page
+// id names the same slot in every layer and stream, so one page table serves the whole model.
 // Recurrent layouts (linear attention) keep a fixed f32 state per sequence slot instead.
 class PagedKvCache {
  public:
@@ -51,9 +51,10 @@ class PagedKvCache {
   void truncate(int32_t seq, int64_t n_tokens);
   int64_t length(int32_t seq) const;
 
-  // The row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)).
+  // The row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)): the stream's
+  // n_heads head rows, layout().head_row_bytes(stream) bytes apart.
   std::byte* row(int64_t layer, int64_t stream, int32_t seq, int64_t pos);
-  // Base of a stream's page pool: [max_pages][page_size][width] elements of the dtype.
+  // Base of a stream's page pool: [max_pages][page_size][n_heads] head rows.
   const std::byte* pool(int64_t layer, int64_t stream) const;
   // Recurrent state of a sequence in a layer: layout.state_scalars f32 values.
   float* state(int64_t layer, int32_t seq);

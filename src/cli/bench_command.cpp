@@ -83,12 +83,19 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->delimiter(',')
       ->capture_default_str();
   decode->add_option("--batch", d.batch, "Sequences")->capture_default_str();
-  decode->add_option("--dtype", d.dtype, "f32 | bf16 | f16")->capture_default_str();
+  decode
+      ->add_option("--dtype", d.dtype,
+                   "Cache dtypes, comma list: f32 | bf16 | f16 | q8_0 | q4_0 (q8_0/q4_0 rows run "
+                   "the int8 kernel: --attn-precision int8 or auto)")
+      ->delimiter(',')
+      ->capture_default_str();
   decode
       ->add_option("--attn-precision", d.precision,
                    "Arithmetic of the score and value passes, comma list: f32 (exact to f32 "
-                   "sums), bf16 (bf16 queries and weights, vdpbf16ps; needs AVX-512 BF16), auto "
-                   "(bf16 where the CPU has it, else f32). Rows whose keys are not read as "
+                   "sums), bf16 (bf16 queries and weights, vdpbf16ps; needs AVX-512 BF16), int8 "
+                   "(q8_0/q4_0 caches: the query rounded to q8_0, integer dot products), auto "
+                   "(int8 on q8_0/q4_0 caches, else bf16 where the CPU has it, else f32). Each "
+                   "precision makes rows for the caches it reads; rows whose keys are not read as "
                    "cached (RoPE on read, rebuilt keys) or whose cache is not bf16 compute in f32; "
                    "the precision column says which ran")
       ->delimiter(',')
@@ -131,7 +138,11 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   generate->add_option("--generate", b.generate, "Generated tokens")->capture_default_str();
   generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")
       ->capture_default_str();
-  generate->add_option("--cache-dtype", b.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  generate
+      ->add_option("--cache-dtype", b.cache_dtype,
+                   "f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (q8_0/q4_0 decode in int8 with "
+                   "--attn-precision auto or int8; fp8 with the scalar reference)")
+      ->capture_default_str();
   generate->add_option("--repeats", b.repeats, "Timed generations per row after one warm-up")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

@@ -12,6 +12,19 @@
 namespace kvlab {
 namespace {
 
+std::string dtype_storage_text(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return "blocks of 32 int8 + an f16 scale per head row: 34 B a block";
+    case DType::kQ4_0:
+      return "blocks of 32 4-bit values + an f16 scale per head row: 18 B a block";
+    case DType::kFp8:
+      return "e4m3 + an f32 scale per head row";
+    default:
+      return std::to_string(dtype_bytes(dtype)) + " B per scalar";
+  }
+}
+
 using nlohmann::json;
 
 struct CacheRow {
@@ -35,6 +48,9 @@ std::string streams_text(const CacheLayout& layout) {
     if (!out.empty()) out += " + ";
     out += s.n_heads == 1 ? fmt::format("{} {}", s.name(), s.head_width)
                           : fmt::format("{} {}×{}", s.name(), s.n_heads, s.head_width);
+    if (layout.stream_dtype(s) != layout.dtype) {
+      out += fmt::format(" ({})", dtype_name(layout.stream_dtype(s)));
+    }
   }
   if (layout.rope_on_read) out += layout.norm_on_read ? " (norm+rope on read)" : " (rope on read)";
   return out;
@@ -73,7 +89,11 @@ CLI::App* add_cache_command(CLI::App& app, CacheOptions& o) {
       ->capture_default_str()
       ->group("Cache");
   cmd->add_option("--batch", o.batch, "Sequences")->capture_default_str()->group("Cache");
-  cmd->add_option("--dtype", o.dtype, "Cache element type: f32 | bf16 | f16 | fp8")
+  cmd->add_option(
+         "--dtype", o.dtype,
+         "Cache element type: f32 | bf16 | f16 | fp8 | q8_0 | q4_0 (the last three count their "
+         "scales: per head row, a 4-byte scale for fp8, an f16 scale per block of 32 for "
+         "q8_0/q4_0; rope streams stay bf16 under them)")
       ->capture_default_str()
       ->group("Cache");
   cmd->add_option("--units", o.units, "Human byte units: iec (GiB = 2^30) | si (GB = 10^9)")
@@ -143,14 +163,17 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
     doc["context_tokens"] = context;
     doc["batch"] = o.batch;
     doc["dtype"] = std::string(dtype_name(dtype));
-    doc["dtype_bytes"] = dtype_bytes(dtype);
+    // element dtypes: bytes a scalar; the scaled ones count per row (rows' bytes below)
+    doc["dtype_bytes"] = is_element_dtype(dtype) ? json(dtype_bytes(dtype)) : json();
     doc["rows"] = json::array();
     for (const CacheRow& r : rows) {
       json streams = json::array();
       for (const CacheStream& st : r.layout.streams) {
         streams.push_back({{"name", std::string(st.name())},
                            {"heads", st.n_heads},
-                           {"head_width", st.head_width}});
+                           {"head_width", st.head_width},
+                           {"dtype", std::string(dtype_name(r.layout.stream_dtype(st)))},
+                           {"head_row_bytes", r.layout.head_row_bytes(st)}});
       }
       json row = {{"attn", r.config.attn.to_string()},
                   {"variant", std::string(attn_variant_id(r.config.attn.variant))},
@@ -180,9 +203,8 @@ void run_cache(const CacheOptions& o, std::ostream& out) {
   const std::string byte_unit = units == ByteUnits::kIec ? "GiB = 2^30 B" : "GB = 10^9 B";
   out << fmt::format("{} — {}: {} layers, D {}, {} heads × {}\n", model.name, model.description,
                      s.n_layers, s.d_model, s.n_heads, s.head_dim);
-  out << fmt::format("cache of {} tokens × batch {} in {} ({} B per scalar); {}\n\n",
-                     with_commas(context), o.batch, dtype_name(dtype), dtype_bytes(dtype),
-                     byte_unit);
+  out << fmt::format("cache of {} tokens × batch {} in {} ({}); {}\n\n", with_commas(context),
+                     o.batch, dtype_name(dtype), dtype_storage_text(dtype), byte_unit);
   std::vector<std::string> headers = {"attn",        "cached per token per layer",
                                       "scalars",     "bytes/token",
                                       "cache bytes", "cache",

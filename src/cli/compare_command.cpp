@@ -44,6 +44,12 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
   cmd->add_option("--matmul-precision", o.matmul_precision,
                   "lm: the linears' products in every run, f32 | bf16 (train --matmul-precision)")
       ->capture_default_str();
+  cmd->add_option("--cache-dtype", o.cache_dtypes,
+                  "lm: also decode every checkpoint's held-out text through caches of these "
+                  "dtypes (comma list of q8_0, q4_0, fp8, f16, f32) beside bf16: perplexity "
+                  "change, KL divergence and greedy agreement against the bf16 cache, cache "
+                  "bytes per token, and cache_pareto.svg")
+      ->delimiter(',');
   cmd->add_option("--data", o.data,
                   "lm: a file holding `bible \"gen1:1-re22:21\"`'s output (default: run bible); "
                   "vision: the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)");

@@ -35,7 +35,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1] (1: off)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--cache-dtype", o.cache_dtype, "f32 | bf16 | f16")->capture_default_str();
+  cmd->add_option("--cache-dtype", o.cache_dtype,
+                  "f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (q8_0, q4_0: ggml's blocks of 32 with an "
+                  "f16 scale; fp8: e4m3 with an f32 scale per row; these three decode with the "
+                  "scalar attention kernel)")
+      ->capture_default_str();
   cmd->add_option("--attn-precision", o.precision,
                   "Attention arithmetic of the cached decode: f32 (exact to f32 sums), bf16 (bf16 "
                   "queries and weights, vdpbf16ps; needs AVX-512 BF16 and a bf16 cache to apply) "
@@ -58,8 +62,12 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   if (o.top_k < 0) throw SpecError("top_k", "must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw SpecError("top_p", "must be in (0, 1]");
   if (o.prompt.empty()) throw SpecError("prompt", "must not be empty");
-  const DType dtype = parse_dtype(o.cache_dtype);
-  if (dtype == DType::kFp8) throw SpecError("cache_dtype", "fp8 caches are counted, not stored");
+  DType dtype = DType::kF32;
+  try {
+    dtype = parse_dtype(o.cache_dtype);
+  } catch (const SpecError& e) {
+    throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
+  }
   const int threads = nn::set_threads(o.threads);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
@@ -121,7 +129,7 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     infer::Generator gen(model, dtype, total, 1, threads);
     load_s = seconds_since(load_start);  // the decode engine's weights are part of loading
     const AttnPrecision precision =
-        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision());
+        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision(), dtype);
     if (precision == AttnPrecision::kBf16 && dtype != DType::kBf16 && o.precision == "bf16") {
       throw SpecError("attn-precision",
                       "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");

@@ -404,8 +404,10 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "cache) in f32 and in this precision (bf16: needs AVX-512 BF16; auto: bf16 "
                   "where the CPU has it): perplexity change and greedy agreement against f32");
   cmd->add_option("--cache-dtype", o.cache_dtype,
-                  "With --attn-precision: the decode path's cache, f32 | bf16 | f16")
-      ->capture_default_str();
+                  "Text tasks: evaluate through the decode path with this cache, f32 | bf16 | "
+                  "f16 | q8_0 | q4_0 | fp8, against the bf16 cache: perplexity change, KL "
+                  "divergence and greedy agreement (q8_0, q4_0, fp8: scalar attention kernel). "
+                  "With --attn-precision: the cache both precisions use (default f32)");
   return cmd;
 }
 
@@ -469,6 +471,9 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
   }
   if (!o.precision.empty()) {
     throw SpecError("attn-precision", "applies to a run's task; not yet to a model folder");
+  }
+  if (!o.cache_dtype.empty()) {
+    throw SpecError("cache-dtype", "applies to a run's task; not yet to a model folder");
   }
   if (o.contexts.size() > 1) throw SpecError("context", "one context for a model folder");
   nn::TransformerModel model = nn::load_model(dir);
@@ -551,9 +556,11 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
-  if (!o.precision.empty()) {
+  if (!o.precision.empty() || !o.cache_dtype.empty()) {
     if (!o.contexts.empty()) {
-      throw SpecError("context", "--context and --attn-precision exclude each other");
+      throw SpecError("context", std::string("--context and --") +
+                                     (o.precision.empty() ? "cache-dtype" : "attn-precision") +
+                                     " exclude each other");
     }
     return run_eval_decode(o.precision, o.cache_dtype, o.threads, *task, seed, model, o.format,
                            out);

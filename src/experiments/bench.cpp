@@ -197,7 +197,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
       infer::DecodeModel& decode = gen.decode_model();
       decode.set_attn_precision(
-          resolve_attn_precision(b.precision, decode.supports_bf16_precision()));
+          resolve_attn_precision(b.precision, decode.supports_bf16_precision(), dtype));
       precision_used = attn_precision_name(decode.attn_precision());
       std::vector<int64_t> tokens(static_cast<size_t>(prompt));
       for (size_t i = 0; i < tokens.size(); ++i) {

@@ -51,8 +51,8 @@ struct BenchDecodeOptions {
   int64_t head_dim = 128;
   std::vector<std::string> context = {"16k"};
   int64_t batch = 1;
-  std::string dtype = "bf16";
-  // "auto": bf16 where the CPU has AVX-512 BF16, else f32
+  std::vector<std::string> dtype = {"bf16"};  // cache dtypes: rows for each
+  // "auto": int8 on q8_0/q4_0 caches; elsewhere bf16 where the CPU has AVX-512 BF16, else f32
   std::vector<std::string> precision = {"auto"};
   int threads = 0;
   int repeats = 20;

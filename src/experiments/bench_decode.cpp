@@ -42,11 +42,14 @@ struct RowState {
 // r % layers.
 struct DecodeRow {
   std::string attn;
+  DType dtype = DType::kBf16;
   AttnPrecision precision = AttnPrecision::kF32;  // what the step computes in
   int64_t context = 0, layers = 0, bytes = 0;     // bytes: one layer's, read by one step
   // multiply-adds of one step (the spec's decode_macs: scores and weighted sums, gva dr=0's
   // rebuilt keys, linear attention's state; element-wise work such as RoPE is not counted)
   double macs = 0;
+  // of them, the content scores' share: the part int8 rows do as integer dot products
+  double content_score_fraction = 0;
   std::function<void(FastDecoder&, int)> step;
   std::unique_ptr<RowState> state;
   std::vector<double> micros = {};
@@ -64,12 +67,15 @@ int64_t step_bytes(const CacheLayout& layout, int64_t context, int64_t batch) {
 }
 
 // Builds a row whose caches hold small pseudo-random values.
-DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precision, int64_t context,
-                   int64_t batch, int64_t layers, std::mt19937& rng) {
+// Throws SpecError when `decoder` would compute it with the scalar reference.
+DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t context,
+                   int64_t batch, int64_t layers, std::mt19937& rng,
+                   const FastDecoder& simd_check) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   const CacheLayout layout = spec.cache_layout();
   DecodeRow row;
   row.attn = spec.to_string();
+  row.dtype = spec.cache_dtype;
   row.macs =
       static_cast<double>(batch) * static_cast<double>(spec.decode_macs(context).mixing.value());
   row.context = context;
@@ -100,6 +106,20 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   const int64_t pages_per_seq = (context + 15) / 16;
   s->cache = std::make_unique<PagedKvCache>(layout, layers, 16, pages_per_seq * batch, batch);
   PagedKvCache& cache = *s->cache;
+  const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
+  {  // before the cache is filled: a row the scalar reference would compute is refused
+    DecodeParams probe = decode_params_for(spec, cache, 0, PageTable{});
+    probe.precision = precision;
+    const float marker = 0.0f;  // effective_precision asks only whether keys are rebuilt
+    probe.key_maps = rebuild ? &marker : nullptr;
+    row.precision = effective_precision(probe);
+    if (!simd_check.runs_simd(probe)) {
+      throw SpecError("dtype", fmt::format("{} on a {} cache in {} arithmetic runs the scalar "
+                                           "reference; bench decode times the SIMD kernels",
+                                           row.attn, dtype_name(spec.cache_dtype),
+                                           attn_precision_name(row.precision)));
+    }
+  }
   std::vector<int32_t> seqs;
   for (int64_t b = 0; b < batch; ++b) {
     seqs.push_back(cache.add_sequence());
@@ -109,17 +129,21 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   uint32_t lcg = 12345;
   for (int64_t l = 0; l < layers; ++l) {
     for (size_t k = 0; k < layout.streams.size(); ++k) {
-      const int64_t n = pages_per_seq * batch * 16 * layout.streams[k].width();
+      const CacheStream& st = layout.streams[k];
+      const int64_t rows = pages_per_seq * batch * 16 * st.n_heads;
       auto* pool = const_cast<std::byte*>(cache.pool(l, static_cast<int64_t>(k)));
-      for (int64_t i = 0; i < n; ++i) {
-        lcg = lcg * 1664525u + 1013904223u;
-        const float v = static_cast<float>(static_cast<int32_t>(lcg >> 8) % 2001 - 1000) / 1000.0f;
-        store_row(&v, 1, dtype, pool + i * dtype_bytes(dtype));
+      std::vector<float> values(static_cast<size_t>(st.head_width));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (float& v : values) {
+          lcg = lcg * 1664525u + 1013904223u;
+          v = static_cast<float>(static_cast<int32_t>(lcg >> 8) % 2001 - 1000) / 1000.0f;
+        }
+        store_rows(values.data(), 1, st.head_width, layout.stream_dtype(st),
+                   pool + r * layout.head_row_bytes(st));
       }
     }
   }
   s->table = cache.page_table(seqs);
-  const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
   const DecodeParams shape_params = decode_params_for(spec, cache, 0, s->table);
   const int64_t key_width = shape_params.key_width;
   const int64_t rope_width = shape_params.rope_width;
@@ -132,10 +156,8 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
   s->key_maps.resize(static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
   for (float& x : s->key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
   const bool norm_on_read = layout.norm_on_read;
-  DecodeParams probe = shape_params;
-  probe.precision = precision;
-  probe.key_maps = rebuild ? s->key_maps.data() : nullptr;
-  row.precision = effective_precision(probe);
+  const double per_token = static_cast<double>(key_width + rope_width + shape_params.value_width);
+  row.content_score_fraction = rebuild ? 0.0 : static_cast<double>(key_width) / per_token;
   row.step = [s, spec, layers, rope_width, rebuild, norm_on_read, precision](FastDecoder& decoder,
                                                                              int r) {
     DecodeParams p = decode_params_for(spec, *s->cache, r % layers, s->table);
@@ -153,12 +175,12 @@ DecodeRow make_row(const AttentionSpec& spec, DType dtype, AttnPrecision precisi
 // The kernel's compute alone: one thread stepping a cache small enough to stay in L2, at two
 // contexts; the slope between them is the time per cached token without the per-step costs
 // (queries, merge), which the long contexts share anyway. Medians of interleaved repeats.
-double compute_ns_per_token(const AttentionSpec& spec, DType dtype, AttnPrecision precision,
-                            int64_t batch, FastDecoder& one_thread, std::mt19937& rng) {
+double compute_ns_per_token(const AttentionSpec& spec, AttnPrecision precision, int64_t batch,
+                            FastDecoder& one_thread, std::mt19937& rng) {
   constexpr int64_t kShort = 128, kLong = 256;  // gqa:8, H 32 × d_h 128, bf16: 1 MiB at 256
   constexpr int kRepeats = 41;
-  DecodeRow short_row = make_row(spec, dtype, precision, kShort, batch, 1, rng);
-  DecodeRow long_row = make_row(spec, dtype, precision, kLong, batch, 1, rng);
+  DecodeRow short_row = make_row(spec, precision, kShort, batch, 1, rng, one_thread);
+  DecodeRow long_row = make_row(spec, precision, kLong, batch, 1, rng, one_thread);
   std::vector<double> short_us, long_us;
   auto time_us = [&](DecodeRow& row) {
     const auto start = std::chrono::steady_clock::now();
@@ -194,26 +216,37 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                     "--heads × --head-dim is above the largest width kvlab accepts "
                     "(16777216)");
   }
-  const DType dtype = parse_dtype(o.dtype);
-  if (dtype == DType::kFp8) throw SpecError("dtype", "fp8 caches are counted, not decoded");
+  std::vector<DType> dtypes;
+  for (const std::string& text : o.dtype) {
+    const DType dtype = parse_dtype(text);
+    if (dtype == DType::kFp8) {
+      throw SpecError("dtype",
+                      "fp8 caches decode with the scalar reference only; bench decode "
+                      "times the SIMD kernels: use f32, bf16, f16, q8_0 or q4_0");
+    }
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) dtypes.push_back(dtype);
+  }
+  if (dtypes.empty()) throw SpecError("dtype", "give at least one cache dtype");
   ModelShape shape = ModelShape::llama_decoder(/*n_layers=*/1, width, o.heads,
                                                /*mlp_width=*/4 * width, /*vocab_size=*/1000,
                                                /*max_context=*/0);
   shape.head_dim = o.head_dim;
-  std::vector<AttentionSpec> specs;
+  std::vector<AttentionSpec> specs;  // attn × dtype
   for (const std::string& text : o.attn) {
-    try {
-      ModelShape s = shape;
-      if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
-      specs.push_back(AttentionSpec::parse(text, s, dtype));
-    } catch (const SpecError& e) {
-      throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
-    }
-    const DecodeKernel k = specs.back().cache_layout().kernel;
-    if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
-        k != DecodeKernel::kReconstructKeys && k != DecodeKernel::kRecurrentState) {
-      throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
-                                  " kernel, which bench decode does not cover yet");
+    for (DType dtype : dtypes) {
+      try {
+        ModelShape s = shape;
+        if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
+        specs.push_back(AttentionSpec::parse(text, s, dtype));
+      } catch (const SpecError& e) {
+        throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
+      }
+      const DecodeKernel k = specs.back().cache_layout().kernel;
+      if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
+          k != DecodeKernel::kReconstructKeys && k != DecodeKernel::kRecurrentState) {
+        throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
+                                    " kernel, which bench decode does not cover yet");
+      }
     }
   }
   std::vector<int64_t> contexts;
@@ -222,14 +255,34 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     if (t <= 0) throw SpecError("context", "must be > 0");
   }
   FastDecoder decoder(o.threads);
-  // the precisions asked for, "auto" resolved for this CPU, in order and without repeats
-  std::vector<AttnPrecision> precisions;
-  for (const std::string& text : o.precision) {
-    const AttnPrecision precision = resolve_attn_precision(text, decoder.supports_bf16_precision());
-    if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
-      precisions.push_back(precision);
+  // The precisions asked for, per cache dtype, "auto" resolved for this CPU, in order and
+  // without repeats: q8_0/q4_0 caches have a SIMD kernel in int8 only, the others in f32 and
+  // bf16, so each precision makes rows for the caches it has a kernel for.
+  auto precisions_for = [&](DType dtype) {
+    const bool blocks = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+    std::vector<AttnPrecision> found;
+    for (const std::string& text : o.precision) {
+      // every text is checked, whichever caches it serves
+      const AttnPrecision any = resolve_attn_precision(text, decoder.supports_bf16_precision(),
+                                                       text == "int8" ? DType::kQ8_0 : dtype);
+      if ((any == AttnPrecision::kInt8) != blocks) continue;
+      if (std::find(found.begin(), found.end(), any) == found.end()) found.push_back(any);
+    }
+    if (found.empty()) {
+      throw SpecError("attn-precision",
+                      std::string("no row for the ") + std::string(dtype_name(dtype)) + " cache: " +
+                          (blocks ? "q8_0/q4_0 caches run in int8 (int8 or auto)"
+                                  : "f32/bf16/f16 caches run in f32 or bf16 (f32, bf16 or auto)"));
+    }
+    return found;
+  };
+  std::vector<AttnPrecision> precisions;  // every one in use, for the header
+  for (DType dtype : dtypes) {
+    for (AttnPrecision precision : precisions_for(dtype)) {
+      if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
+        precisions.push_back(precision);
+    }
   }
-  if (precisions.empty()) throw SpecError("attn-precision", "give at least one of f32, bf16, auto");
   // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
   // probe once and steps every row once, so a machine whose load drifts (shared hosts) shifts
   // every row and the ceiling alike and the ratios between them hold. Every row rotates over
@@ -242,7 +295,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   int64_t round_layer_bytes = 0;  // one layer of every row
   for (const AttentionSpec& spec : specs) {
     for (int64_t context : contexts) {
-      round_layer_bytes += static_cast<int64_t>(precisions.size()) *
+      round_layer_bytes += static_cast<int64_t>(precisions_for(spec.cache_dtype).size()) *
                            step_bytes(spec.cache_layout(), context, o.batch);
     }
   }
@@ -264,11 +317,12 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   std::vector<size_t> row_spec;  // index into specs
   std::mt19937 rng(1);
   for (size_t i = 0; i < specs.size(); ++i) {
-    for (AttnPrecision precision : precisions) {
+    for (AttnPrecision precision : precisions_for(specs[i].cache_dtype)) {
       for (int64_t context : contexts) {
-        DecodeRow row = make_row(specs[i], dtype, precision, context, o.batch, layers, rng);
+        DecodeRow row = make_row(specs[i], precision, context, o.batch, layers, rng, decoder);
         const bool repeat = std::any_of(rows.begin(), rows.end(), [&](const DecodeRow& r) {
-          return r.attn == row.attn && r.context == context && r.precision == row.precision;
+          return r.attn == row.attn && r.dtype == row.dtype && r.context == context &&
+                 r.precision == row.precision;
         });
         if (repeat) continue;
         rows.push_back(std::move(row));
@@ -281,6 +335,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       measure_compute_peak(MacKind::kF32, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
   const std::optional<ComputePeak> peak_bf16 =
       measure_compute_peak(MacKind::kBf16, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
+  const std::optional<ComputePeak> peak_int8 =
+      measure_compute_peak(MacKind::kInt8, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
   BandwidthProbe probe(int64_t{1} << 30);
   // Every timed step of layer r follows an untimed step of the same row over layer r-1, as a
   // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
@@ -314,8 +370,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     const AttentionSpec& spec = specs[row_spec[k]];
     if (spec.cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
     if (rows[k].compute_ns_per_token) continue;
-    const double ns =
-        compute_ns_per_token(spec, dtype, rows[k].precision, o.batch, one_thread, rng);
+    const double ns = compute_ns_per_token(spec, rows[k].precision, o.batch, one_thread, rng);
     for (size_t j = k; j < rows.size(); ++j) {
       if (row_spec[j] == row_spec[k] && rows[j].precision == rows[k].precision)
         rows[j].compute_ns_per_token = ns;
@@ -323,8 +378,12 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   }
   const double ceiling = median_of(bandwidth);
   const double bandwidth_min = min_of(bandwidth), bandwidth_max = max_of(bandwidth);
-  // each row against the first row at the same context and precision (else context)
+  // each row against the first row at the same context, precision and cache dtype (else
+  // context and precision, else context)
   auto first_at = [&](const DecodeRow& r) -> const DecodeRow& {
+    for (const DecodeRow& f : rows) {
+      if (f.context == r.context && f.precision == r.precision && f.dtype == r.dtype) return f;
+    }
     for (const DecodeRow& f : rows) {
       if (f.context == r.context && f.precision == r.precision) return f;
     }
@@ -332,6 +391,14 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       if (f.context == r.context) return f;
     }
     return r;
+  };
+  // each row against the same attention's row over a bf16 cache at the same context (its first
+  // precision), where there is one: what a cache dtype changes
+  auto bf16_of = [&](const DecodeRow& r) -> const DecodeRow* {
+    for (const DecodeRow& f : rows) {
+      if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16) return &f;
+    }
+    return nullptr;
   };
   auto gbps = [](const DecodeRow& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
   // the step's reads at the measured bandwidth, and its compute spread over the threads
@@ -345,14 +412,20 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   // The roofline: the bytes at the measured bandwidth, or the multiply-adds at the measured
   // peak of the precision they run in, whichever is longer.
   auto peak_gmacs = [&](AttnPrecision precision) {
-    const std::optional<ComputePeak>& peak =
-        precision == AttnPrecision::kBf16 ? peak_bf16 : peak_f32;
+    const std::optional<ComputePeak>& peak = precision == AttnPrecision::kBf16   ? peak_bf16
+                                             : precision == AttnPrecision::kInt8 ? peak_int8
+                                                                                 : peak_f32;
     return peak ? peak->median() : 0.0;
   };
   auto roof_compute_us = [&](const DecodeRow& r) -> std::optional<double> {
     const double peak = peak_gmacs(r.precision);
     if (peak <= 0) return std::nullopt;
-    return r.macs / (peak * 1e3);
+    if (r.precision != AttnPrecision::kInt8) return r.macs / (peak * 1e3);
+    // int8: the content scores at the int8 peak, the rope slice and the values at f32's
+    const double f32 = peak_f32 ? peak_f32->median() : 0.0;
+    if (f32 <= 0) return std::nullopt;
+    return r.macs * r.content_score_fraction / (peak * 1e3) +
+           r.macs * (1.0 - r.content_score_fraction) / (f32 * 1e3);
   };
   auto roofline_us = [&](const DecodeRow& r) {
     return std::max(memory_us(r), roof_compute_us(r).value_or(0.0));
@@ -372,11 +445,13 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         {"peak_f32_gmacs", peak_f32 ? nlohmann::json(peak_f32->median()) : nlohmann::json(nullptr)},
         {"peak_bf16_gmacs",
          peak_bf16 ? nlohmann::json(peak_bf16->median()) : nlohmann::json(nullptr)},
-        {"dtype", std::string(dtype_name(dtype))},
+        {"peak_int8_gmacs",
+         peak_int8 ? nlohmann::json(peak_int8->median()) : nlohmann::json(nullptr)},
         {"rows", nlohmann::json::array()}};
     for (const DecodeRow& r : rows) {
       nlohmann::json row = {
           {"attn", r.attn},
+          {"dtype", std::string(dtype_name(r.dtype))},
           {"precision", attn_precision_name(r.precision)},
           {"context", r.context},
           {"batch", o.batch},
@@ -396,6 +471,9 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           {"roofline_fraction", roofline_us(r) / r.median_us},
           {"bound", bound(r)},
           {"time_vs_first", r.median_us / first_at(r).median_us},
+          {"time_vs_bf16_cache", bf16_of(r) != nullptr
+                                     ? nlohmann::json(r.median_us / bf16_of(r)->median_us)
+                                     : nlohmann::json(nullptr)},
           {"bytes_vs_first", static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)},
           {"layers_rotated", r.layers}};
       if (r.compute_ns_per_token) {
@@ -414,35 +492,42 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   auto peak_text = [](const std::optional<ComputePeak>& peak) {
     return peak ? fmt::format("{:.1f}", peak->median()) : std::string("none");
   };
+  std::string caches;
+  for (DType dtype : dtypes) {
+    caches += (caches.empty() ? "" : ", ") + std::string(dtype_name(dtype));
+  }
   out << fmt::format(
       "bench decode: {}; {} kernel, {} threads, {} cache, H {} × d_h {}, attn precision {}; "
       "read bandwidth {:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); peak "
-      "G multiply-adds/s f32 {}, bf16 {} (bench compute's loops on these threads); rows and "
-      "bandwidth timed in {} interleaved rounds, each timed step right after an untimed one "
-      "over the row's previous layer (as in a decode); \"vs first\": the first row at the same "
-      "context and precision; memory us: the bytes at that bandwidth; roofline us: the larger of "
-      "memory us "
-      "and the step's multiply-adds at the peak of their precision (bound: which); kernel "
+      "G multiply-adds/s f32 {}, bf16 {}, int8 {} (bench compute's loops on these threads); "
+      "rows and bandwidth timed in {} interleaved rounds, each timed step right after an untimed "
+      "one over the row's previous layer (as in a decode); \"vs first\": the first row at the "
+      "same context, precision and cache; \"vs bf16 cache\": the same attention's bf16-cache row; "
+      "memory us: the bytes at that bandwidth; roofline us: "
+      "the larger of memory us and the step's multiply-adds at the peak of their precision "
+      "(int8: the content scores at the int8 peak, the rest at f32's; bound: which); kernel "
       "compute us: the kernel's time per cached token on one thread with the cache in L2, × "
       "context ÷ threads\n\n",
-      cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), dtype_name(dtype), o.heads,
-      o.head_dim, asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32),
-      peak_text(peak_bf16), o.repeats);
-  Table table({"attn", "precision", "context", "us/step", "min–max us", "cache bytes read", "GB/s",
-               "of bandwidth", "macs", "roofline us", "of roofline", "bound", "memory us",
-               "kernel compute us", "time vs first", "bytes vs first"});
+      cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), caches, o.heads, o.head_dim,
+      asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32), peak_text(peak_bf16),
+      peak_text(peak_int8), o.repeats);
+  Table table({"attn", "cache", "precision", "context", "us/step", "min–max us", "cache bytes read",
+               "GB/s", "of bandwidth", "macs", "roofline us", "of roofline", "bound", "memory us",
+               "kernel compute us", "time vs first", "bytes vs first", "time vs bf16 cache"});
   for (const DecodeRow& r : rows) {
-    table.add_row({r.attn, attn_precision_name(r.precision), with_commas(r.context),
-                   fmt::format("{:.0f}", r.median_us),
-                   fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
-                   fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
-                   fmt::format("{:.3g}", r.macs), fmt::format("{:.0f}", roofline_us(r)),
-                   format_percent(roofline_us(r) / r.median_us), bound(r),
-                   fmt::format("{:.0f}", memory_us(r)),
-                   r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",
-                   fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
-                   fmt::format("{:.3f}", static_cast<double>(r.bytes) /
-                                             static_cast<double>(first_at(r).bytes))});
+    table.add_row(
+        {r.attn, std::string(dtype_name(r.dtype)), attn_precision_name(r.precision),
+         with_commas(r.context), fmt::format("{:.0f}", r.median_us),
+         fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
+         fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
+         fmt::format("{:.3g}", r.macs), fmt::format("{:.0f}", roofline_us(r)),
+         format_percent(roofline_us(r) / r.median_us), bound(r),
+         fmt::format("{:.0f}", memory_us(r)),
+         r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",
+         fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
+         fmt::format("{:.3f}",
+                     static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)),
+         bf16_of(r) != nullptr ? fmt::format("{:.3f}", r.median_us / bf16_of(r)->median_us) : "-"});
   }
   out << table.to_markdown();
   return 0;

@@ -21,6 +21,8 @@ struct CompareOptions {
   std::string out;
   int jobs = 0;                          // concurrent runs (0: one per core)
   std::string matmul_precision = "f32";  // lm: the runs' --matmul-precision
+  // lm: cache dtypes each checkpoint is also decoded with (held-out text, against bf16)
+  std::vector<std::string> cache_dtypes;
   std::string data;  // lm: bible's output (default: run `bible`); vision: Fashion-MNIST folder
 };
 

@@ -1,11 +1,13 @@
-// `kvlab eval --attn-precision P`: a text checkpoint's held-out data through the decode path,
-// token by token over a paged cache, once in f32 and once in precision P; loss, perplexity and
-// how often both pick the same greedy token.
+// `kvlab eval --attn-precision P` / `--cache-dtype DT`: a text checkpoint's held-out data through
+// the decode path, token by token over a paged cache, in a reference set-up and in the asked one
+// side by side; loss, perplexity, the KL divergence of the asked set-up's next-token
+// distributions from the reference's, and how often both pick the same greedy token.
 #include "experiments/eval_decode.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "infer/generator.h"
@@ -18,50 +20,145 @@ namespace kvlab {
 namespace {
 
 struct DecodeEval {
-  AttnPrecision precision = AttnPrecision::kF32;
+  DecodeSetup setup;
   double loss_sum = 0;
+  double kl_sum = 0;  // Σ over positions of KL(reference ‖ this)
+  int64_t agree = 0;  // positions whose greedy token is the reference's
   int64_t positions = 0;
-  std::vector<int32_t> greedy;  // the argmax at every position, in order
 };
 
-// Every eval batch through the decode step: the B sequences of a batch step together, one
-// position at a time; logits at position t score targets[t].
-DecodeEval run_decode(nn::TransformerModel& model, const std::vector<data::Batch>& batches,
-                      DType cache_dtype, AttnPrecision precision, int threads) {
+// log-softmax of a row of logits, in f64
+void log_probs(const float* logits, int64_t n, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(n));
+  double max = logits[0];
+  for (int64_t v = 1; v < n; ++v) max = std::max(max, static_cast<double>(logits[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < n; ++v) sum += std::exp(static_cast<double>(logits[v]) - max);
+  const double log_sum = max + std::log(sum);
+  for (int64_t v = 0; v < n; ++v) out[static_cast<size_t>(v)] = logits[v] - log_sum;
+}
+
+// Every eval batch through the decode step of every set-up in lockstep (the first is the
+// reference): the B sequences of a batch step together, one position at a time; logits at
+// position t score targets[t].
+std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
+                                   const std::vector<data::Batch>& batches,
+                                   const std::vector<DecodeSetup>& setups, int threads) {
   const int64_t B = batches.front().inputs.size(0), T = batches.front().inputs.size(1);
-  infer::Generator gen(model, cache_dtype, T, B, threads);
-  gen.decode_model().set_attn_precision(precision);
-  const int64_t V = gen.vocab_size();
-  DecodeEval result;
-  result.precision = precision;
-  std::vector<float> logits(static_cast<size_t>(B * V));
-  std::vector<int32_t> seqs(static_cast<size_t>(B));
+  std::vector<std::unique_ptr<infer::Generator>> gens;
+  std::vector<DecodeEval> results(setups.size());
+  for (size_t r = 0; r < setups.size(); ++r) {
+    gens.push_back(std::make_unique<infer::Generator>(model, setups[r].cache_dtype, T, B, threads));
+    gens.back()->decode_model().set_attn_precision(setups[r].precision);
+  }
+  const int64_t V = gens.front()->vocab_size();
+  std::vector<std::vector<float>> logits(setups.size(),
+                                         std::vector<float>(static_cast<size_t>(B * V)));
+  std::vector<std::vector<int32_t>> seqs(setups.size(),
+                                         std::vector<int32_t>(static_cast<size_t>(B)));
   std::vector<int64_t> tokens(static_cast<size_t>(B));
+  std::vector<double> reference, mine;
   for (const data::Batch& batch : batches) {
     const int64_t n = batch.inputs.size(0);
     const torch::Tensor inputs = batch.inputs.to(torch::kInt64).contiguous();
     const torch::Tensor targets = batch.targets.to(torch::kInt64).contiguous();
     const int64_t* in = inputs.data_ptr<int64_t>();
     const int64_t* target = targets.data_ptr<int64_t>();
-    for (int64_t b = 0; b < n; ++b) seqs[static_cast<size_t>(b)] = gen.add_sequence();
+    for (size_t r = 0; r < gens.size(); ++r) {
+      for (int64_t b = 0; b < n; ++b) seqs[r][static_cast<size_t>(b)] = gens[r]->add_sequence();
+    }
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t b = 0; b < n; ++b) tokens[static_cast<size_t>(b)] = in[b * T + t];
-      gen.step(seqs.data(), tokens.data(), n, logits.data());
+      for (size_t r = 0; r < gens.size(); ++r) {
+        gens[r]->step(seqs[r].data(), tokens.data(), n, logits[r].data());
+      }
       for (int64_t b = 0; b < n; ++b) {
-        const float* row = logits.data() + b * V;
-        const int64_t best = infer::greedy_token(row, V);
-        const double max = row[best];
-        double sum = 0;
-        for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - max);
-        result.loss_sum += max + std::log(sum) - row[target[b * T + t]];
-        result.greedy.push_back(static_cast<int32_t>(best));
-        ++result.positions;
+        const float* ref_row = logits[0].data() + b * V;
+        log_probs(ref_row, V, reference);
+        const int64_t ref_best = infer::greedy_token(ref_row, V);
+        for (size_t r = 0; r < gens.size(); ++r) {
+          const float* row = logits[r].data() + b * V;
+          log_probs(row, V, mine);
+          DecodeEval& e = results[r];
+          e.loss_sum -= mine[static_cast<size_t>(target[b * T + t])];
+          double kl = 0;
+          for (int64_t v = 0; v < V; ++v) {
+            const double lp = reference[static_cast<size_t>(v)];
+            kl += std::exp(lp) * (lp - mine[static_cast<size_t>(v)]);
+          }
+          e.kl_sum += kl;
+          e.agree += infer::greedy_token(row, V) == ref_best ? 1 : 0;
+          ++e.positions;
+        }
       }
     }
-    for (int64_t b = 0; b < n; ++b) gen.free_sequence(seqs[static_cast<size_t>(b)]);
+    for (size_t r = 0; r < gens.size(); ++r) {
+      for (int64_t b = 0; b < n; ++b) gens[r]->free_sequence(seqs[r][static_cast<size_t>(b)]);
+    }
   }
-  result.precision = gen.decode_model().effective_attn_precision();
-  return result;
+  // what the kernels computed in (kF32 where the asked precision did not apply), known once
+  // they have run
+  for (size_t r = 0; r < gens.size(); ++r) {
+    results[r].setup = {setups[r].cache_dtype, gens[r]->decode_model().effective_attn_precision()};
+  }
+  return results;
+}
+
+}  // namespace
+
+DType parse_cache_dtype_flag(const std::string& text) {
+  try {
+    return parse_dtype(text);
+  } catch (const SpecError& e) {
+    throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
+  }
+}
+
+nlohmann::json decode_eval_json(const DecodeEvalRow& r) {
+  return {{"cache_dtype", dtype_name(r.setup.cache_dtype)},
+          {"attn_precision", attn_precision_name(r.setup.precision)},
+          {"cache_bytes_per_token", r.cache_bytes_per_token},
+          {"loss", r.loss},
+          {"perplexity", r.perplexity},
+          {"perplexity_vs_reference", r.perplexity_vs_reference},
+          {"kl_from_reference", r.kl_from_reference},
+          {"greedy_agreement", r.greedy_agreement},
+          {"positions", r.positions}};
+}
+
+std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const data::Task& task,
+                                              uint64_t seed, const std::vector<DecodeSetup>& setups,
+                                              int threads) {
+  // the eval windows in batches of up to 16 sequences (steps of the decode path stay small)
+  const std::vector<data::Batch> batches = task.eval_batches(seed, 16);
+  if (batches.empty()) throw std::invalid_argument("the task has no held-out data");
+  const std::vector<DecodeEval> runs = run_decode(model, batches, setups, threads);
+  const double reference_loss = runs.front().loss_sum / static_cast<double>(runs.front().positions);
+  std::vector<DecodeEvalRow> rows;
+  for (const DecodeEval& r : runs) {
+    AttentionSpec spec = model->config().attn;
+    spec.cache_dtype = r.setup.cache_dtype;
+    DecodeEvalRow row;
+    row.setup = r.setup;
+    row.cache_bytes_per_token =
+        model->config().shape.n_layers * spec.cache_layout().bytes_per_token();
+    row.positions = r.positions;
+    const double positions = static_cast<double>(r.positions);
+    row.loss = r.loss_sum / positions;
+    row.perplexity = std::exp(row.loss);
+    row.perplexity_vs_reference = std::exp(row.loss - reference_loss);
+    row.kl_from_reference = r.kl_sum / positions;
+    row.greedy_agreement = static_cast<double>(r.agree) / positions;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+namespace {
+
+std::string setup_text(const DecodeSetup& s) {
+  return fmt::format("{} cache, {} arithmetic", dtype_name(s.cache_dtype),
+                     attn_precision_name(s.precision));
 }
 
 }  // namespace
@@ -69,83 +166,79 @@ DecodeEval run_decode(nn::TransformerModel& model, const std::vector<data::Batch
 int run_eval_decode(const std::string& precision_text, const std::string& cache_dtype_text,
                     int threads, const data::Task& task, uint64_t seed, nn::TransformerModel& model,
                     const std::string& format, std::ostream& out) {
+  const bool by_precision = !precision_text.empty();
+  const char* flag = by_precision ? "attn-precision" : "cache-dtype";
   if (task.metric() != data::Metric::kPerplexity) {
     throw SpecError(
-        "attn-precision",
+        flag,
         "the decode-path evaluation scores text tasks; this checkpoint's task is " + task.name());
   }
-  DType cache_dtype = DType::kF32;
+  // --attn-precision P: f32 against P on one cache (f32 unless --cache-dtype says); otherwise
+  // --cache-dtype DT against the bf16 cache (the f32 cache when DT is bf16), both in f32
+  DType cache_dtype = by_precision ? DType::kF32 : DType::kBf16;
+  if (!cache_dtype_text.empty()) cache_dtype = parse_cache_dtype_flag(cache_dtype_text);
+  std::vector<DecodeSetup> setups;
+  std::vector<DecodeEvalRow> runs;
   try {
-    cache_dtype = parse_dtype(cache_dtype_text);
-  } catch (const SpecError& e) {
-    throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
-  if (cache_dtype == DType::kFp8)
-    throw SpecError("cache-dtype", "fp8 caches are counted, not decoded");
-  // the eval windows in batches of up to 16 sequences (steps of the decode path stay small)
-  const std::vector<data::Batch> batches = task.eval_batches(seed, 16);
-  if (batches.empty()) throw SpecError("checkpoint", "the task has no held-out data");
-  std::vector<DecodeEval> runs;
-  AttnPrecision asked = AttnPrecision::kF32;
-  try {
-    runs.push_back(run_decode(model, batches, cache_dtype, AttnPrecision::kF32, threads));
-    const bool bf16_ok = [&] {
-      infer::Generator probe(model, cache_dtype, 1, 1, 1);
-      return probe.decode_model().supports_bf16_precision();
-    }();
-    asked = resolve_attn_precision(precision_text, bf16_ok);
-    if (asked != AttnPrecision::kF32) {
-      runs.push_back(run_decode(model, batches, cache_dtype, asked, threads));
-      if (runs.back().precision == AttnPrecision::kF32) {  // did not apply: say so, once
-        runs.pop_back();
-        throw SpecError("attn-precision",
-                        "bf16 arithmetic applies to bf16 caches without rebuilt keys; " +
-                            model->config().attn.to_string() + " with a " +
-                            std::string(dtype_name(cache_dtype)) +
-                            " cache computes in f32 (the f32 row is all there is)");
-      }
+    if (by_precision) {
+      setups.push_back({cache_dtype, AttnPrecision::kF32});
+      const bool bf16_ok = [&] {
+        infer::Generator probe(model, cache_dtype, 1, 1, 1);
+        return probe.decode_model().supports_bf16_precision();
+      }();
+      const AttnPrecision asked = resolve_attn_precision(precision_text, bf16_ok, cache_dtype);
+      if (asked != AttnPrecision::kF32) setups.push_back({cache_dtype, asked});
+    } else {
+      setups.push_back(
+          {cache_dtype == DType::kBf16 ? DType::kF32 : DType::kBf16, AttnPrecision::kF32});
+      setups.push_back({cache_dtype, AttnPrecision::kF32});
+    }
+    runs = eval_decode_setups(model, task, seed, setups, threads);
+    if (by_precision && runs.size() == 2 && runs[1].setup.precision == AttnPrecision::kF32) {
+      // the asked arithmetic did not apply: say so rather than label an f32 row with it
+      const bool bf16 = setups[1].precision == AttnPrecision::kBf16;
+      throw SpecError(
+          "attn-precision",
+          std::string(attn_precision_name(setups[1].precision)) + " arithmetic applies to " +
+              (bf16 ? "bf16 caches without rebuilt keys; "
+                    : "q8_0/q4_0 caches whose keys are not rotated or rebuilt on "
+                      "read; ") +
+              model->config().attn.to_string() + " with a " + std::string(dtype_name(cache_dtype)) +
+              " cache computes in f32 (the f32 row is all there is)");
     }
   } catch (const SpecError&) {
     throw;
   } catch (const std::invalid_argument& e) {
     throw SpecError("checkpoint", std::string("cannot decode this model: ") + e.what());
   }
-  const DecodeEval& f32 = runs.front();
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"attn precision", "loss (nats/byte)", "perplexity", "vs f32", "greedy agreement",
-               "positions"});
-  for (const DecodeEval& r : runs) {
-    const double loss = r.loss_sum / static_cast<double>(r.positions);
-    const double f32_loss = f32.loss_sum / static_cast<double>(f32.positions);
-    int64_t agree = 0;
-    for (size_t i = 0; i < r.greedy.size(); ++i) agree += r.greedy[i] == f32.greedy[i] ? 1 : 0;
-    const double agreement = static_cast<double>(agree) / static_cast<double>(r.positions);
-    const double ratio = std::exp(loss) / std::exp(f32_loss);
-    rows.push_back({{"attn_precision", attn_precision_name(r.precision)},
-                    {"loss", loss},
-                    {"perplexity", std::exp(loss)},
-                    {"perplexity_vs_f32", ratio},
-                    {"greedy_agreement", agreement},
-                    {"positions", r.positions}});
-    table.add_row({attn_precision_name(r.precision), fmt::format("{:.5f}", loss),
-                   fmt::format("{:.4f}", std::exp(loss)),
-                   fmt::format("{:+.4f}%", 100 * (ratio - 1)), format_percent(agreement),
+  Table table({"cache", "attn precision", "cache bytes/token", "loss (nats/byte)", "perplexity",
+               "vs first row", "KL from first row", "greedy agreement", "positions"});
+  for (const DecodeEvalRow& r : runs) {
+    rows.push_back(decode_eval_json(r));
+    table.add_row({std::string(dtype_name(r.setup.cache_dtype)),
+                   attn_precision_name(r.setup.precision), with_commas(r.cache_bytes_per_token),
+                   fmt::format("{:.5f}", r.loss), fmt::format("{:.4f}", r.perplexity),
+                   fmt::format("{:+.4f}%", 100 * (r.perplexity_vs_reference - 1)),
+                   fmt::format("{:.3g}", r.kl_from_reference), format_percent(r.greedy_agreement),
                    with_commas(r.positions)});
   }
+  const DecodeEvalRow& reference = runs.front();
   const std::string attn = model->config().attn.to_string();
   if (format == "json") {
     out << nlohmann::json{{"attn", attn},
                           {"task", task.name()},
-                          {"cache_dtype", dtype_name(cache_dtype)},
+                          {"reference", setup_text(reference.setup)},
                           {"rows", rows}}
                .dump(2)
         << "\n";
   } else {
     out << fmt::format(
-               "{} on {}: held-out data through the decode path ({} cache, token by token), in "
-               "f32 and in the asked precision; greedy agreement: positions where both pick the "
-               "same most likely next byte\n\n",
-               attn, task.name(), dtype_name(cache_dtype))
+               "{} on {}: held-out data through the decode path (token by token over a paged "
+               "cache); the first row ({}) is the reference the others are compared with: KL of "
+               "their next-byte distributions from its (nats, mean over positions), and greedy "
+               "agreement, the positions where both pick the same most likely next byte\n\n",
+               attn, task.name(), setup_text(reference.setup))
         << table.to_markdown();
   }
   return 0;

@@ -1,17 +1,54 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "data/task.h"
+#include "kernels/decode_attention.h"
 #include "nn/transformer.h"
 
 namespace kvlab {
 
+// One way of decoding: the cache's dtype and the attention's arithmetic.
+struct DecodeSetup {
+  DType cache_dtype = DType::kF32;
+  AttnPrecision precision = AttnPrecision::kF32;
+};
+
+// The held-out text through the decode path with one set-up, compared with the first set-up's.
+struct DecodeEvalRow {
+  DecodeSetup setup;  // precision: what was computed (kF32 where bf16 did not apply)
+  int64_t cache_bytes_per_token = 0;  // all layers
+  double loss = 0;                    // nats per token
+  double perplexity = 0;
+  double perplexity_vs_reference = 1;  // this perplexity ÷ the first set-up's
+  double kl_from_reference = 0;        // mean over positions of KL(first set-up ‖ this), nats
+  double greedy_agreement = 1;         // positions whose greedy token is the first set-up's
+  int64_t positions = 0;
+};
+
+// A --cache-dtype value; throws SpecError("cache-dtype") naming the problem.
+DType parse_cache_dtype_flag(const std::string& text);
+
+// A row as results.json and `eval --format json` write it.
+nlohmann::json decode_eval_json(const DecodeEvalRow& row);
+
+// `task`'s held-out windows (the run's `seed`) decoded token by token through a paged cache
+// under every set-up in lockstep; the first set-up is the reference of the comparisons. Throws
+// std::invalid_argument when the model cannot decode.
+std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const data::Task& task,
+                                              uint64_t seed, const std::vector<DecodeSetup>& setups,
+                                              int threads);
+
 // `kvlab eval --attn-precision P`: the held-out text through the decode path in f32 and in P
-// ("f32", "bf16" or "auto"): loss, perplexity, the change against f32, greedy agreement.
-// `seed`: the run's, as plain eval uses (the same held-out windows).
+// ("f32", "bf16" or "auto") over a `cache_dtype` cache (f32 when empty). With `precision` empty:
+// the bf16 cache against a `cache_dtype` one (f32 against bf16 when it is bf16), both in f32
+// arithmetic. Per row: loss, perplexity, its change, the mean KL divergence from the first row's
+// next-token distributions, greedy agreement. `seed`: the run's, as plain eval uses (the same
+// held-out windows).
 int run_eval_decode(const std::string& precision, const std::string& cache_dtype, int threads,
                     const data::Task& task, uint64_t seed, nn::TransformerModel& model,
                     const std::string& format, std::ostream& out);

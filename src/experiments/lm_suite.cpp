@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "experiments/compare.h"
+#include "experiments/eval_decode.h"
 #include "experiments/lm_preset.h"
 #include "experiments/suite.h"
 #include "infer/generator.h"
@@ -16,6 +17,7 @@
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/statistics.h"
+#include "report/svg_plot.h"
 #include "report/table.h"
 #include "report/units.h"
 #include "spec/spec_error.h"
@@ -132,6 +134,17 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
       throw SpecError("attn", v.attn + " keeps no cache: the lm suite decodes every variant");
     }
   }
+  // the cache dtypes of the decode-path comparison, bf16 (the reference) first
+  std::vector<DType> cache_dtypes;
+  if (!o.cache_dtypes.empty()) {
+    cache_dtypes.push_back(DType::kBf16);
+    for (const std::string& text : o.cache_dtypes) {
+      const DType dtype = parse_cache_dtype_flag(text);
+      if (std::find(cache_dtypes.begin(), cache_dtypes.end(), dtype) == cache_dtypes.end()) {
+        cache_dtypes.push_back(dtype);
+      }
+    }
+  }
   train::TrainOptions train_options = suite_train_options(preset.steps, preset.batch, preset.lr, 0);
   train_options.matmul_precision = o.matmul_precision;
   train_options.validate();  // before anything trains
@@ -191,10 +204,90 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
          {"decode_ms_per_token", ms},
          {"decode_tokens_per_s", 1000.0 / ms}});
   }
+  if (!cache_dtypes.empty()) {
+    // every checkpoint's held-out windows through each cache, in lockstep with the bf16 one
+    std::vector<DecodeSetup> setups;
+    for (DType dtype : cache_dtypes) setups.push_back({dtype, AttnPrecision::kF32});
+    const auto task = data::make_task(task_options);
+    results["config"]["cache_dtypes"] = json::array();
+    for (DType dtype : cache_dtypes) results["config"]["cache_dtypes"].push_back(dtype_name(dtype));
+    results["cache_dtype_runs"] = json::array();
+    for (size_t v = 0; v < variants.size(); ++v) {
+      for (int64_t seed = 0; seed < o.seeds; ++seed) {
+        if (stop && stop->load()) return 130;
+        const std::string checkpoint =
+            fmt::format("{}/runs/{}/seed{}/checkpoint", o.out, dir_name(variants[v].label), seed);
+        nn::TransformerModel model = nn::load_model(checkpoint);
+        const auto start = std::chrono::steady_clock::now();
+        const std::vector<DecodeEvalRow> rows =
+            eval_decode_setups(model, *task, static_cast<uint64_t>(seed), setups, cores);
+        std::cerr << fmt::format(
+            "cache dtypes {} seed {}: {:.0f} s\n", variants[v].label, seed,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        for (const DecodeEvalRow& r : rows) {
+          json run = decode_eval_json(r);  // against the checkpoint's bf16-cache decode
+          run["label"] = variants[v].label;
+          run["seed"] = seed;
+          results["cache_dtype_runs"].push_back(run);
+        }
+      }
+    }
+  }
   write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
   out << render_report(results, o.out);
   return 0;
 }
+
+namespace {
+
+// results.md's variant × cache dtype table and cache_pareto.svg, from results["cache_dtype_runs"]
+std::string render_cache_dtypes(const json& results, const std::vector<std::string>& labels,
+                                const std::string& dir) {
+  const json& runs = results.at("cache_dtype_runs");
+  std::vector<std::string> dtypes;
+  for (const json& d : results.at("config").at("cache_dtypes")) dtypes.push_back(d);
+  Table table({"variant", "cache", "cache B/token", "decode-path perplexity", "Δ ppl vs bf16",
+               "KL from bf16 (nats)", "greedy agreement", "seeds"});
+  std::vector<Series> series;
+  for (const std::string& label : labels) {
+    Series line{label, {}};
+    for (const std::string& dtype : dtypes) {
+      std::vector<double> ppl, change, kl, agreement;
+      int64_t bytes = 0;
+      for (const json& r : runs) {
+        if (r.at("label") != label || r.at("cache_dtype") != dtype) continue;
+        ppl.push_back(r.at("perplexity").get<double>());
+        change.push_back(100.0 * (r.at("perplexity_vs_reference").get<double>() - 1.0));
+        kl.push_back(r.at("kl_from_reference").get<double>());
+        agreement.push_back(r.at("greedy_agreement").get<double>());
+        bytes = r.at("cache_bytes_per_token").get<int64_t>();
+      }
+      if (ppl.empty()) continue;
+      const auto [p, p_std] = mean_std(ppl);
+      const auto [c, c_std] = mean_std(change);
+      const auto [k, k_std] = mean_std(kl);
+      table.add_row({label, dtype, with_commas(bytes), fmt::format("{:.4f} ± {:.4f}", p, p_std),
+                     fmt::format("{:+.3f}% ± {:.3f}", c, c_std),
+                     fmt::format("{:.2e} ± {:.1e}", k, k_std),
+                     format_percent(mean_std(agreement).first), std::to_string(ppl.size())});
+      line.points.push_back({static_cast<double>(bytes), p});
+    }
+    series.push_back(std::move(line));
+  }
+  write_file_atomic(dir + "/cache_pareto.svg",
+                    svg_line_chart("Decode-path perplexity against cache bytes per token "
+                                   "(each line: one variant, one point per cache dtype)",
+                                   "cache bytes per token (all layers)",
+                                   "perplexity (held-out, mean over seeds)", series));
+  return "\n## Cache dtypes\n\nThe held-out windows decoded token by token through each "
+         "cache (f32 arithmetic; q8_0/q4_0/fp8 by the scalar kernel), every checkpoint against "
+         "its own bf16-cache decode: Δ ppl and KL (mean over positions of KL(bf16 ‖ dtype)) are "
+         "mean ± sample std over seeds; rope streams stay bf16. Bytes against quality: "
+         "cache_pareto.svg.\n\n" +
+         table.to_markdown();
+}
+
+}  // namespace
 
 std::string render_lm_report(const json& results, const std::string& dir) {
   const json& c = results.at("config");
@@ -253,6 +346,7 @@ std::string render_lm_report(const json& results, const std::string& dir) {
       c.at("decode_context").get<int64_t>(), c.at("decode_threads").get<int64_t>(),
       c.at("decode_tokens").get<int64_t>());
   md += table.to_markdown() + "\nLoss curves: loss_curves.svg\n";
+  if (results.contains("cache_dtype_runs")) md += render_cache_dtypes(results, labels, dir);
   write_file_atomic(dir + "/results.md", md);
   return md;
 }

@@ -94,6 +94,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     throw SpecError("matmul-precision",
                     "applies to the lm suite; the " + o.suite + " suite trains at f32");
   }
+  if (o.suite != "lm" && !o.cache_dtypes.empty()) {
+    throw SpecError("cache-dtype",
+                    "applies to the lm suite; the " + o.suite + " suite does not decode text");
+  }
   if (o.suite == "lm") return run_compare_lm(o, stop, out);
   if (o.suite == "vision") return run_compare_vision(o, stop, out);
   if (o.suite == "convert") return run_compare_convert(o, stop, out);

@@ -25,9 +25,6 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         if (!model_->config().shape.causal()) {
           throw std::invalid_argument("decoding needs a causal (decoder) model");
         }
-        if (cache_dtype == DType::kFp8) {
-          throw std::invalid_argument("fp8 caches are counted, not stored");
-        }
         AttentionSpec spec = model_->config().attn;
         spec.cache_dtype = cache_dtype;
         CacheLayout layout = spec.cache_layout();
@@ -48,9 +45,10 @@ void Generator::write_rows(int64_t layer, int32_t seq, int64_t first_pos,
                            const std::vector<torch::Tensor>& rows) {
   for (size_t s = 0; s < rows.size(); ++s) {
     const torch::Tensor r = rows[s][0].to(torch::kFloat32).contiguous();  // [T, heads, width]
+    const CacheStream& st = layout_.streams[s];
     for (int64_t t = 0; t < r.size(0); ++t) {
-      store_row(r[t].data_ptr<float>(), r[t].numel(), layout_.dtype,
-                cache_.row(layer, static_cast<int64_t>(s), seq, first_pos + t));
+      store_rows(r[t].data_ptr<float>(), st.n_heads, st.head_width, layout_.stream_dtype(st),
+                 cache_.row(layer, static_cast<int64_t>(s), seq, first_pos + t));
     }
   }
 }
@@ -63,9 +61,8 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
     torch::Tensor t = torch::empty({1, tokens, st.n_heads, st.head_width}, kF32);
     float* dst = t.data_ptr<float>();
     for (int64_t pos = 0; pos < tokens; ++pos) {
-      const std::byte* row = cache_.row(layer, static_cast<int64_t>(s), seq, pos);
-      for (int64_t i = 0; i < st.width(); ++i)
-        dst[pos * st.width() + i] = load_element(row, layout_.dtype, i);
+      load_rows(cache_.row(layer, static_cast<int64_t>(s), seq, pos), st.n_heads, st.head_width,
+                layout_.stream_dtype(st), dst + pos * st.width());
     }
     out.push_back(t);
   }

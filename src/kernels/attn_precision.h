@@ -6,9 +6,11 @@
 
 namespace kvlab {
 
-// `--attn-precision` of generate, eval and the benches: "f32", "bf16" or "auto" (bf16 where
-// the decoder supports it, else f32). Throws SpecError("attn-precision", …) for any other
-// text, and for "bf16" on a decoder without AVX-512 BF16.
-AttnPrecision resolve_attn_precision(const std::string& text, bool bf16_supported);
+// `--attn-precision` of generate, eval and the benches: "f32", "bf16", "int8" or "auto" (int8 on
+// q8_0/q4_0 caches; elsewhere bf16 where the decoder supports it, else f32), for a cache of
+// `cache_dtype`. Throws SpecError("attn-precision", …) for any other text, for "bf16" on a
+// decoder without AVX-512 BF16, and for "int8" on a cache other than q8_0/q4_0.
+AttnPrecision resolve_attn_precision(const std::string& text, bool bf16_supported,
+                                     DType cache_dtype = DType::kBf16);
 
 }  // namespace kvlab

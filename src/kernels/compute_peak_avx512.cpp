@@ -47,7 +47,9 @@ int64_t mac_loop_int8_avx512(int64_t iterations, float* sink) {
   }
   __m512i sum = acc[0];
   for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, acc[c]);
-  *sink += static_cast<float>(_mm512_reduce_add_epi32(sum));
+  // summed as floats: the lanes wrap over a long loop, and _mm512_reduce_add_epi32 adds them as
+  // signed ints, where an overflow is undefined (UBSan stops on it)
+  *sink += _mm512_reduce_add_ps(_mm512_cvtepi32_ps(sum));
   return iterations * kChains * 64;
 }
 

@@ -39,7 +39,7 @@ inline uint16_t f32_to_f16(float value) {
   return bits;
 }
 
-// Element i of a row stored in `dtype` (f32, bf16 or f16), as f32.
+// Element i of a row stored in an element dtype (f32, bf16 or f16), as f32.
 inline float load_element(const void* row, DType dtype, int64_t i) {
   switch (dtype) {
     case DType::kF32:
@@ -48,13 +48,22 @@ inline float load_element(const void* row, DType dtype, int64_t i) {
       return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
     case DType::kF16:
       return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    case DType::kFp8:
+    default:
       break;
   }
   return 0.0f;
 }
 
-// Writes f32 values into a row stored in `dtype`.
-void store_row(const float* values, int64_t n, DType dtype, void* row);
+// fp8 e4m3 (OCP "FN": bias 7, no infinities, ±448 the largest, 0x7F/0xFF NaN).
+float e4m3_to_f32(uint8_t bits);
+// Round to nearest even; magnitudes past 448 saturate to 448, NaN stays NaN.
+uint8_t f32_to_e4m3(float value);
+
+// Writes n_rows rows of `width` f32 values as cache rows of `dtype`, each row quantized on its
+// own (see DType): n_rows · row_bytes(dtype, width) bytes at dst. A NaN anywhere in a block (or
+// an fp8 row) makes the whole block read back NaN.
+void store_rows(const float* values, int64_t n_rows, int64_t width, DType dtype, void* dst);
+// Reads such rows back as f32: n_rows · width values.
+void load_rows(const void* src, int64_t n_rows, int64_t width, DType dtype, float* out);
 
 }  // namespace kvlab

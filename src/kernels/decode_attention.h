@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "spec/dtype.h"
@@ -18,7 +19,12 @@ namespace kvlab {
 //        summed by bf16 products in f32. Keys rotated on read are rounded to bf16 after the
 //        norm and rotation. It applies to bf16 caches without rebuilt keys (gva dr=0); elsewhere
 //        a call computes in f32 (see effective_precision).
-enum class AttnPrecision { kF32, kBf16 };
+//  kInt8: as llama.cpp scores quantized caches: each query head row rounded to q8_0 (blocks of
+//        32 int8 with an f16 scale), scores as integer dot products of blocks times both scales,
+//        summed in f32; the rope slice, softmax and the value pass (values dequantized) in f32.
+//        It applies to q8_0 and q4_0 caches whose keys are cached rows (not rotated or rebuilt
+//        on read).
+enum class AttnPrecision { kF32, kBf16, kInt8 };
 
 // Tokens a work item covers (items start at multiples of it) and tokens per softmax block: with
 // kBf16 the weights are rounded relative to the running maximum, so the blocks are part of the
@@ -58,6 +64,9 @@ struct DecodeParams {
   int64_t value_width = 0;
   int64_t rope_width = 0;
   DType dtype = DType::kF32;
+  // the rope pool's dtype when it is not `dtype` (only under q8_0/q4_0/fp8 caches, where the
+  // rope stream may stay bf16)
+  std::optional<DType> rope_dtype;
   float scale = 1.0f;
   // one-stream with RoPE on read: cached row j becomes RoPE_j(RMSNorm(c_j)) as a key
   bool rope_on_read = false;
@@ -73,10 +82,14 @@ struct DecodeParams {
   AttnPrecision precision = AttnPrecision::kF32;
 };
 
+// The rope pool's dtype: rope_dtype, or dtype when unset.
+inline DType rope_pool_dtype(const DecodeParams& params) {
+  return params.rope_dtype.value_or(params.dtype);
+}
 // The precision a call computes in: params.precision where it applies, else kF32.
 AttnPrecision effective_precision(const DecodeParams& params);
 const char* attn_precision_name(AttnPrecision precision);
-// "f32" or "bf16"; throws std::invalid_argument naming `field` otherwise.
+// "f32", "bf16" or "int8"; throws std::invalid_argument naming `field` otherwise.
 AttnPrecision parse_attn_precision(const std::string& text, const char* field);
 
 // The plain scalar reference: every fast kernel is tested against it. Throws

@@ -100,6 +100,10 @@ bool cpu_has_avx512_bf16() {
   return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
 }
 
+bool cpu_has_avx512_vnni() {
+  return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vnni");
+}
+
 bool FastDecoder::supports_bf16_precision() const {
   return isa_ == CpuIsa::kScalar ||
          ((isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) && cpu_has_avx512_bf16());
@@ -146,8 +150,13 @@ void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta,
   rope_scaling_ = scaling;
 }
 
+bool FastDecoder::runs_simd(const DecodeParams& params) const {
+  return isa_ != CpuIsa::kScalar &&
+         (is_element_dtype(params.dtype) || effective_precision(params) == AttnPrecision::kInt8);
+}
+
 void FastDecoder::run(const DecodeParams& params) {
-  if (isa_ == CpuIsa::kScalar) {
+  if (!runs_simd(params)) {
     decode_attention_reference(params);
     return;
   }
@@ -158,6 +167,12 @@ void FastDecoder::run(const DecodeParams& params) {
       tokens = std::max<int64_t>(tokens, pages * params.pages.page_size);
     }
     prepare_rope(tokens, params.key_width, params.rope_theta, params.rope_scaling);
+  }
+  if (effective_precision(params) == AttnPrecision::kInt8) {
+    const bool vnni = (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) && cpu_has_avx512_vnni();
+    vnni ? decode_attention_int8_avx512(params, pool_, workspace_)
+         : decode_attention_int8_avx2(params, pool_, workspace_);
+    return;
   }
   if (effective_precision(params) == AttnPrecision::kBf16) {
     if (!supports_bf16_precision()) {

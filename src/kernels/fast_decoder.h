@@ -26,6 +26,8 @@ bool cpu_supports(CpuIsa isa);
 std::string_view cpu_isa_name(CpuIsa isa);
 // AVX-512 BF16 (vdpbf16ps): what AttnPrecision::kBf16 needs on top of AVX-512.
 bool cpu_has_avx512_bf16();
+// AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
+bool cpu_has_avx512_vnni();
 
 // What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
 // nothing.
@@ -60,7 +62,11 @@ class FastDecoder {
   // Throws std::invalid_argument for a level this machine cannot run (see cpu_supports).
   explicit FastDecoder(int threads, CpuIsa isa = detect_cpu_isa());
 
+  // q8_0 and q4_0 caches have a SIMD kernel for AttnPrecision::kInt8 only; in f32, and fp8
+  // caches in every precision, run() computes with the scalar reference (runs_simd says which;
+  // benchmarks print it).
   void run(const DecodeParams& params);
+  bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
   // The dense layers around attention (projections, MLP, LM head).
@@ -95,6 +101,12 @@ void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeW
 // amx: bf16 scores by tile multiplies where the shapes allow (the caller has the permission).
 void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
                              DecodeWorkspace& workspace, const float* rope_table, bool amx);
+// AttnPrecision::kInt8 over q8_0 / q4_0 caches: AVX2 + FMA + F16C (vpmaddubsw), and AVX-512
+// VNNI (vpdpbusd) where the decoder runs AVX-512 and the CPU has it.
+void decode_attention_int8_avx2(const DecodeParams& params, ThreadPool& pool,
+                                DecodeWorkspace& workspace);
+void decode_attention_int8_avx512(const DecodeParams& params, ThreadPool& pool,
+                                  DecodeWorkspace& workspace);
 // AttnPrecision::kBf16 with vdpbf16ps score and value passes (needs AVX-512 BF16).
 void decode_attention_avx512_bf16(const DecodeParams& params, ThreadPool& pool,
                                   DecodeWorkspace& workspace, const float* rope_table);

@@ -268,7 +268,13 @@ int64_t AttentionSpec::attn_out_dim() const {
 }
 
 CacheLayout AttentionSpec::cache_layout() const {
-  return spec_family(family()).cache_layout(*this);
+  CacheLayout layout = spec_family(family()).cache_layout(*this);
+  if (rope_cache_dtype.has_value()) {
+    layout.rope_dtype = rope_cache_dtype;
+  } else if (!is_element_dtype(cache_dtype)) {
+    layout.rope_dtype = DType::kBf16;
+  }
+  return layout;
 }
 
 Exact AttentionSpec::param_count() const { return spec_family(family()).param_count(*this); }

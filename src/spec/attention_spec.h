@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -75,6 +76,9 @@ struct AttentionSpec {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   DType cache_dtype = DType::kBf16;
+  // The rope stream's dtype when it is not the default: cache_dtype for f32/bf16/f16, bf16 under
+  // q8_0/q4_0/fp8 (a 16–64 wide key that every head scores against: quantizing it saves little).
+  std::optional<DType> rope_cache_dtype;
   // the variant's own widths
   int64_t n_groups = 0;       // G: cached K/V (or C) heads
   int64_t nope_dim = 0;       // d_n: content slice of q·k (mla, gva)

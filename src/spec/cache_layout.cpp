@@ -50,8 +50,12 @@ int64_t CacheLayout::scalars_per_token() const {
   return scalars;
 }
 
-int64_t CacheLayout::bytes_per_token() const { return scalars_per_token() * dtype_bytes(dtype); }
+int64_t CacheLayout::bytes_per_token() const {
+  int64_t bytes = 0;
+  for (const CacheStream& stream : streams) bytes += token_row_bytes(stream);
+  return bytes;
+}
 
-int64_t CacheLayout::state_bytes() const { return state_scalars * dtype_bytes(DType::kF32); }
+int64_t CacheLayout::state_bytes() const { return state_scalars * int64_t{sizeof(float)}; }
 
 }  // namespace kvlab

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct CacheLayout {
   DecodeKernel kernel = DecodeKernel::kNone;
   std::vector<CacheStream> streams;  // per token
   DType dtype = DType::kBf16;
+  // the rope stream's dtype (gva, gta, mla, gla) where it is not `dtype`: bf16 under q8_0, q4_0
+  // and fp8 unless the spec says otherwise (AttentionSpec::rope_cache_dtype)
+  std::optional<DType> rope_dtype = std::nullopt;
   // linear attention: scalars of the recurrent state per sequence, kept in f32 whatever
   // the cache dtype, because it is a running sum over the whole sequence
   int64_t state_scalars = 0;
@@ -60,8 +64,19 @@ struct CacheLayout {
   int64_t stream_index(StreamRole role) const;
   const CacheStream* find(StreamRole role) const;
 
+  DType stream_dtype(const CacheStream& stream) const {
+    return stream.role == StreamRole::kRope ? rope_dtype.value_or(dtype) : dtype;
+  }
+  // Bytes of one head row of the stream, and of the stream's whole row of a token.
+  int64_t head_row_bytes(const CacheStream& stream) const {
+    return row_bytes(stream_dtype(stream), stream.head_width);
+  }
+  int64_t token_row_bytes(const CacheStream& stream) const {
+    return stream.n_heads * head_row_bytes(stream);
+  }
+
   int64_t scalars_per_token() const;
-  int64_t bytes_per_token() const;
+  int64_t bytes_per_token() const;  // scales included
   int64_t state_bytes() const;
   bool operator==(const CacheLayout&) const = default;
 };

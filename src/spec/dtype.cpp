@@ -16,6 +16,10 @@ std::string_view dtype_name(DType dtype) {
       return "f16";
     case DType::kFp8:
       return "fp8";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -25,8 +29,10 @@ DType parse_dtype(std::string_view text) {
   if (text == "bf16" || text == "bfloat16") return DType::kBf16;
   if (text == "f16" || text == "float16") return DType::kF16;
   if (text == "fp8") return DType::kFp8;
-  throw SpecError("dtype",
-                  "unknown dtype '" + std::string(text) + "' (known: f32, bf16, f16, fp8)");
+  if (text == "q8_0") return DType::kQ8_0;
+  if (text == "q4_0") return DType::kQ4_0;
+  throw SpecError("dtype", "unknown dtype '" + std::string(text).substr(0, 40) +
+                               "' (known: f32, bf16, f16, fp8, q8_0, q4_0)");
 }
 
 }  // namespace kvlab

@@ -633,8 +633,47 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       const nlohmann::json both = nlohmann::json::parse(bf16.out)["rows"];
       ASSERT_EQ(both.size(), 2u);
       EXPECT_EQ(both[1]["attn_precision"], "bf16");
-      EXPECT_NEAR(both[1]["perplexity_vs_f32"].get<double>(), 1.0, 0.01) << both[1];
+      EXPECT_NEAR(both[1]["perplexity_vs_reference"].get<double>(), 1.0, 0.01) << both[1];
       EXPECT_GT(both[1]["greedy_agreement"].get<double>(), 0.9) << both[1];
+    }
+    // int8 arithmetic on a q8_0 cache: where keys are cached rows (not q-gqa's, rotated on read)
+    const RunResult int8 = run_kvlab("eval --checkpoint " + dir +
+                                     " --attn-precision int8 --cache-dtype q8_0 --format json");
+    if (std::string(attn) == "q-gqa:2,knorm") {
+      EXPECT_EQ(int8.exit_code, 2);
+      EXPECT_TRUE(contains(int8.err, "attn-precision")) << int8.err;
+    } else {
+      ASSERT_EQ(int8.exit_code, 0) << int8.err;
+      const nlohmann::json pair = nlohmann::json::parse(int8.out)["rows"];
+      ASSERT_EQ(pair.size(), 2u);
+      EXPECT_EQ(pair[1]["attn_precision"], "int8");
+      EXPECT_NEAR(pair[1]["perplexity_vs_reference"].get<double>(), 1.0, 0.01) << pair[1];
+    }
+    // quantized caches against the bf16 cache: close to it, q4_0 further than q8_0
+    double kl_q8_0 = 0;
+    int64_t bytes_q8_0 = 0;
+    for (const std::string dtype : {"q8_0", "q4_0"}) {
+      const RunResult quantized =
+          run_kvlab("eval --checkpoint " + dir + " --cache-dtype " + dtype + " --format json");
+      ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+      const nlohmann::json pair = nlohmann::json::parse(quantized.out)["rows"];
+      ASSERT_EQ(pair.size(), 2u);
+      EXPECT_EQ(pair[0]["cache_dtype"], "bf16");
+      EXPECT_EQ(pair[1]["cache_dtype"], dtype);
+      EXPECT_EQ(pair[0]["kl_from_reference"].get<double>(), 0.0);
+      const double kl = pair[1]["kl_from_reference"].get<double>();
+      EXPECT_GT(kl, 0.0) << pair[1];
+      EXPECT_LT(kl, 0.05) << pair[1];
+      EXPECT_NEAR(pair[1]["perplexity_vs_reference"].get<double>(), 1.0, 0.05) << pair[1];
+      EXPECT_GT(pair[1]["greedy_agreement"].get<double>(), 0.8) << pair[1];
+      const int64_t bytes = pair[1]["cache_bytes_per_token"].get<int64_t>();
+      if (dtype == "q8_0") {
+        kl_q8_0 = kl;
+        bytes_q8_0 = bytes;
+      } else {
+        EXPECT_GT(kl, kl_q8_0);
+        EXPECT_LT(bytes, bytes_q8_0);
+      }
     }
   }
   const std::string synthetic = fresh_dir("synthetic");
@@ -643,7 +682,7 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       {"generate --checkpoint " + synthetic + " --prompt x",
        "not a language model with a tokenizer.json or a byte vocabulary"},
       {"generate --checkpoint " + dir + " --prompt x --top-p 0", "top_p"},
-      {"generate --checkpoint " + dir + " --prompt x --cache-dtype fp8", "counted, not stored"},
+      {"generate --checkpoint " + dir + " --prompt x --cache-dtype q8", "cache_dtype"},
       // bf16 arithmetic needs a bf16 cache (or, elsewhere, a CPU with AVX-512 BF16)
       {"generate --checkpoint " + dir + " --prompt x --attn-precision bf16", "attn-precision"},
       {"generate --checkpoint " + dir + " --prompt x --attn-precision fp16", "attn-precision"},
@@ -724,7 +763,7 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
   const std::string dir = fresh_dir("compare-lm");
   const RunResult r = run_kvlab(
       "compare --suite lm --steps 2 --seeds 2 --attn mha "
-      "--attn gva:2,dr=16 --out " +
+      "--attn gva:2,dr=16 --cache-dtype q8_0 --out " +
       dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
@@ -742,14 +781,37 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
     EXPECT_GT(run["eval_loss"].get<double>(), 0);
     EXPECT_FALSE(run["curve"].empty());
   }
+  // the cache-dtype axis: every checkpoint decoded with bf16 (the reference) and q8_0 (q4_0's
+  // rows are checked by CliGenerateTest); q8_0 rows of 32 are one 34-byte block: mha 4 layers ×
+  // 8 rows, gva 2 rows + 16 bf16 scalars
+  const nlohmann::json& quantized = results["cache_dtype_runs"];
+  ASSERT_EQ(quantized.size(), 2u * 2u * 2u);
+  for (const auto& q : quantized) {
+    SCOPED_TRACE(q.dump());
+    const std::string dtype = q["cache_dtype"];
+    if (dtype == "bf16") {
+      EXPECT_EQ(q["kl_from_reference"].get<double>(), 0.0);
+      EXPECT_EQ(q["perplexity_vs_reference"].get<double>(), 1.0);
+    } else {
+      EXPECT_GT(q["kl_from_reference"].get<double>(), 0.0);
+      EXPECT_NEAR(q["perplexity_vs_reference"].get<double>(), 1.0, 0.05);
+    }
+    if (dtype == "q8_0") {
+      EXPECT_EQ(q["cache_bytes_per_token"], q["label"] == "mha" ? 4 * 8 * 34 : 4 * (2 * 34 + 32));
+    }
+  }
   const std::string md = slurp(dir + "/results.md");
   EXPECT_TRUE(contains(md, "| gva:2,dr=16 ")) << md;
+  EXPECT_TRUE(contains(md, "## Cache dtypes")) << md;
   EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/loss_curves.svg")), "");
+  EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/cache_pareto.svg")), "");
   std::filesystem::remove(dir + "/results.md");
   std::filesystem::remove(dir + "/loss_curves.svg");
+  std::filesystem::remove(dir + "/cache_pareto.svg");
   ASSERT_EQ(run_kvlab("report " + dir).exit_code, 0);
   EXPECT_EQ(slurp(dir + "/results.md"), md);
   EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/loss_curves.svg")), "");
+  EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + "/cache_pareto.svg")), "");
 
   const std::string run = dir + "/runs/gva_2_dr_16/seed0";
   const RunResult eval = run_kvlab("eval --checkpoint " + run + " --context 64,256 --format json");
@@ -781,6 +843,8 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
            {"compare --suite lm --preset paper --out " + dir, "preset"},
            {"compare --suite lm --data /nonexistent/kjv.txt --out " + dir, "data"},
            {"compare --suite lm --attn mha --attn linear --out " + dir, "linear"},
+           {"compare --suite lm --cache-dtype q5_1 --out " + dir, "cache-dtype"},
+           {"compare --suite synthetic --cache-dtype q8_0 --out " + dir, "cache-dtype"},
            {"eval --checkpoint " + run + " --context 0", "context"},
            {"analyze --checkpoint /nonexistent/run --out " + analysis, "nonexistent"},
            {"report /nonexistent", "dir"}}) {
@@ -933,6 +997,39 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
     ::unsetenv("KVLAB_CPU_ISA");
     EXPECT_EQ(capped.exit_code, 2);
     EXPECT_TRUE(contains(capped.err, "attn-precision: bf16 needs AVX-512 BF16")) << capped.err;
+  }
+  // quantized caches: q8_0 and q4_0 rows run the int8 kernel beside the bf16 rows; their bytes
+  // count whole blocks (a 32-wide head row is one block of 34 or 18 bytes)
+  const RunResult quantized = run_kvlab(
+      "bench decode --attn gqa:2 --attn gva:2,dr=16 --heads 4 --head-dim 32 --context 100 "
+      "--repeats 1 --rotate-mib 1 --format json --dtype bf16,q8_0,q4_0");
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  const nlohmann::json qrows = nlohmann::json::parse(quantized.out)["rows"];
+  ASSERT_EQ(qrows.size(), 6u);  // attn × dtype
+  const char* expected_dtypes[] = {"bf16", "q8_0", "q4_0"};
+  for (size_t i = 0; i < 6; ++i) {
+    SCOPED_TRACE(qrows[i].dump());
+    EXPECT_EQ(qrows[i]["dtype"], expected_dtypes[i % 3]);
+    if (i % 3 != 0) {
+      EXPECT_EQ(qrows[i]["precision"], "int8");
+    }
+    EXPECT_GT(qrows[i]["us_per_step"].get<double>(), 0);
+  }
+  EXPECT_DOUBLE_EQ(qrows[2]["time_vs_bf16_cache"].get<double>(),
+                   qrows[2]["us_per_step"].get<double>() / qrows[0]["us_per_step"].get<double>());
+  EXPECT_EQ(qrows[1]["cache_bytes_read"], 100 * 2 * 2 * 34);
+  EXPECT_EQ(qrows[2]["cache_bytes_read"], 100 * 2 * 2 * 18);
+  EXPECT_EQ(qrows[4]["cache_bytes_read"], 100 * (2 * 34 + 16 * 2));  // the rope key stays bf16
+  EXPECT_EQ(qrows[5]["cache_bytes_read"], 100 * (2 * 18 + 16 * 2));
+  for (const auto& [args, field] : std::vector<std::pair<std::string, std::string>>{
+           {"--attn gqa:2 --dtype q8_0 --attn-precision f32", "attn-precision"},
+           {"--attn q-gqa:2 --dtype q8_0", "scalar reference"},  // keys rotated on read
+           {"--attn gqa:2 --dtype fp8", "dtype"},
+           {"--attn gqa:2 --dtype q5_1", "dtype"}}) {
+    const RunResult refused =
+        run_kvlab("bench decode --heads 4 --head-dim 32 --context 100 --repeats 1 " + args);
+    EXPECT_EQ(refused.exit_code, 2) << args;
+    EXPECT_TRUE(contains(refused.err, field)) << args << ": " << refused.err;
   }
   const RunResult typo = run_kvlab("bench decode --attn gqa:2 --attn-precision fp16");
   EXPECT_EQ(typo.exit_code, 2);

@@ -347,6 +347,10 @@ std::vector<HostileCase> cases() {
       "--context");
   add("Eval_context_on_synthetic", "eval --checkpoint {syn} --context 8", "context");
   add("Eval_bad_format", "eval --checkpoint {ckpt} --format xml", "format");
+  add("Eval_cache_dtype_unknown", "eval --checkpoint {ckpt} --cache-dtype q5_1", "cache-dtype");
+  add("Eval_cache_dtype_with_context", "eval --checkpoint {ckpt} --cache-dtype q8_0 --context 8",
+      "context");
+  add("Eval_cache_dtype_on_synthetic", "eval --checkpoint {syn} --cache-dtype q4_0", "cache-dtype");
   add("Eval_data_missing", "eval --checkpoint {ckpt} --data {d}/none.txt", "data");
   add("Eval_data_differs", "eval --checkpoint {ckpt} --data {d}/other.txt", "data",
       file("other.txt", std::string(4000, 'z')));
@@ -453,7 +457,7 @@ std::vector<HostileCase> cases() {
   add("Generate_seed_overflow", gen + "--seed 99999999999999999999", "--seed");
   add("Generate_seed_negative", gen + "--seed -3", "--seed");
   add("Generate_cache_dtype_unknown", gen + "--cache-dtype q3", "dtype");
-  add("Generate_cache_dtype_fp8", gen + "--cache-dtype fp8", "cache_dtype");
+  add("Generate_cache_dtype_near_miss", gen + "--cache-dtype q8", "cache_dtype");
   add("Generate_empty_prompt", "generate --checkpoint {ckpt} --prompt ''", "prompt");
   add("Generate_no_prompt", "generate --checkpoint {ckpt}", "--prompt");
   add("Generate_synthetic_checkpoint", "generate --checkpoint {syn} --prompt x", "checkpoint");
@@ -632,6 +636,10 @@ std::vector<HostileCase> cases() {
   add("BenchDecode_context_huge", "bench decode --attn gqa:8 --context 1000000k", "context");
   add("BenchDecode_batch_zero", "bench decode --attn gqa:8 --batch 0", "batch");
   add("BenchDecode_dtype_fp8", "bench decode --attn gqa:8 --dtype fp8", "dtype");
+  add("BenchDecode_q8_0_rotated_keys", "bench decode --attn q-gqa:8 --dtype q8_0",
+      "scalar reference");
+  add("BenchDecode_q8_0_in_f32", "bench decode --attn gqa:8 --dtype q8_0 --attn-precision f32",
+      "attn-precision");
   add("BenchDecode_repeats_zero", "bench decode --attn gqa:8 --repeats 0", "repeats");
   add("BenchDecode_rotate_zero", "bench decode --attn gqa:8 --rotate-mib 0", "rotate-mib");
   add("BenchDecode_attn_unknown", "bench decode --attn frobnicate", "attn");

@@ -80,10 +80,11 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
     seqs.push_back(seq);
     for (int64_t pos = 0; pos < len; ++pos) {
       for (size_t s = 0; s < layout.streams.size(); ++s) {
-        std::vector<float> row(static_cast<size_t>(layout.streams[s].width()));
+        const CacheStream& st = layout.streams[s];
+        std::vector<float> row(static_cast<size_t>(st.width()));
         for (float& x : row) x = uniform(rng);
-        store_row(row.data(), static_cast<int64_t>(row.size()), c.dtype,
-                  cache.row(0, static_cast<int64_t>(s), seq, pos));
+        store_rows(row.data(), st.n_heads, st.head_width, c.dtype,
+                   cache.row(0, static_cast<int64_t>(s), seq, pos));
       }
     }
   }
@@ -299,10 +300,11 @@ double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
   cache.append(seq, tokens);
   for (int64_t pos = 0; pos < tokens; ++pos) {
     for (size_t st = 0; st < layout.streams.size(); ++st) {
-      std::vector<float> row(static_cast<size_t>(layout.streams[st].width()));
+      const CacheStream& stream = layout.streams[st];
+      std::vector<float> row(static_cast<size_t>(stream.width()));
       for (float& x : row) x = uniform(rng);
-      store_row(row.data(), static_cast<int64_t>(row.size()), DType::kBf16,
-                cache.row(0, static_cast<int64_t>(st), seq, pos));
+      store_rows(row.data(), stream.n_heads, stream.head_width, DType::kBf16,
+                 cache.row(0, static_cast<int64_t>(st), seq, pos));
     }
   }
   std::vector<float> q(static_cast<size_t>(v.heads * v.width)),

@@ -32,7 +32,7 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
     auto append_token = [&](int32_t seq) {
       const int64_t pos = cache.append(seq, 1);
       for (int64_t s = 0; s < 2; ++s)
-        store_row(row.data(), 128, DType::kBf16, cache.row(0, s, seq, pos));
+        store_rows(row.data(), 2, 64, DType::kBf16, cache.row(0, s, seq, pos));
     };
     for (int i = 0; i < 300; ++i) append_token(seqs[0]);
     for (int i = 0; i < 77; ++i) append_token(seqs[1]);

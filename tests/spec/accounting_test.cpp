@@ -173,8 +173,7 @@ TEST(AccountingTest, CacheLayoutsOfEveryKernelShape) {
 
 TEST(AccountingTest, CacheBytesScaleWithTokensBatchLayersAndDtype) {
   // mha on tiny_gpt: 2·8 scalars per token per layer
-  for (auto [dtype, bytes] :
-       {std::pair{DType::kF32, 4}, {DType::kBf16, 2}, {DType::kF16, 2}, {DType::kFp8, 1}}) {
+  for (auto [dtype, bytes] : {std::pair{DType::kF32, 4}, {DType::kBf16, 2}, {DType::kF16, 2}}) {
     const ModelConfig m = ModelConfig::make(tiny_gpt(), "mha", dtype);
     EXPECT_EQ(m.cache_bytes_per_token().value(), 2 * 16 * bytes);
     EXPECT_EQ(m.cache_bytes(5, 3).value(), 3 * 2 * 5 * 16 * bytes);
@@ -186,6 +185,41 @@ TEST(AccountingTest, CacheBytesScaleWithTokensBatchLayersAndDtype) {
   EXPECT_EQ(lin.cache_bytes(5000, 3).value(), lin.cache_bytes(5, 3).value());
   EXPECT_THROW(lin.cache_bytes(5, 0), SpecError);
   EXPECT_THROW(lin.cache_bytes(-1, 1), SpecError);
+}
+
+TEST(AccountingTest, ScaledCacheDtypesCountTheirScales) {
+  // Each head row is quantized on its own: q8_0 and q4_0 take ceil(width / 32) blocks of 34 and
+  // 18 bytes (32 elements + an f16 scale), fp8 width + 4 bytes (an f32 scale); rope streams
+  // stay bf16. Numbers worked by hand for rope_decoder (4 layers, 16 heads × 64).
+  const ModelShape rope = rope_decoder();
+  auto per_token = [&](const char* attn, DType dtype) {
+    return ModelConfig::make(rope, attn, dtype).cache_bytes_per_token().value();
+  };
+  // gqa:8: 8 K rows + 8 V rows of 64 = 2 blocks each
+  EXPECT_EQ(per_token("gqa:8", DType::kQ8_0), 4 * (16 * 2 * 34));   // 4,352
+  EXPECT_EQ(per_token("gqa:8", DType::kQ4_0), 4 * (16 * 2 * 18));   // 2,304
+  EXPECT_EQ(per_token("gqa:8", DType::kFp8), 4 * (16 * (64 + 4)));  // 4,352
+  EXPECT_EQ(per_token("gqa:8", DType::kBf16), 4 * (16 * 64 * 2));   // 8,192
+  // mla 512 + 64: one latent row of 16 blocks, the rope key 64 bf16 scalars
+  EXPECT_EQ(per_token("mla:dc=512,dr=64", DType::kQ8_0), 4 * (16 * 34 + 128));  // 2,688
+  EXPECT_EQ(per_token("mla:dc=512,dr=64", DType::kQ4_0), 4 * (16 * 18 + 128));  // 1,664
+  EXPECT_EQ(per_token("mla:dc=512,dr=64", DType::kFp8), 4 * (512 + 4 + 128));   // 2,576
+  // gva:8,dr=16: 8 value rows of 2 blocks, the rope key 16 bf16 scalars
+  EXPECT_EQ(per_token("gva:8,dr=16", DType::kQ8_0), 4 * (8 * 2 * 34 + 32));  // 2,304
+  EXPECT_EQ(per_token("gva:8,dr=16", DType::kQ4_0), 4 * (8 * 2 * 18 + 32));  // 1,280
+  // a row shorter than a block still takes a whole one: tiny_gpt's heads are 4 wide
+  EXPECT_EQ(ModelConfig::make(tiny_gpt(), "mha", DType::kQ8_0).cache_bytes_per_token().value(),
+            2 * (2 * 2 * 34));
+  EXPECT_EQ(ModelConfig::make(tiny_gpt(), "mha", DType::kFp8).cache_bytes_per_token().value(),
+            2 * (2 * 2 * (4 + 4)));
+  // the rope stream's dtype can be set apart from the cache's
+  AttentionSpec spec = AttentionSpec::parse("mla:dc=512,dr=64", rope, DType::kQ8_0);
+  spec.rope_cache_dtype = DType::kQ8_0;
+  EXPECT_EQ(spec.cache_layout().bytes_per_token(), 16 * 34 + 2 * 34);
+  EXPECT_EQ(spec.cache_layout().rope_dtype, DType::kQ8_0);
+  EXPECT_FALSE(AttentionSpec::parse("mla:dc=512,dr=64", rope, DType::kF16)
+                   .cache_layout()
+                   .rope_dtype.has_value());  // element dtypes: the rope stream is the cache's
 }
 
 TEST(AccountingTest, EquivalentSpecsCountTheSame) {

@@ -51,10 +51,10 @@ struct EvalCommandOptions {
   std::vector<int64_t> contexts;  // text tasks: evaluate at each context length (seed 003 T16)
   std::string data;               // replaces the recorded data file (same content)
   bool allow_different_data = false;
-  std::string precision;  // set: evaluate through the decode path in f32 and this precision
+  std::string precision;    // set: evaluate through the decode path in f32 and this precision
   std::string cache_dtype;  // set: evaluate through the decode path with this cache
-  int64_t stride = 0;  // model folders without a task: window step (0: context / 2)
-  int64_t batch = 1;   // and windows per forward pass
+  int64_t stride = 0;       // model folders without a task: window step (0: context / 2)
+  int64_t batch = 1;        // and windows per forward pass
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

@@ -136,12 +136,11 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
   const double reference_loss = runs.front().loss_sum / static_cast<double>(runs.front().positions);
   std::vector<DecodeEvalRow> rows;
   for (const DecodeEval& r : runs) {
-    AttentionSpec spec = model->config().attn;
-    spec.cache_dtype = r.setup.cache_dtype;
+    ModelConfig config = model->config();
+    config.attn.cache_dtype = r.setup.cache_dtype;
     DecodeEvalRow row;
     row.setup = r.setup;
-    row.cache_bytes_per_token =
-        model->config().shape.n_layers * spec.cache_layout().bytes_per_token();
+    row.cache_bytes_per_token = config.cache_bytes_per_token().value();
     row.positions = r.positions;
     const double positions = static_cast<double>(r.positions);
     row.loss = r.loss_sum / positions;

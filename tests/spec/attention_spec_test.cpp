@@ -63,7 +63,8 @@ std::vector<RoundTripCase> every_variant() {
 }
 
 TEST(AttentionSpecTest, ParsePrintRoundTripsForEveryVariant) {
-  for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16, DType::kFp8, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType dtype :
+       {DType::kF32, DType::kBf16, DType::kF16, DType::kFp8, DType::kQ8_0, DType::kQ4_0}) {
     for (const RoundTripCase& c : every_variant()) {
       SCOPED_TRACE(c.text);
       const AttentionSpec spec = AttentionSpec::parse(c.text, c.model, dtype);

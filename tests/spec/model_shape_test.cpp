@@ -68,7 +68,8 @@ TEST(ModelShapeTest, EnumTextRoundTrips) {
   for (BiasKind b : {BiasKind::kNone, BiasKind::kQkv, BiasKind::kAll}) {
     EXPECT_EQ(parse_bias_kind(bias_kind_name(b)), b);
   }
-  for (DType d : {DType::kF32, DType::kBf16, DType::kF16, DType::kFp8, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType d :
+       {DType::kF32, DType::kBf16, DType::kF16, DType::kFp8, DType::kQ8_0, DType::kQ4_0}) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);
   }
   EXPECT_EQ(parse_mlp_kind("swiglu"), MlpKind::kSwiglu);

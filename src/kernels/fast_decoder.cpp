@@ -84,15 +84,24 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
     work.item_start[static_cast<size_t>(b) + 1] = work.item_start[static_cast<size_t>(b)] + chunks;
     work.item_seq.insert(work.item_seq.end(), static_cast<size_t>(chunks), b);
   }
+  constexpr int64_t kLineFloats = 16, kPageFloats = 1024;
   DecodePlan plan;
   plan.n_items = work.item_start.back();
-  const int64_t need = fixed_floats + plan.n_items * floats_per_item;
+  plan.item_stride = (floats_per_item + kPageFloats - 1) / kPageFloats * kPageFloats;
+  const int64_t fixed = (fixed_floats + kLineFloats - 1) / kLineFloats * kLineFloats;
+  // room to align the start to a line and the items to a page
+  const int64_t need = kLineFloats + fixed + kPageFloats + plan.n_items * plan.item_stride;
   if (static_cast<int64_t>(work.floats.size()) < need)
     work.floats.resize(static_cast<size_t>(need));
   plan.tokens = work.tokens.data();
   plan.item_start = work.item_start.data();
   plan.item_seq = work.item_seq.data();
-  plan.floats = work.floats.data();
+  auto align = [](float* at, int64_t floats) {
+    const uintptr_t bytes = static_cast<uintptr_t>(floats) * sizeof(float);
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(at) + bytes - 1) / bytes * bytes);
+  };
+  plan.floats = align(work.floats.data(), kLineFloats);
+  plan.items = align(plan.floats + fixed, kPageFloats);
   return plan;
 }
 

@@ -31,6 +31,9 @@ struct Shape {
 const Shape kShapes[] = {
     {"twostream_w90", false, 6, 2, 90, 90},
     {"twostream_w32_mqa", false, 4, 1, 32, 32},
+    // keys of two quads (the AVX-512 kernel reads four blocks at a time), five heads a group
+    {"twostream_k160_v72", false, 10, 2, 160, 72},
+    {"onestream_w200_rope8", true, 5, 1, 200, 200, 8},
     {"onestream_rope16", true, 8, 2, 64, 64, 16},
     {"onestream_ropeonread_norm", true, 4, 4, 48, 48, 0, true, true},
     {"rebuilt_keys", true, 4, 2, 24, 40, 0, true, false, true},
@@ -38,7 +41,10 @@ const Shape kShapes[] = {
 
 // Fills a `dtype` cache and an f32 twin with its rows dequantized; the reference over both, and
 // FastDecoder over the quantized one, must agree.
-void check(const Shape& s, DType dtype, int64_t page, uint32_t seed) {
+// half_grid: every query block's largest value is 127/16, so its q8_0 scale is 1/16 exactly, and
+// the others sit on halves of that step — where rounding half away from zero (ggml's rule, the
+// reference's) and to even part: a kernel that rounds its queries otherwise moves its scores.
+void check(const Shape& s, DType dtype, int64_t page, uint32_t seed, bool half_grid = false) {
   SCOPED_TRACE(std::string(s.name) + " " + std::string(dtype_name(dtype)) + " page " +
                std::to_string(page));
   std::mt19937 rng(seed);
@@ -89,6 +95,13 @@ void check(const Shape& s, DType dtype, int64_t page, uint32_t seed) {
   std::vector<float> maps(
       static_cast<size_t>(s.rebuild ? s.heads * s.value_width * s.key_width : 0));
   for (float& x : q) x = normal(rng);
+  if (half_grid) {
+    std::uniform_int_distribution<int> step(-126, 125);
+    for (size_t i = 0; i < q.size(); ++i) {
+      const bool first = (i % static_cast<size_t>(s.key_width)) % 32 == 0;
+      q[i] = first ? 127.0f / 16 : (static_cast<float>(step(rng)) + 0.5f) / 16;
+    }
+  }
   for (float& x : qr) x = normal(rng);
   for (float& x : norm) x = 1.0f + 0.3f * normal(rng);
   for (float& x : maps) x = normal(rng) / std::sqrt(static_cast<float>(s.value_width));
@@ -167,6 +180,14 @@ TEST(QuantizedDecodeTest, EqualsAttentionOverTheDequantizedRows) {
     for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kFp8}) {
       for (int64_t page : {3, 16}) check(s, dtype, page, ++seed);
     }
+  }
+}
+
+TEST(QuantizedDecodeTest, KernelsRoundTheQueryHalvesAwayFromZeroAsTheReferenceDoes) {
+  uint32_t seed = 300;
+  for (const Shape& s : kShapes) {
+    if (s.rope_on_read) continue;  // rotated and rebuilt keys run the reference
+    check(s, DType::kQ8_0, 16, ++seed, /*half_grid=*/true);
   }
 }
 

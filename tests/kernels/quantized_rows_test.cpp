@@ -3,8 +3,10 @@
 // against its definition code by code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -52,6 +54,44 @@ TEST(QuantizedRowsTest, Q8_0BlockIsAnF16ScaleThen32Int8) {
   EXPECT_EQ(back[0], 127 * d);
   EXPECT_EQ(back[1], -50 * d);
   EXPECT_EQ(back[31], 0.0f);
+}
+
+TEST(QuantizedRowsTest, Q8_0RoundsHalvesAwayFromZeroLikeLround) {
+  // amax 127: d = 1 and x / d = x exactly, so halves and their neighbours reach the rounding;
+  // then random blocks against std::lround of x · (1 / d), the definition ggml uses
+  std::vector<float> row(32, 0.0f);
+  row[0] = 127.0f;
+  const float halves[] = {0.5f,
+                          -0.5f,
+                          1.5f,
+                          -1.5f,
+                          2.5f,
+                          -2.5f,
+                          126.5f,
+                          -126.5f,
+                          std::nextafter(0.5f, 0.0f),
+                          std::nextafter(-0.5f, 0.0f),
+                          std::nextafter(2.5f, 3.0f),
+                          -0.0f};
+  for (size_t i = 0; i < std::size(halves); ++i) row[1 + i] = halves[i];
+  std::vector<std::byte> bytes = store(row, 32, DType::kQ8_0);
+  ASSERT_EQ(f16_at(bytes, 0), 1.0f);
+  for (size_t i = 0; i < std::size(halves); ++i) {
+    EXPECT_EQ(static_cast<int8_t>(bytes[3 + i]), std::lround(halves[i])) << halves[i];
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 2000; ++trial) {
+    for (float& x : row) x = normal(rng) * (trial % 7 == 0 ? 1e-3f : 3.0f);
+    bytes = store(row, 32, DType::kQ8_0);
+    float amax = 0.0f;
+    for (float x : row) amax = std::max(amax, std::fabs(x));
+    const float inverse = 1.0f / (amax / 127.0f);
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(static_cast<int8_t>(bytes[2 + i]), std::lround(row[i] * inverse))
+          << "trial " << trial << " element " << i;
+    }
+  }
 }
 
 TEST(QuantizedRowsTest, Q4_0BlockPacksElementsIAndIPlus16InOneByte) {

@@ -15,7 +15,6 @@
 namespace kvlab {
 namespace {
 
-#define KVLAB_INT8_LANES 8
 #include "kernels/decode_attention_int8_common.inc"
 #include "kernels/decode_attention_vector_math.inc"
 
@@ -135,6 +134,43 @@ void softmax_block(float* scores, int64_t n, int64_t heads, float* partial, int6
     alpha[hh] = _mm_cvtss_f32(_mm256_castps256_ps128(exp256(_mm256_set1_ps(ph[0] - m))));
     ph[1] = ph[1] * alpha[hh] + hsum(_mm256_add_ps(ea, eb));
     ph[0] = m;
+  }
+}
+
+// acc[0..vw) = acc · alpha + Σ_i w[i] · rows[i] (rows: [n][vw] f32), the accumulator held in
+// registers a chunk of columns at a time.
+void accumulate(float* acc, float alpha, const float* w, const float* rows, int64_t n, int64_t vw) {
+  int64_t c = 0;
+  for (; c + 32 <= vw; c += 32) {
+    const __m256 a = _mm256_set1_ps(alpha);
+    __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(acc + c), a);
+    __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 8), a);
+    __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 16), a);
+    __m256 x3 = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 24), a);
+    for (int64_t i = 0; i < n; ++i) {
+      const __m256 wi = _mm256_set1_ps(w[i]);
+      const float* r = rows + i * vw + c;
+      x0 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r), x0);
+      x1 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8), x1);
+      x2 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 16), x2);
+      x3 = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 24), x3);
+    }
+    _mm256_storeu_ps(acc + c, x0);
+    _mm256_storeu_ps(acc + c + 8, x1);
+    _mm256_storeu_ps(acc + c + 16, x2);
+    _mm256_storeu_ps(acc + c + 24, x3);
+  }
+  for (; c + 8 <= vw; c += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc + c), _mm256_set1_ps(alpha));
+    for (int64_t i = 0; i < n; ++i) {
+      x = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(rows + i * vw + c), x);
+    }
+    _mm256_storeu_ps(acc + c, x);
+  }
+  for (; c < vw; ++c) {
+    float x = acc[c] * alpha;
+    for (int64_t i = 0; i < n; ++i) x += w[i] * rows[i * vw + c];
+    acc[c] = x;
   }
 }
 

@@ -30,7 +30,6 @@
 namespace kvlab {
 namespace {
 
-#define KVLAB_INT8_LANES 16
 #include "kernels/decode_attention_int8_common.inc"
 
 static_assert(kBlock == 16, "a block of tokens is one 16-lane vector of scores");
@@ -324,7 +323,8 @@ void softmax16(float* scores, int64_t n, int64_t heads, float* partial, int64_t 
 
 // The group's scratch, in floats: packed keys [quads][kBlock][128 B], their scale bits
 // [quads][kBlock][4] and the same as f32 lanes [quads][4][16] (block_sums' order), the value
-// rows' scale bits [value quads][kBlock][4] and [value quads · 4][kBlock], scores
+// rows' scale bits [value quads][kBlock][4] and [value quads · 4][kBlock], widened value rows
+// [kBlock][value_stride] (widens_once), scores
 // [heads][kBlock], weights [heads][value blocks][kBlock], alpha [heads].
 struct GroupScratch {
   uint8_t* keys;
@@ -332,16 +332,26 @@ struct GroupScratch {
   float* key_scales;
   uint16_t* value_scale_bits;
   uint16_t* value_scales;
+  float* values;  // [kBlock][value_stride] widened rows, or null (widens_once)
   float* scores;
   float* alpha;
   float* weights;
 };
 
+// More heads a group than one pass of the value loop takes: the rows are widened once into
+// scratch rather than once per pass.
+constexpr int64_t kPassHeads = 4;  // add_values is instantiated for 1 … 4 heads
+bool widens_once(const DecodeParams& p) { return p.n_heads / p.n_groups > kPassHeads; }
+// A widened value row's floats: whole 64-column chunks, so the value loop never reads past it.
+int64_t value_stride_floats(int64_t value_blocks) { return (value_blocks * kQB + 63) / 64 * 64; }
+int64_t value_stride(const DecodeParams& p) { return value_stride_floats(value_blocks(p)); }
+
 int64_t group_scratch_floats(const DecodeParams& p, int64_t blocks) {
   const int64_t quads = quads_of(blocks), heads = p.n_heads / p.n_groups;
   const int64_t vb = value_blocks(p), vquads = quads_of(vb);
   return quads * kBlock * kQuadBytes / 4 + quads * 64 / 2 + quads * 64 + vquads * 64 +
-         heads * kBlock + heads * vb * kBlock + heads;
+         (widens_once(p) ? kBlock * value_stride(p) : 0) + heads * kBlock + heads * vb * kBlock +
+         heads;
 }
 
 GroupScratch carve(const DecodeParams& p, int64_t blocks, float* at) {
@@ -358,6 +368,8 @@ GroupScratch carve(const DecodeParams& p, int64_t blocks, float* at) {
   at += vquads * 64 / 2;
   s.value_scales = reinterpret_cast<uint16_t*>(at);
   at += vquads * 64 / 2;
+  s.values = widens_once(p) ? at : nullptr;
+  at += widens_once(p) ? kBlock * value_stride(p) : 0;
   s.scores = at;
   s.weights = s.scores + heads * kBlock;
   s.alpha = s.weights + heads * vb * kBlock;
@@ -383,11 +395,13 @@ void widen_block(const std::byte* block, __m512& lo, __m512& hi) {
 // Heads' accumulators (part: the first head's [max, sum, accumulator], the next `stride` floats
 // on) rescaled by alpha and given Σ_t weight · value over the n value rows, 64 columns (two
 // blocks) at a time, each row widened in registers. weights: [NH][vb][kBlock] (softmax weight ×
-// the row's block scale). ahead: rows to prefetch, one a token (ahead_n of them).
+// the row's block scale). widened: the rows as f32 [kBlock][value_stride] when the group's
+// heads take several passes, else null (each pass widens in registers). ahead: rows to
+// prefetch, one a token (ahead_n of them).
 template <DType D, int NH>
 void add_values(float* part, int64_t stride, const float* alpha, const float* weights, int64_t vb,
-                const std::byte* const* rows, int64_t vw, int64_t n, const std::byte* const* ahead,
-                int64_t ahead_n) {
+                const std::byte* const* rows, const float* widened, int64_t vw, int64_t n,
+                const std::byte* const* ahead, int64_t ahead_n) {
   for (int64_t c0 = 0; c0 < vw; c0 += 64) {
     __mmask16 mask[4];
     for (int v = 0; v < 4; ++v) {
@@ -409,8 +423,16 @@ void add_values(float* part, int64_t stride, const float* alpha, const float* we
     for (int64_t t = 0; t < n; ++t) {
       if (c0 == 0 && t < ahead_n) prefetch_row(ahead[t], block_bytes<D>() * vb);
       __m512 x0, x1, x2, x3;
-      widen_block<D>(rows[t] + b0 * block_bytes<D>(), x0, x1);
-      widen_block<D>(rows[t] + b1 * block_bytes<D>(), x2, x3);
+      if (widened != nullptr) {
+        const float* x = widened + t * value_stride_floats(vb) + c0;
+        x0 = _mm512_loadu_ps(x);
+        x1 = _mm512_loadu_ps(x + 16);
+        x2 = _mm512_loadu_ps(x + 32);
+        x3 = _mm512_loadu_ps(x + 48);
+      } else {
+        widen_block<D>(rows[t] + b0 * block_bytes<D>(), x0, x1);
+        widen_block<D>(rows[t] + b1 * block_bytes<D>(), x2, x3);
+      }
       for (int h = 0; h < NH; ++h) {
         const __m512 w0 = _mm512_set1_ps(weights[(h * vb + b0) * kBlock + t]);
         const __m512 w1 = _mm512_set1_ps(weights[(h * vb + b1) * kBlock + t]);
@@ -428,17 +450,15 @@ void add_values(float* part, int64_t stride, const float* alpha, const float* we
   }
 }
 
-// One block of n tokens (cache slots; −1 past n) for group g of sequence b: scores, the online
-// softmax, the values (part: the group's first head's [max, sum, accumulator]).
+// The group's key rows of one block (n tokens) into the split layout and their scales into
+// f32 lanes (block_sums' order); past n, zero keys and scales (scores of 0, never used). The
+// unit after next's key rows (next) are asked for a row at a time on the way.
 template <DType D>
-void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots, int64_t n,
-                const NextRows& next, const float* ropes, float* part, float* scratch) {
+void pack_keys(const Int8Context& c, int64_t g, const int64_t* slots, int64_t n,
+               const NextRows& next, const GroupScratch& s) {
   const DecodeParams& p = *c.p;
-  const int64_t G = p.n_groups, heads = p.n_heads / G, vw = p.value_width;
-  const int64_t rw = p.rope_width, quads = quads_of(c.blocks), vb = value_blocks(p);
-  const int64_t key_row = row_bytes(D, p.key_width), value_row = row_bytes(D, vw);
-  const GroupScratch s = carve(p, c.blocks, scratch);
-
+  const int64_t G = p.n_groups, quads = quads_of(c.blocks);
+  const int64_t key_row = row_bytes(D, p.key_width);
   const std::byte* key_rows[kBlock];
   for (int64_t t = 0; t < n; ++t) key_rows[t] = p.key_pool + (slots[t] * G + g) * key_row;
   for (int64_t k = 0; k < quads; ++k) {
@@ -458,7 +478,7 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots
                              bits + t * kQuadBlocks);
       }
     }
-    for (int64_t t = n; t < kBlock; ++t) {  // zero keys and scales: scores of 0, never used
+    for (int64_t t = n; t < kBlock; ++t) {
       pack_partial_quad<D>(nullptr, 0, out + t * kQuadBytes, bits + t * kQuadBlocks);
     }
   }
@@ -473,7 +493,14 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots
                        _mm512_cvtph_ps(_mm512_extracti64x4_epi64(words, 1)));
     }
   }
-  const int64_t row0 = b * p.n_heads + g * heads;
+}
+
+// s.scores [heads][kBlock] of the packed block for query rows row0 … row0 + heads − 1: content
+// (exact integer block sums × both scales), plus the rope slice (ropes: [rw][kBlock]), scaled.
+void score_heads(const Int8Context& c, int64_t row0, int64_t heads, const float* ropes,
+                 const GroupScratch& s) {
+  const DecodeParams& p = *c.p;
+  const int64_t rw = p.rope_width, quads = quads_of(c.blocks);
   for (int64_t hh = 0; hh < heads; ++hh) {
     const int64_t row = row0 + hh;
     __m512 f[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -506,16 +533,15 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots
     }
     _mm512_storeu_ps(s.scores + hh * kBlock, _mm512_mul_ps(scores, _mm512_set1_ps(p.scale)));
   }
-  softmax16(s.scores, n, heads, part, 2 + vw, s.alpha);
+}
 
-  // values: the rows' scales go into the weights (past n: scale 0, the row never read); a
-  // one-stream cache's value rows are its key rows, whose scales are already unpacked
-  const std::byte* rows[kBlock];
-  for (int64_t t = 0; t < kBlock; ++t) {
-    rows[t] = t < n ? p.value_pool + (slots[t] * G + g) * value_row : nullptr;
-  }
-  const int64_t vquads = quads_of(vb);
-  const bool same_rows = p.value_pool == p.key_pool && value_row == key_row;
+// s.weights [heads][value blocks][kBlock]: each head's softmax weights × the value rows' block
+// scales (past n: scale 0). A one-stream cache's value rows are its key rows, whose scale words
+// pack_keys already unpacked.
+template <DType D>
+void value_weights(const DecodeParams& p, int64_t heads, const std::byte* const* rows, int64_t n,
+                   bool same_rows, const GroupScratch& s) {
+  const int64_t vb = value_blocks(p), vquads = quads_of(vb);
   const uint16_t* value_bits = same_rows ? s.key_scale_bits : s.value_scale_bits;
   if (!same_rows) {
     for (int64_t k = 0; k < vquads; ++k) {
@@ -544,28 +570,65 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots
                        _mm512_mul_ps(_mm512_loadu_ps(s.scores + hh * kBlock), d));
     }
   }
-  // the next block's value rows of this group (none for a one-stream cache: the keys were)
+}
+
+// One block of n tokens (cache slots; −1 past n) for group g of sequence b: scores, the online
+// softmax, the values (part: the group's first head's [max, sum, accumulator]).
+template <DType D>
+void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots, int64_t n,
+                const NextRows& next, const float* ropes, float* part, float* scratch) {
+  const DecodeParams& p = *c.p;
+  const int64_t G = p.n_groups, heads = p.n_heads / G, vw = p.value_width;
+  const int64_t vb = value_blocks(p);
+  const int64_t key_row = row_bytes(D, p.key_width), value_row = row_bytes(D, vw);
+  const GroupScratch s = carve(p, c.blocks, scratch);
+  pack_keys<D>(c, g, slots, n, next, s);
+  score_heads(c, b * p.n_heads + g * heads, heads, ropes, s);
+  softmax16(s.scores, n, heads, part, 2 + vw, s.alpha);
+
+  const std::byte* rows[kBlock];
+  for (int64_t t = 0; t < kBlock; ++t) {
+    rows[t] = t < n ? p.value_pool + (slots[t] * G + g) * value_row : nullptr;
+  }
+  const bool same_rows = p.value_pool == p.key_pool && value_row == key_row;
+  value_weights<D>(p, heads, rows, n, same_rows, s);
+  // the unit after next's value rows (none for a one-stream cache: the keys were)
   const std::byte* ahead[kBlock];
   const int64_t ahead_n = same_rows ? 0 : next.n;
   for (int64_t t = 0; t < ahead_n; ++t) ahead[t] = next.values[t];
+  if (s.values != nullptr) {  // several passes of heads: widen each row once
+    const int64_t vstride = value_stride(p);
+    for (int64_t t = 0; t < n; ++t) {
+      float* out = s.values + t * vstride;
+      for (int64_t k = 0; k < vb; ++k) {
+        __m512 lo, hi;
+        widen_block<D>(rows[t] + k * block_bytes<D>(), lo, hi);
+        _mm512_storeu_ps(out + k * kQB, lo);
+        _mm512_storeu_ps(out + k * kQB + 16, hi);
+      }
+      for (int64_t i = vb * kQB; i < vstride; i += 16) {
+        _mm512_storeu_ps(out + i, _mm512_setzero_ps());
+      }
+    }
+  }
   const int64_t stride = 2 + vw;
-  for (int64_t h0 = 0; h0 < heads; h0 += 4) {
+  for (int64_t h0 = 0; h0 < heads; h0 += kPassHeads) {
     float* at = part + h0 * stride;
     const float* alpha = s.alpha + h0;
     const float* weights = s.weights + h0 * vb * kBlock;
     const int64_t m = h0 == 0 ? ahead_n : 0;
-    switch (std::min<int64_t>(4, heads - h0)) {
+    switch (std::min(kPassHeads, heads - h0)) {
       case 4:
-        add_values<D, 4>(at, stride, alpha, weights, vb, rows, vw, n, ahead, m);
+        add_values<D, 4>(at, stride, alpha, weights, vb, rows, s.values, vw, n, ahead, m);
         break;
       case 3:
-        add_values<D, 3>(at, stride, alpha, weights, vb, rows, vw, n, ahead, m);
+        add_values<D, 3>(at, stride, alpha, weights, vb, rows, s.values, vw, n, ahead, m);
         break;
       case 2:
-        add_values<D, 2>(at, stride, alpha, weights, vb, rows, vw, n, ahead, m);
+        add_values<D, 2>(at, stride, alpha, weights, vb, rows, s.values, vw, n, ahead, m);
         break;
       default:
-        add_values<D, 1>(at, stride, alpha, weights, vb, rows, vw, n, ahead, m);
+        add_values<D, 1>(at, stride, alpha, weights, vb, rows, s.values, vw, n, ahead, m);
         break;
     }
   }

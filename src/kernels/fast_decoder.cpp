@@ -105,6 +105,45 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
   return plan;
 }
 
+void merge_partials(const DecodeParams& p, const DecodePlan& plan, ThreadPool& pool) {
+  constexpr int64_t kHeads = 8;  // heads a task
+  const int64_t H = p.n_heads, vw = p.value_width, stride = 2 + vw;
+  const int64_t head_blocks = (H + kHeads - 1) / kHeads;
+  pool.parallel_for(p.n_seqs * head_blocks, [&](int64_t task) {
+    const int64_t b = task / head_blocks, h0 = task % head_blocks * kHeads;
+    const int64_t heads = std::min(kHeads, H - h0);
+    const int64_t first = plan.item_start[b], items = plan.item_start[b + 1] - first;
+    float* out = p.out + (b * H + h0) * vw;  // [heads][vw]
+    for (int64_t i = 0; i < heads * vw; ++i) out[i] = 0.0f;
+    if (plan.tokens[b] == 0) return;
+    float m[kHeads], l[kHeads];
+    for (int64_t hh = 0; hh < heads; ++hh) {
+      m[hh] = -INFINITY;
+      l[hh] = 0.0f;
+    }
+    for (int64_t k = 0; k < items; ++k) {
+      const float* part = plan.item(first + k) + h0 * stride;
+      for (int64_t hh = 0; hh < heads; ++hh) m[hh] = std::max(m[hh], part[hh * stride]);
+    }
+    for (int64_t k = 0; k < items; ++k) {
+      const float* part = plan.item(first + k) + h0 * stride;
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        const float* ph = part + hh * stride;
+        if (ph[1] == 0.0f) continue;
+        const float w = std::exp(ph[0] - m[hh]);
+        l[hh] += ph[1] * w;
+        float* o = out + hh * vw;
+        for (int64_t i = 0; i < vw; ++i) o[i] += w * ph[2 + i];
+      }
+    }
+    for (int64_t hh = 0; hh < heads; ++hh) {
+      const float inverse = 1.0f / l[hh];
+      float* o = out + hh * vw;
+      for (int64_t i = 0; i < vw; ++i) o[i] *= inverse;
+    }
+  });
+}
+
 bool cpu_has_avx512_bf16() {
   return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
 }

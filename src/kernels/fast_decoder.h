@@ -58,6 +58,12 @@ struct DecodePlan {
 DecodePlan plan_decode(const DecodeParams& params, DecodeWorkspace& workspace, int64_t chunk_tokens,
                        int64_t fixed_floats, int64_t floats_per_item);
 
+// params.out = each sequence's items' online-softmax partials (each item's: [n_heads][2 + vw]:
+// max, sum, accumulator) merged, in parallel over sequences and blocks of heads. Each task reads
+// its items in order, a block of heads' partials at a time (contiguous): read head by head
+// across items, the partials that other cores had just written arrived one miss at a time.
+void merge_partials(const DecodeParams& params, const DecodePlan& plan, ThreadPool& pool);
+
 // Flash-decoding on the CPU: each sequence's tokens are split into chunks spread over a
 // persistent thread pool; every chunk keeps an online-softmax partial (max, sum,
 // accumulator) for all heads of one group, so each cached row is loaded once per group, not

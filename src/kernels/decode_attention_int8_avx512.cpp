@@ -104,38 +104,44 @@ constexpr uint16_t word_at(int byte, int first, int second) {
 }
 
 // lo and scales from loads at (lo_first, lo_second), hi from (hi_first, hi_second)
-constexpr QuadIndex quad_index(int block_bytes, int lo_first, int lo_second, int hi_first,
+constexpr QuadIndex quad_index(int block_size, int lo_first, int lo_second, int hi_first,
                                int hi_second) {
   QuadIndex x{};
   for (int L = 0; L < kQuadBlocks; ++L) {
     for (int i = 0; i < 8; ++i) {
-      x.lo[8 * L + i] = word_at(block_bytes * L + 2 + 2 * i, lo_first, lo_second);
-      x.hi[8 * L + i] = word_at(block_bytes * L + 2 + 16 + 2 * i, hi_first, hi_second);
+      x.lo[8 * L + i] = word_at(block_size * L + 2 + 2 * i, lo_first, lo_second);
+      x.hi[8 * L + i] = word_at(block_size * L + 2 + 16 + 2 * i, hi_first, hi_second);
     }
-    x.scales[L] = word_at(block_bytes * L, lo_first, lo_second);
+    x.scales[L] = word_at(block_size * L, lo_first, lo_second);
   }
   return x;
 }
 
 // q8_0: a quad is 136 bytes — lo and scales from bytes 0..127, hi from 16..79 and 72..135.
 // q4_0: 72 bytes, one run of nibbles a block (lo) — from bytes 0..63 and 8..71.
-constexpr QuadIndex kQ8_0Index = quad_index(2 + kQB, 0, 64, 16, 72);
-constexpr QuadIndex kQ4_0Index = quad_index(2 + kQB / 2, 0, 8, 0, 8);
+constexpr QuadIndex kQ8_0Index = quad_index(block_bytes<DType::kQ8_0>(), 0, 64, 16, 72);
+constexpr QuadIndex kQ4_0Index = quad_index(block_bytes<DType::kQ4_0>(), 0, 8, 0, 8);
+
+// The 32 word indices of one vpermw / vpermt2w.
+struct WordIndex {
+  uint16_t word[32];
+};
 
 // Sixteen tokens' scale words [t][L] (two vectors: tokens 0..7, 8..15) to lanes 4L + i = token
 // 4j + i: words j = 0, 1 from the first vector, 2, 3 from the second.
-constexpr QuadIndex scale_transpose() {
-  QuadIndex x{};
+constexpr WordIndex scale_transpose() {
+  WordIndex x{};
   for (uint16_t j = 0; j < 2; ++j) {
     for (uint16_t L = 0; L < 4; ++L) {
-      for (uint16_t i = 0; i < 4; ++i)
-        x.lo[16 * j + 4 * L + i] = static_cast<uint16_t>(16 * j + 4 * i + L);
+      for (uint16_t i = 0; i < 4; ++i) {
+        x.word[16 * j + 4 * L + i] = static_cast<uint16_t>(16 * j + 4 * i + L);
+      }
     }
   }
   return x;
 }
 
-constexpr QuadIndex kScaleTranspose = scale_transpose();
+constexpr WordIndex kScaleTranspose = scale_transpose();
 
 // A key row's whole quad (four blocks from `quad`) in the split layout, made unsigned, into
 // out[0, 128); its blocks' scale bits to scale_bits[0..3].
@@ -208,20 +214,20 @@ void quad_scales(const std::byte* quad, int64_t count, uint16_t* scale_bits) {
   }
 }
 
-// Sixteen tokens' scale words [t][L] (two vectors: tokens 0..7, 8..15) to [L][t], blocks 0 and 1
-// in the first half of the answer's words; `second` picks blocks 2 and 3.
-constexpr QuadIndex token_lanes() {
-  QuadIndex x{};
-  for (uint16_t L = 0; L < 4; ++L) {
-    for (uint16_t t = 0; t < 16; ++t) {
-      const uint16_t from = static_cast<uint16_t>(t < 8 ? 4 * t + L : 32 + 4 * (t - 8) + L);
-      (L < 2 ? x.lo[16 * L + t] : x.hi[16 * (L - 2) + t]) = from;
+// Sixteen tokens' scale words [t][L] (two vectors: tokens 0..7, 8..15) to [L][t]: blocks L and
+// L + 1 of the answer for half = L / 2.
+constexpr WordIndex token_lanes(int half) {
+  WordIndex x{};
+  for (int L = 2 * half; L < 2 * half + 2; ++L) {
+    for (int t = 0; t < 16; ++t) {
+      x.word[16 * (L - 2 * half) + t] =
+          static_cast<uint16_t>(t < 8 ? 4 * t + L : 32 + 4 * (t - 8) + L);
     }
   }
   return x;
 }
 
-constexpr QuadIndex kTokenLanes = token_lanes();
+constexpr WordIndex kTokenLanes[2] = {token_lanes(0), token_lanes(1)};
 
 // Sixteen tokens' block sums: v[t] lane 4L + i (i < 4) is a partial sum of block L for token t;
 // x[j] lane 4L + i becomes block L's whole sum for token 4j + i.
@@ -482,7 +488,7 @@ void pack_keys(const Int8Context& c, int64_t g, const int64_t* slots, int64_t n,
       pack_partial_quad<D>(nullptr, 0, out + t * kQuadBytes, bits + t * kQuadBlocks);
     }
   }
-  const __m512i transpose = _mm512_loadu_si512(kScaleTranspose.lo);
+  const __m512i transpose = _mm512_loadu_si512(kScaleTranspose.word);
   for (int64_t k = 0; k < quads; ++k) {
     for (int half = 0; half < 2; ++half) {
       const __m512i words = _mm512_permutexvar_epi16(
@@ -558,9 +564,9 @@ void value_weights(const DecodeParams& p, int64_t heads, const std::byte* const*
     const __m512i r0 = _mm512_loadu_si512(value_bits + k * 64);
     const __m512i r1 = _mm512_loadu_si512(value_bits + k * 64 + 32);
     _mm512_storeu_si512(s.value_scales + k * 64,
-                        _mm512_permutex2var_epi16(r0, _mm512_loadu_si512(kTokenLanes.lo), r1));
+                        _mm512_permutex2var_epi16(r0, _mm512_loadu_si512(kTokenLanes[0].word), r1));
     _mm512_storeu_si512(s.value_scales + k * 64 + 32,
-                        _mm512_permutex2var_epi16(r0, _mm512_loadu_si512(kTokenLanes.hi), r1));
+                        _mm512_permutex2var_epi16(r0, _mm512_loadu_si512(kTokenLanes[1].word), r1));
   }
   for (int64_t k = 0; k < vb; ++k) {
     const __m512 d = _mm512_cvtph_ps(

@@ -42,9 +42,9 @@ struct DecodeWorkspace {
 // chunk_tokens (at least one item per sequence), and the workspace sized for fixed_floats
 // (starting on a cache line) and floats_per_item for each item, each item's on pages of its own:
 // items run side by side on other cores, and a core's prefetchers, running on past the end of
-// its item's memory into the next one's, made those lines bounce between the cores (a decode
-// step on two threads 1.4× faster than on one; 1.5–1.9× with items a page apart). Plain code,
-// so the ISA files instantiate no library templates.
+// its item's memory into the next one's, made those lines bounce between the cores
+// (docs/kernels/decode-attention.md, v11). Plain code, so the ISA files instantiate no library
+// templates.
 struct DecodePlan {
   const int64_t* tokens = nullptr;      // [n_seqs]
   const int64_t* item_start = nullptr;  // [n_seqs + 1]

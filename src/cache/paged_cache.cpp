@@ -6,6 +6,9 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/convert.h"
+#include "kernels/page_layout.h"
+
 namespace kvlab {
 namespace {
 
@@ -128,16 +131,40 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
 
 int64_t PagedKvCache::length(int32_t seq) const { return live(seq).length; }
 
-std::byte* PagedKvCache::row(int64_t layer, int64_t stream, int32_t seq, int64_t pos) {
+std::byte* PagedKvCache::head_row(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
+                                  int64_t head) {
   const Sequence& s = live(seq);
   if (pos < 0 || pos >= s.length)
     throw CacheError("token " + std::to_string(pos) + " is not cached");
   const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  if (head < 0 || head >= st.n_heads)
+    throw CacheError("head " + std::to_string(head) + " of a stream with " +
+                     std::to_string(st.n_heads));
   const int64_t page = s.pages[static_cast<size_t>(pos / page_size_)];
-  const int64_t row_bytes = layout_.token_row_bytes(st);
   const int64_t offset = pool_offset_[static_cast<size_t>(
       layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
-  return memory_.get() + offset + (page * page_size_ + pos % page_size_) * row_bytes;
+  return memory_.get() + offset +
+         head_row_offset(page * page_size_ + pos % page_size_, head, st.n_heads, page_size_,
+                         layout_.head_row_bytes(st));
+}
+
+void PagedKvCache::store_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
+                               const float* row) {
+  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  const DType dtype = layout_.stream_dtype(st);
+  for (int64_t h = 0; h < st.n_heads; ++h) {
+    store_rows(row + h * st.head_width, 1, st.head_width, dtype,
+               head_row(layer, stream, seq, pos, h));
+  }
+}
+
+void PagedKvCache::load_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos, float* row) {
+  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  const DType dtype = layout_.stream_dtype(st);
+  for (int64_t h = 0; h < st.n_heads; ++h) {
+    load_rows(head_row(layer, stream, seq, pos, h), 1, st.head_width, dtype,
+              row + h * st.head_width);
+  }
 }
 
 const std::byte* PagedKvCache::pool(int64_t layer, int64_t stream) const {

@@ -32,8 +32,9 @@ class CacheError : public std::runtime_error {
 };
 
 // A paged KV cache whose streams are exactly the spec's CacheLayout: per layer, one pool per
-// stream of [max_pages][page_size][n_heads] head rows in the stream's dtype (row_bytes each), all
-// carved from one 64-byte-aligned allocation made up front (nothing allocates per token). A page
+// stream of [max_pages][n_heads][page_size] head rows in the stream's dtype (row_bytes each; see
+// kernels/page_layout.h), all carved from one 64-byte-aligned allocation made up front (nothing
+// allocates per token). A page
 // id names the same slot in every layer and stream, so one page table serves the whole model.
 // Recurrent layouts (linear attention) keep a fixed f32 state per sequence slot instead.
 class PagedKvCache {
@@ -51,10 +52,14 @@ class PagedKvCache {
   void truncate(int32_t seq, int64_t n_tokens);
   int64_t length(int32_t seq) const;
 
-  // The row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)): the stream's
-  // n_heads head rows, layout().head_row_bytes(stream) bytes apart.
-  std::byte* row(int64_t layer, int64_t stream, int32_t seq, int64_t pos);
-  // Base of a stream's page pool: [max_pages][page_size][n_heads] head rows.
+  // Head `head`'s row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)):
+  // layout().head_row_bytes(stream) bytes. A token's heads are not adjacent (page_layout.h).
+  std::byte* head_row(int64_t layer, int64_t stream, int32_t seq, int64_t pos, int64_t head);
+  // A token's row of `stream` as f32 [n_heads][head_width], written in the stream's dtype (each
+  // head row quantized on its own) and read back.
+  void store_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos, const float* row);
+  void load_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos, float* row);
+  // Base of a stream's page pool: [max_pages][n_heads][page_size] head rows.
   const std::byte* pool(int64_t layer, int64_t stream) const;
   // Recurrent state of a sequence in a layer: layout.state_scalars f32 values.
   float* state(int64_t layer, int32_t seq);

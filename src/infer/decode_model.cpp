@@ -189,14 +189,10 @@ void DecodeModel::rotate(float* x, int64_t width, int64_t pos, const AttentionSp
 
 void DecodeModel::store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width,
                              int64_t n) {
-  const CacheLayout& layout = cache_.layout();
   const int64_t stream = cache_.stream(role);
-  const CacheStream& st = layout.streams[static_cast<size_t>(stream)];
   for (int64_t b = 0; b < n; ++b) {
-    // each head row quantized on its own (a no-op distinction for element dtypes)
-    kvlab::store_rows(rows + b * width, st.n_heads, st.head_width, layout.stream_dtype(st),
-                      cache_.row(layer, stream, batch_seqs_[static_cast<size_t>(b)],
-                                 positions_[static_cast<size_t>(b)]));
+    cache_.store_token(layer, stream, batch_seqs_[static_cast<size_t>(b)],
+                       positions_[static_cast<size_t>(b)], rows + b * width);
   }
 }
 
@@ -426,13 +422,10 @@ void DecodeModel::mla_attention(int64_t layer, const AttentionWeights& a, const 
   }
   store_rows(layer, StreamRole::kContent, proj_c_.data(), dc, n);
   const int64_t rope_stream = cache_.stream(StreamRole::kRope);
-  const DType rope_dtype =
-      cache_.layout().stream_dtype(cache_.layout().streams[static_cast<size_t>(rope_stream)]);
   for (int64_t b = 0; b < n; ++b) {
     // the rope key sits after c in the projection's row: stored on its own
-    const float* rope_key = proj_b_.data() + b * (dc + dr) + dc;
-    kvlab::store_rows(rope_key, 1, dr, rope_dtype,
-                      cache_.row(layer, rope_stream, batch_seqs_[static_cast<size_t>(b)], pos(b)));
+    cache_.store_token(layer, rope_stream, batch_seqs_[static_cast<size_t>(b)], pos(b),
+                       proj_b_.data() + b * (dc + dr) + dc);
   }
   p.q_rope = query_rope_.data();
   run_attention_kernel(p);  // attended: [n, H, d_c]

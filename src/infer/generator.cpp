@@ -45,10 +45,9 @@ void Generator::write_rows(int64_t layer, int32_t seq, int64_t first_pos,
                            const std::vector<torch::Tensor>& rows) {
   for (size_t s = 0; s < rows.size(); ++s) {
     const torch::Tensor r = rows[s][0].to(torch::kFloat32).contiguous();  // [T, heads, width]
-    const CacheStream& st = layout_.streams[s];
     for (int64_t t = 0; t < r.size(0); ++t) {
-      store_rows(r[t].data_ptr<float>(), st.n_heads, st.head_width, layout_.stream_dtype(st),
-                 cache_.row(layer, static_cast<int64_t>(s), seq, first_pos + t));
+      cache_.store_token(layer, static_cast<int64_t>(s), seq, first_pos + t,
+                         r[t].data_ptr<float>());
     }
   }
 }
@@ -61,8 +60,7 @@ std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
     torch::Tensor t = torch::empty({1, tokens, st.n_heads, st.head_width}, kF32);
     float* dst = t.data_ptr<float>();
     for (int64_t pos = 0; pos < tokens; ++pos) {
-      load_rows(cache_.row(layer, static_cast<int64_t>(s), seq, pos), st.n_heads, st.head_width,
-                layout_.stream_dtype(st), dst + pos * st.width());
+      cache_.load_token(layer, static_cast<int64_t>(s), seq, pos, dst + pos * st.width());
     }
     out.push_back(t);
   }

@@ -51,10 +51,12 @@ struct PageTableView {
 // rotated (and absorbed: q̃ for gva and mla). With key_maps (gva dr=0) the one stream holds
 // value rows only and keys are rebuilt per head and position (see key_maps).
 struct DecodeParams {
-  const float* q = nullptr;               // [n_seqs, n_heads, key_width]
-  const float* q_rope = nullptr;          // [n_seqs, n_heads, rope_width], or nullptr
-  const std::byte* key_pool = nullptr;    // [page][page_size][n_groups][key_width]
-  const std::byte* value_pool = nullptr;  // [page][page_size][n_groups][value_width]
+  const float* q = nullptr;       // [n_seqs, n_heads, key_width]
+  const float* q_rope = nullptr;  // [n_seqs, n_heads, rope_width], or nullptr
+  // pools of head rows in `dtype` (row_bytes each), a page's rows of a group consecutive
+  // (kernels/page_layout.h)
+  const std::byte* key_pool = nullptr;    // [page][n_groups][page_size][key_width]
+  const std::byte* value_pool = nullptr;  // [page][n_groups][page_size][value_width]
   const std::byte* rope_pool = nullptr;   // [page][page_size][rope_width], or nullptr
   PageTableView pages;
   int64_t n_seqs = 0;

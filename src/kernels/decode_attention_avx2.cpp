@@ -10,6 +10,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/page_layout.h"
 
 namespace kvlab {
 namespace {

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/page_layout.h"
 
 namespace kvlab {
 namespace {
@@ -180,11 +182,11 @@ int64_t group_scratch_floats(const DecodeParams& p, int64_t /*blocks*/) {
   return per_group * (kBlock + 1) + kBlock * p.value_width;
 }
 
-// One block of n tokens (cache slots) for group g of sequence b: scores, the online softmax, and
+// One block of n tokens for group g of sequence b: scores, the online softmax, and
 // each value row dequantized once and added to every head of the group (part: the group's
 // first head's [max, sum, accumulator]).
 template <DType D>
-void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots, int64_t n,
+void group_tile(const Int8Context& c, int64_t b, int64_t g, const BlockRows& block, int64_t n,
                 const NextRows& next, const float* ropes, float* part, float* scratch) {
   const DecodeParams& p = *c.p;
   const int64_t G = p.n_groups, per_group = p.n_heads / G, vw = p.value_width;
@@ -198,11 +200,11 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots
   float* alpha = scores + per_group * kBlock;
   float* values = alpha + per_group;
   const std::byte* keys[kBlock];
-  for (int64_t i = 0; i < n; ++i) keys[i] = p.key_pool + (slots[i] * G + g) * key_row;
+  for (int64_t i = 0; i < n; ++i) keys[i] = block.keys[i] + g * block.key_group_bytes;
   score_block<D>(c, b * p.n_heads + g * per_group, per_group, keys, ropes, n, scores);
   softmax_block(scores, n, per_group, part, 2 + vw, alpha);
   for (int64_t i = 0; i < n; ++i) {
-    dequantize<D>(p.value_pool + (slots[i] * G + g) * value_row, vw, values + i * vw);
+    dequantize<D>(block.values[i] + g * block.value_group_bytes, vw, values + i * vw);
   }
   for (int64_t hh = 0; hh < per_group; ++hh) {
     accumulate(part + hh * (2 + vw) + 2, alpha[hh], scores + hh * kBlock, values, n, vw);

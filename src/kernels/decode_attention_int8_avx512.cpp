@@ -23,9 +23,11 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/page_layout.h"
 
 namespace kvlab {
 namespace {
@@ -460,13 +462,13 @@ void add_values(float* part, int64_t stride, const float* alpha, const float* we
 // f32 lanes (block_sums' order); past n, zero keys and scales (scores of 0, never used). The
 // unit after next's key rows (next) are asked for a row at a time on the way.
 template <DType D>
-void pack_keys(const Int8Context& c, int64_t g, const int64_t* slots, int64_t n,
+void pack_keys(const Int8Context& c, int64_t g, const BlockRows& block, int64_t n,
                const NextRows& next, const GroupScratch& s) {
   const DecodeParams& p = *c.p;
-  const int64_t G = p.n_groups, quads = quads_of(c.blocks);
+  const int64_t quads = quads_of(c.blocks);
   const int64_t key_row = row_bytes(D, p.key_width);
   const std::byte* key_rows[kBlock];
-  for (int64_t t = 0; t < n; ++t) key_rows[t] = p.key_pool + (slots[t] * G + g) * key_row;
+  for (int64_t t = 0; t < n; ++t) key_rows[t] = block.keys[t] + g * block.key_group_bytes;
   for (int64_t k = 0; k < quads; ++k) {
     const int64_t count = std::min(kQuadBlocks, c.blocks - k * kQuadBlocks);
     uint8_t* out = s.keys + k * kBlock * kQuadBytes;
@@ -578,23 +580,23 @@ void value_weights(const DecodeParams& p, int64_t heads, const std::byte* const*
   }
 }
 
-// One block of n tokens (cache slots; −1 past n) for group g of sequence b: scores, the online
-// softmax, the values (part: the group's first head's [max, sum, accumulator]).
+// One block of n tokens for group g of sequence b: scores, the online softmax, the values
+// (part: the group's first head's [max, sum, accumulator]).
 template <DType D>
-void group_tile(const Int8Context& c, int64_t b, int64_t g, const int64_t* slots, int64_t n,
+void group_tile(const Int8Context& c, int64_t b, int64_t g, const BlockRows& block, int64_t n,
                 const NextRows& next, const float* ropes, float* part, float* scratch) {
   const DecodeParams& p = *c.p;
   const int64_t G = p.n_groups, heads = p.n_heads / G, vw = p.value_width;
   const int64_t vb = value_blocks(p);
   const int64_t key_row = row_bytes(D, p.key_width), value_row = row_bytes(D, vw);
   const GroupScratch s = carve(p, c.blocks, scratch);
-  pack_keys<D>(c, g, slots, n, next, s);
+  pack_keys<D>(c, g, block, n, next, s);
   score_heads(c, b * p.n_heads + g * heads, heads, ropes, s);
   softmax16(s.scores, n, heads, part, 2 + vw, s.alpha);
 
   const std::byte* rows[kBlock];
   for (int64_t t = 0; t < kBlock; ++t) {
-    rows[t] = t < n ? p.value_pool + (slots[t] * G + g) * value_row : nullptr;
+    rows[t] = t < n ? block.values[t] + g * block.value_group_bytes : nullptr;
   }
   const bool same_rows = p.value_pool == p.key_pool && value_row == key_row;
   value_weights<D>(p, heads, rows, n, same_rows, s);

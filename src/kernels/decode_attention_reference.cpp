@@ -7,6 +7,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/decode_attention.h"
+#include "kernels/page_layout.h"
 #include "kernels/rope.h"
 
 namespace kvlab {
@@ -147,12 +148,11 @@ void decode_attention_reference(const DecodeParams& p) {
       keys.resize(static_cast<size_t>(tokens * p.key_width));
       values.resize(static_cast<size_t>(tokens * p.value_width));
       for (int64_t j = 0; j < tokens; ++j) {
-        const int64_t row = slot(j) * p.n_groups + g;
-        load_rows(p.value_pool + row * value_row, 1, p.value_width, p.dtype,
-                  values.data() + j * p.value_width);
+        load_rows(p.value_pool + head_row_offset(slot(j), g, p.n_groups, page, value_row), 1,
+                  p.value_width, p.dtype, values.data() + j * p.value_width);
         if (p.key_maps == nullptr) {
-          load_rows(p.key_pool + row * key_row, 1, p.key_width, p.dtype,
-                    keys.data() + j * p.key_width);
+          load_rows(p.key_pool + head_row_offset(slot(j), g, p.n_groups, page, key_row), 1,
+                    p.key_width, p.dtype, keys.data() + j * p.key_width);
         }
       }
       for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {

@@ -42,6 +42,38 @@ TEST(PagedKvCacheTest, ReservedBytesMatchTheSpecUpToPageRounding) {
   }
 }
 
+// Inside a page each head's rows are consecutive ([page][n_heads][page_size] head rows), so a
+// decode unit — a block of tokens × one group — is one contiguous run; written out by hand here.
+TEST(PagedKvCacheTest, AHeadsRowsAreConsecutiveWithinAPage) {
+  const CacheLayout layout{DecodeKernel::kTwoStream,
+                           {{StreamRole::kKey, 3, 4}, {StreamRole::kValue, 3, 2}},
+                           DType::kBf16};
+  PagedKvCache cache(layout, /*n_layers=*/2, /*page_size=*/4, /*max_pages=*/8, /*max_seqs=*/2);
+  const int32_t other = cache.add_sequence(), seq = cache.add_sequence();
+  cache.append(other, 3);  // seq's pages are not the pool's first
+  cache.append(seq, 10);
+  const PageTable table = cache.page_table({seq});
+  for (int64_t stream : {0, 1}) {
+    const int64_t row_bytes = stream == 0 ? 4 * 2 : 2 * 2;  // bf16
+    const std::byte* pool = cache.pool(1, stream);
+    for (int64_t pos = 0; pos < 10; ++pos) {
+      const int64_t page = table.page_ids[static_cast<size_t>(pos / 4)];
+      for (int64_t head = 0; head < 3; ++head) {
+        const std::byte* expected =
+            pool + page * 3 * 4 * row_bytes + head * 4 * row_bytes + (pos % 4) * row_bytes;
+        EXPECT_EQ(cache.head_row(1, stream, seq, pos, head), expected)
+            << "stream " << stream << " token " << pos << " head " << head;
+      }
+    }
+  }
+  // a token's row goes in and comes back whole, head by head
+  float row[12], back[12];
+  for (int i = 0; i < 12; ++i) row[i] = static_cast<float>(i) - 5.5f;  // exact in bf16
+  cache.store_token(0, 0, seq, 9, row);
+  cache.load_token(0, 0, seq, 9, back);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(back[i], row[i]);
+}
+
 TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   const CacheLayout layout{DecodeKernel::kTwoStream,
                            {{StreamRole::kKey, 2, 4}, {StreamRole::kValue, 2, 4}},
@@ -56,11 +88,12 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   for (int64_t pos = 0; pos < 8; ++pos) {
     float row[8];
     for (int i = 0; i < 8; ++i) row[i] = static_cast<float>(100 * pos + i);
-    std::memcpy(cache.row(1, 1, a, pos), row, sizeof row);
+    cache.store_token(1, 1, a, pos, row);
   }
   float back[8];
-  std::memcpy(back, cache.row(1, 1, a, 6), sizeof back);
+  cache.load_token(1, 1, a, 6, back);
   EXPECT_EQ(back[3], 603.0f);
+  EXPECT_EQ(back[7], 607.0f);
   const PageTable t = cache.page_table({a, b});
   EXPECT_EQ(t.indptr, (std::vector<int32_t>{0, 2, 3}));
   EXPECT_EQ(t.last_page_len, (std::vector<int32_t>{4, 4}));
@@ -69,9 +102,10 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   cache.truncate(a, 3);  // back to one page
   EXPECT_EQ(cache.free_pages(), 4);
   EXPECT_EQ(cache.page_table({a}).last_page_len, (std::vector<int32_t>{3}));
-  EXPECT_THROW(cache.append(b, 100), CacheError);   // needs 25 pages, 4 free
-  EXPECT_EQ(cache.length(b), 4);                    // unchanged by the refusal
-  EXPECT_THROW(cache.row(0, 0, a, 3), CacheError);  // not cached
+  EXPECT_THROW(cache.append(b, 100), CacheError);           // needs 25 pages, 4 free
+  EXPECT_EQ(cache.length(b), 4);                            // unchanged by the refusal
+  EXPECT_THROW(cache.head_row(0, 0, a, 3, 0), CacheError);  // not cached
+  EXPECT_THROW(cache.head_row(0, 0, a, 0, 2), CacheError);  // 2 heads
   EXPECT_THROW(cache.truncate(a, 9), CacheError);
   cache.free_sequence(a);
   EXPECT_THROW(cache.length(a), CacheError);

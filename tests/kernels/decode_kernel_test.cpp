@@ -83,8 +83,7 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
         const CacheStream& st = layout.streams[s];
         std::vector<float> row(static_cast<size_t>(st.width()));
         for (float& x : row) x = uniform(rng);
-        store_rows(row.data(), st.n_heads, st.head_width, c.dtype,
-                   cache.row(0, static_cast<int64_t>(s), seq, pos));
+        cache.store_token(0, static_cast<int64_t>(s), seq, pos, row.data());
       }
     }
   }
@@ -303,8 +302,7 @@ double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
       const CacheStream& stream = layout.streams[st];
       std::vector<float> row(static_cast<size_t>(stream.width()));
       for (float& x : row) x = uniform(rng);
-      store_rows(row.data(), stream.n_heads, stream.head_width, DType::kBf16,
-                 cache.row(0, static_cast<int64_t>(st), seq, pos));
+      cache.store_token(0, static_cast<int64_t>(st), seq, pos, row.data());
     }
   }
   std::vector<float> q(static_cast<size_t>(v.heads * v.width)),

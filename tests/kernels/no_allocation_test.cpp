@@ -31,8 +31,7 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
     std::vector<float> row(128, 0.25f);
     auto append_token = [&](int32_t seq) {
       const int64_t pos = cache.append(seq, 1);
-      for (int64_t s = 0; s < 2; ++s)
-        store_rows(row.data(), 2, 64, DType::kBf16, cache.row(0, s, seq, pos));
+      for (int64_t s = 0; s < 2; ++s) cache.store_token(0, s, seq, pos, row.data());
     };
     for (int i = 0; i < 300; ++i) append_token(seqs[0]);
     for (int i = 0; i < 77; ++i) append_token(seqs[1]);

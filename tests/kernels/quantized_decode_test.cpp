@@ -79,13 +79,10 @@ void check(const Shape& s, DType dtype, int64_t page, uint32_t seed, bool half_g
         const CacheStream& st = quantized.streams[k];
         std::vector<float> row(static_cast<size_t>(st.width()));
         for (size_t i = 0; i < row.size(); ++i) row[i] = normal(rng) * (i % 11 == 0 ? 6.0f : 1.0f);
-        const DType row_dtype = quantized.stream_dtype(st);
-        std::byte* q_row = qcache.row(0, static_cast<int64_t>(k), seq, pos);
-        store_rows(row.data(), st.n_heads, st.head_width, row_dtype, q_row);
+        qcache.store_token(0, static_cast<int64_t>(k), seq, pos, row.data());
         std::vector<float> back(row.size());
-        load_rows(q_row, st.n_heads, st.head_width, row_dtype, back.data());
-        store_rows(back.data(), st.n_heads, st.head_width, DType::kF32,
-                   fcache.row(0, static_cast<int64_t>(k), seq, pos));
+        qcache.load_token(0, static_cast<int64_t>(k), seq, pos, back.data());
+        fcache.store_token(0, static_cast<int64_t>(k), seq, pos, back.data());
       }
     }
   }

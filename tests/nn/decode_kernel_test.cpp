@@ -84,8 +84,7 @@ TEST(DecodeKernelTest, ReferenceKernelEqualsTheModuleOnEveryStreamLayout) {
         for (size_t s = 0; s < rows.size(); ++s) {
           for (int64_t pos = 0; pos < len; ++pos) {
             const torch::Tensor row = rows[s][0][pos].contiguous();  // [heads, width]
-            store_rows(row.data_ptr<float>(), row.size(0), row.size(1), dtype,
-                       cache.row(0, static_cast<int64_t>(s), seq, pos));
+            cache.store_token(0, static_cast<int64_t>(s), seq, pos, row.data_ptr<float>());
           }
         }
         const auto query = module->decode_query(x.narrow(1, len - 1, 1), len - 1);

@@ -34,8 +34,8 @@ class CacheError : public std::runtime_error {
 // A paged KV cache whose streams are exactly the spec's CacheLayout: per layer, one pool per
 // stream of [max_pages][n_heads][page_size] head rows in the stream's dtype (row_bytes each; see
 // kernels/page_layout.h), all carved from one 64-byte-aligned allocation made up front (nothing
-// allocates per token). A page
-// id names the same slot in every layer and stream, so one page table serves the whole model.
+// allocates per token). A page id names the same slot in every layer and stream, so one page
+// table serves the whole model.
 // Recurrent layouts (linear attention) keep a fixed f32 state per sequence slot instead.
 class PagedKvCache {
  public:

@@ -131,12 +131,22 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
 
 int64_t PagedKvCache::length(int32_t seq) const { return live(seq).length; }
 
+const CacheStream& PagedKvCache::stream_at(int64_t layer, int64_t stream) const {
+  if (layer < 0 || layer >= n_layers_)
+    throw CacheError("layer " + std::to_string(layer) + " of a cache with " +
+                     std::to_string(n_layers_));
+  if (stream < 0 || stream >= static_cast<int64_t>(layout_.streams.size()))
+    throw CacheError("stream " + std::to_string(stream) + " of a layout with " +
+                     std::to_string(layout_.streams.size()));
+  return layout_.streams[static_cast<size_t>(stream)];
+}
+
 std::byte* PagedKvCache::head_row(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
                                   int64_t head) {
+  const CacheStream& st = stream_at(layer, stream);
   const Sequence& s = live(seq);
   if (pos < 0 || pos >= s.length)
     throw CacheError("token " + std::to_string(pos) + " is not cached");
-  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
   if (head < 0 || head >= st.n_heads)
     throw CacheError("head " + std::to_string(head) + " of a stream with " +
                      std::to_string(st.n_heads));
@@ -150,7 +160,7 @@ std::byte* PagedKvCache::head_row(int64_t layer, int64_t stream, int32_t seq, in
 
 void PagedKvCache::store_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
                                const float* row) {
-  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  const CacheStream& st = stream_at(layer, stream);
   const DType dtype = layout_.stream_dtype(st);
   for (int64_t h = 0; h < st.n_heads; ++h) {
     store_rows(row + h * st.head_width, 1, st.head_width, dtype,
@@ -159,7 +169,7 @@ void PagedKvCache::store_token(int64_t layer, int64_t stream, int32_t seq, int64
 }
 
 void PagedKvCache::load_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos, float* row) {
-  const CacheStream& st = layout_.streams.at(static_cast<size_t>(stream));
+  const CacheStream& st = stream_at(layer, stream);
   const DType dtype = layout_.stream_dtype(st);
   for (int64_t h = 0; h < st.n_heads; ++h) {
     load_rows(head_row(layer, stream, seq, pos, h), 1, st.head_width, dtype,

@@ -85,6 +85,8 @@ class PagedKvCache {
     std::vector<int32_t> pages;
   };
   const Sequence& live(int32_t seq) const;
+  // The layout's stream `stream`; throws CacheError naming a layer or stream out of range.
+  const CacheStream& stream_at(int64_t layer, int64_t stream) const;
   int64_t page_bytes_all_layers() const;
 
   CacheLayout layout_;

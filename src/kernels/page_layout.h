@@ -9,11 +9,17 @@ namespace kvlab {
 // (FlashInfer's "HND" paged layout; vLLM's paged blocks are laid out the same way).
 // A decode unit (a block of tokens × one group) then reads one contiguous run per stream
 // instead of n_heads-strided rows. slot = page id × page_size + the token's place in its page.
+// The distance between two heads' rows of one token: the decode kernels find each block's head-0
+// rows once and step from them.
+constexpr int64_t head_stride_bytes(int64_t page_size, int64_t row_bytes) {
+  return page_size * row_bytes;
+}
 // The place from the page id and the token's place in it, where a kernel has them apart (a
 // division by the page size per row costs a decode kernel measurably).
 constexpr int64_t page_row_offset(int64_t page_id, int64_t in_page, int64_t head, int64_t n_heads,
                                   int64_t page_size, int64_t row_bytes) {
-  return ((page_id * n_heads + head) * page_size + in_page) * row_bytes;
+  return (page_id * n_heads * page_size + in_page) * row_bytes +
+         head * head_stride_bytes(page_size, row_bytes);
 }
 constexpr int64_t head_row_offset(int64_t slot, int64_t head, int64_t n_heads, int64_t page_size,
                                   int64_t row_bytes) {

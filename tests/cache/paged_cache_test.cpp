@@ -42,12 +42,16 @@ TEST(PagedKvCacheTest, ReservedBytesMatchTheSpecUpToPageRounding) {
   }
 }
 
+CacheLayout key_value_layout(int64_t heads, int64_t key_width, int64_t value_width, DType dtype) {
+  return {DecodeKernel::kTwoStream,
+          {{StreamRole::kKey, heads, key_width}, {StreamRole::kValue, heads, value_width}},
+          dtype};
+}
+
 // Inside a page each head's rows are consecutive ([page][n_heads][page_size] head rows), so a
 // decode unit — a block of tokens × one group — is one contiguous run; written out by hand here.
 TEST(PagedKvCacheTest, AHeadsRowsAreConsecutiveWithinAPage) {
-  const CacheLayout layout{DecodeKernel::kTwoStream,
-                           {{StreamRole::kKey, 3, 4}, {StreamRole::kValue, 3, 2}},
-                           DType::kBf16};
+  const CacheLayout layout = key_value_layout(3, 4, 2, DType::kBf16);
   PagedKvCache cache(layout, /*n_layers=*/2, /*page_size=*/4, /*max_pages=*/8, /*max_seqs=*/2);
   const int32_t other = cache.add_sequence(), seq = cache.add_sequence();
   cache.append(other, 3);  // seq's pages are not the pool's first
@@ -75,9 +79,7 @@ TEST(PagedKvCacheTest, AHeadsRowsAreConsecutiveWithinAPage) {
 }
 
 TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
-  const CacheLayout layout{DecodeKernel::kTwoStream,
-                           {{StreamRole::kKey, 2, 4}, {StreamRole::kValue, 2, 4}},
-                           DType::kF32};
+  const CacheLayout layout = key_value_layout(2, 4, 4, DType::kF32);
   PagedKvCache cache(layout, /*n_layers=*/2, /*page_size=*/4, /*max_pages=*/6, /*max_seqs=*/3);
   const int32_t a = cache.add_sequence(), b = cache.add_sequence();
   EXPECT_EQ(cache.append(a, 5), 0);  // 2 pages
@@ -106,6 +108,8 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   EXPECT_EQ(cache.length(b), 4);                            // unchanged by the refusal
   EXPECT_THROW(cache.head_row(0, 0, a, 3, 0), CacheError);  // not cached
   EXPECT_THROW(cache.head_row(0, 0, a, 0, 2), CacheError);  // 2 heads
+  EXPECT_THROW(cache.head_row(0, 2, a, 0, 0), CacheError);  // 2 streams
+  EXPECT_THROW(cache.head_row(2, 0, a, 0, 0), CacheError);  // 2 layers
   EXPECT_THROW(cache.truncate(a, 9), CacheError);
   cache.free_sequence(a);
   EXPECT_THROW(cache.length(a), CacheError);

@@ -54,15 +54,25 @@ void finish_scores(const Int8Context& c, int64_t row, __m256 content, const floa
 }
 
 // Scores [heads][kBlock] of n tokens for query rows row0 … row0 + heads − 1 (scaled, rope slice
-// included); eight tokens of one head at a time, their sums folded together.
+// included); eight tokens of one head at a time, their sums folded together. key_scales: the
+// rows' block scales [blocks][kBlock] (0 past n), found once for the group's heads; products:
+// room for one head's query × key scale products, [blocks][kBlock].
 template <DType D>
 void score_block(const Int8Context& c, int64_t row0, int64_t heads, const std::byte* const* keys,
-                 const float* ropes, int64_t n, float* scores) {
+                 const float* key_scales, const float* ropes, int64_t n, float* products,
+                 float* scores) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t hh = 0; hh < heads; ++hh) {
     const int64_t row = row0 + hh;
     const int8_t* q = c.q_quants + row * c.blocks * kQB;
     const float* qs = c.q_scales + row * c.blocks;
+    for (int64_t k = 0; k < c.blocks; ++k) {
+      const __m256 s = _mm256_set1_ps(qs[k]);
+      for (int64_t i = 0; i < kBlock; i += 8) {
+        _mm256_storeu_ps(products + k * kBlock + i,
+                         _mm256_mul_ps(s, _mm256_loadu_ps(key_scales + k * kBlock + i)));
+      }
+    }
     for (int64_t i0 = 0; i0 < n; i0 += 8) {
       const int64_t m = std::min<int64_t>(8, n - i0);
       const std::byte* key[8];  // past n: the last token again (its sums are not used)
@@ -72,12 +82,12 @@ void score_block(const Int8Context& c, int64_t row0, int64_t heads, const std::b
       for (int64_t k = 0; k < c.blocks; ++k) {
         const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k * kQB));
         const __m256i q_abs = _mm256_sign_epi8(qv, qv);
+        const float* scale = products + k * kBlock + i0;
         for (int t = 0; t < 8; ++t) {
-          const std::byte* block = key[t] + k * block_bytes<D>();
-          const __m256i kv = block_quants<D>(block);
+          const __m256i kv = block_quants<D>(key[t] + k * block_bytes<D>());
           const __m256i pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(kv, qv));
           const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-          acc[t] = _mm256_fmadd_ps(sums, _mm256_set1_ps(qs[k] * f16_at(block)), acc[t]);
+          acc[t] = _mm256_fmadd_ps(sums, _mm256_broadcast_ss(scale + t), acc[t]);
         }
       }
       finish_scores(c, row, sums_of_8(acc), ropes, i0, scores + hh * kBlock);
@@ -140,11 +150,22 @@ void softmax_block(float* scores, int64_t n, int64_t heads, float* partial, int6
 }
 
 // acc[0..vw) = acc · alpha + Σ_i w[i] · rows[i] (rows: [n][vw] f32), the accumulator held in
-// registers a chunk of columns at a time.
+// registers a chunk of columns at a time: 64 columns are eight independent FMA chains, enough to
+// cover the FMA's latency at two a cycle (four chains ran at half that rate).
 void accumulate(float* acc, float alpha, const float* w, const float* rows, int64_t n, int64_t vw) {
   int64_t c = 0;
+  const __m256 a = _mm256_set1_ps(alpha);
+  for (; c + 64 <= vw; c += 64) {
+    __m256 x[8];
+    for (int k = 0; k < 8; ++k) x[k] = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 8 * k), a);
+    for (int64_t i = 0; i < n; ++i) {
+      const __m256 wi = _mm256_set1_ps(w[i]);
+      const float* r = rows + i * vw + c;
+      for (int k = 0; k < 8; ++k) x[k] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8 * k), x[k]);
+    }
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(acc + c + 8 * k, x[k]);
+  }
   for (; c + 32 <= vw; c += 32) {
-    const __m256 a = _mm256_set1_ps(alpha);
     __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(acc + c), a);
     __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 8), a);
     __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 16), a);
@@ -176,10 +197,11 @@ void accumulate(float* acc, float alpha, const float* w, const float* rows, int6
   }
 }
 
-// scores [heads][kBlock], alpha [heads], values [kBlock][vw]
-int64_t group_scratch_floats(const DecodeParams& p, int64_t /*blocks*/) {
+// scores [heads][kBlock], alpha [heads], values [kBlock][vw], key scales and one head's scale
+// products [blocks][kBlock] each
+int64_t group_scratch_floats(const DecodeParams& p, int64_t blocks) {
   const int64_t per_group = p.n_heads / p.n_groups;
-  return per_group * (kBlock + 1) + kBlock * p.value_width;
+  return per_group * (kBlock + 1) + kBlock * p.value_width + 2 * blocks * kBlock;
 }
 
 // One block of n tokens for group g of sequence b: scores, the online softmax, and
@@ -199,9 +221,17 @@ void group_tile(const Int8Context& c, int64_t b, int64_t g, const BlockRows& blo
   float* scores = scratch;
   float* alpha = scores + per_group * kBlock;
   float* values = alpha + per_group;
+  float* key_scales = values + kBlock * vw;
+  float* products = key_scales + c.blocks * kBlock;
   const std::byte* keys[kBlock];
   for (int64_t i = 0; i < n; ++i) keys[i] = block.keys[i] + g * block.key_group_bytes;
-  score_block<D>(c, b * p.n_heads + g * per_group, per_group, keys, ropes, n, scores);
+  for (int64_t k = 0; k < c.blocks; ++k) {
+    for (int64_t i = 0; i < kBlock; ++i) {
+      key_scales[k * kBlock + i] = i < n ? f16_at(keys[i] + k * block_bytes<D>()) : 0.0f;
+    }
+  }
+  score_block<D>(c, b * p.n_heads + g * per_group, per_group, keys, key_scales, ropes, n, products,
+                 scores);
   softmax_block(scores, n, per_group, part, 2 + vw, alpha);
   for (int64_t i = 0; i < n; ++i) {
     dequantize<D>(block.values[i] + g * block.value_group_bytes, vw, values + i * vw);

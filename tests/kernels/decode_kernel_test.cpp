@@ -258,6 +258,10 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
   }
   each({{1000, 5}, 16, 1, 512, 512, 64, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
   each({{300, 41}, 40, 2, 64, 64, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, false);
+  // 5, 6 and 7 heads a group: one value pass of that many heads after two score passes
+  each({{300, 41}, 14, 2, 96, 96, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, false);
+  each({{97, 600}, 6, 1, 64, 64, 16, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
+  each({{1000}, 10, 2, 72, 72, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
   each({{33, 70}, 4, 2, 64, 64, 16, DType::kBf16, 1, false, false, ++seed, false, bf16}, true);
   // keys rotated (and normalised) on read: the shared K=V + RoPE layout (16 heads, 8 groups of
   // 90; 4 heads, 2 groups of 64 without the norm; page size 1), and q-gqa:8's shape

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 
+#include "experiments/eval_decode.h"
 #include "infer/generator.h"
 #include "kernels/attn_precision.h"
 #include "nn/checkpoint.h"
@@ -40,6 +41,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                   "f16 scale; fp8: e4m3 with an f32 scale per row; these three decode with the "
                   "scalar attention kernel)")
       ->capture_default_str();
+  cmd->add_option("--rope-dtype", o.rope_dtype,
+                  "With --cache-dtype q8_0 | q4_0 | fp8: the dtype of that cache's rope stream "
+                  "(gva with dr > 0, gta, mla; default bf16)");
   cmd->add_option("--attn-precision", o.precision,
                   "Attention arithmetic of the cached decode: f32 (exact to f32 sums), bf16 (bf16 "
                   "queries and weights, vdpbf16ps; needs AVX-512 BF16 and a bf16 cache to apply) "
@@ -76,6 +80,11 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   const auto load_start = Clock::now();
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   nn::TransformerModel model = nn::load_model(dir);
+  if (!o.rope_dtype.empty() && o.no_cache) {
+    throw SpecError("rope-dtype", "--no-cache keeps no cache to set a rope stream of");
+  }
+  const std::optional<DType> rope_dtype =
+      parse_rope_dtype_flag(o.rope_dtype, model->config().attn, dtype);
   const ModelShape& shape = model->config().shape;
   // A folder's tokenizer.json (Hugging Face folders, kvlab exports) turns text into tokens;
   // without one, the model must read bytes.
@@ -126,7 +135,7 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     }
     generate_s = seconds_since(start);
   } else {
-    infer::Generator gen(model, dtype, total, 1, threads);
+    infer::Generator gen(model, dtype, total, 1, threads, rope_dtype);
     load_s = seconds_since(load_start);  // the decode engine's weights are part of loading
     const AttnPrecision precision =
         resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision(), dtype);

@@ -408,6 +408,10 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "f16 | q8_0 | q4_0 | fp8, against the bf16 cache: perplexity change, KL "
                   "divergence and greedy agreement (q8_0, q4_0, fp8: scalar attention kernel). "
                   "With --attn-precision: the cache both precisions use (default f32)");
+  cmd->add_option("--rope-dtype", o.rope_dtype,
+                  "With --cache-dtype q8_0 | q4_0 | fp8: the dtype of that cache's rope stream "
+                  "(gva with dr > 0, gta, mla), f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (default "
+                  "bf16: a narrow key every head scores against, where quantizing saves little)");
   return cmd;
 }
 
@@ -474,6 +478,9 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
   }
   if (!o.cache_dtype.empty()) {
     throw SpecError("cache-dtype", "applies to a run's task; not yet to a model folder");
+  }
+  if (!o.rope_dtype.empty()) {
+    throw SpecError("rope-dtype", "applies to a run's task; not yet to a model folder");
   }
   if (o.contexts.size() > 1) throw SpecError("context", "one context for a model folder");
   nn::TransformerModel model = nn::load_model(dir);
@@ -556,14 +563,17 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   const auto task = data::task_from_json(config["task"], o.data, o.allow_different_data);
   nn::TransformerModel model = nn::load_model(dir);
   const uint64_t seed = config.contains("train") ? config["train"].value("seed", uint64_t{0}) : 0;
+  if (!o.rope_dtype.empty() && o.cache_dtype.empty()) {
+    throw SpecError("rope-dtype", "needs --cache-dtype (the cache whose rope stream it sets)");
+  }
   if (!o.precision.empty() || !o.cache_dtype.empty()) {
     if (!o.contexts.empty()) {
       throw SpecError("context", std::string("--context and --") +
                                      (o.precision.empty() ? "cache-dtype" : "attn-precision") +
                                      " exclude each other");
     }
-    return run_eval_decode(o.precision, o.cache_dtype, o.threads, *task, seed, model, o.format,
-                           out);
+    return run_eval_decode(o.precision, o.cache_dtype, o.rope_dtype, o.threads, *task, seed, model,
+                           o.format, out);
   }
   if (!o.contexts.empty()) {
     if (task->metric() != data::Metric::kPerplexity) {

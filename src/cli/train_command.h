@@ -53,6 +53,7 @@ struct EvalCommandOptions {
   bool allow_different_data = false;
   std::string precision;    // set: evaluate through the decode path in f32 and this precision
   std::string cache_dtype;  // set: evaluate through the decode path with this cache
+  std::string rope_dtype;   // set: that cache's rope stream in this dtype
   int64_t stride = 0;       // model folders without a task: window step (0: context / 2)
   int64_t batch = 1;        // and windows per forward pass
 };

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,7 +49,8 @@ std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
   std::vector<std::unique_ptr<infer::Generator>> gens;
   std::vector<DecodeEval> results(setups.size());
   for (size_t r = 0; r < setups.size(); ++r) {
-    gens.push_back(std::make_unique<infer::Generator>(model, setups[r].cache_dtype, T, B, threads));
+    gens.push_back(std::make_unique<infer::Generator>(model, setups[r].cache_dtype, T, B, threads,
+                                                      setups[r].rope_dtype));
     gens.back()->decode_model().set_attn_precision(setups[r].precision);
   }
   const int64_t V = gens.front()->vocab_size();
@@ -99,7 +101,8 @@ std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
   // what the kernels computed in (kF32 where the asked precision did not apply), known once
   // they have run
   for (size_t r = 0; r < gens.size(); ++r) {
-    results[r].setup = {setups[r].cache_dtype, gens[r]->decode_model().effective_attn_precision()};
+    results[r].setup = setups[r];
+    results[r].setup.precision = gens[r]->decode_model().effective_attn_precision();
   }
   return results;
 }
@@ -114,8 +117,36 @@ DType parse_cache_dtype_flag(const std::string& text) {
   }
 }
 
+std::optional<DType> parse_rope_dtype_flag(const std::string& text, const AttentionSpec& attn,
+                                           DType cache_dtype) {
+  if (text.empty()) return std::nullopt;
+  DType dtype;
+  try {
+    dtype = parse_dtype(text);
+  } catch (const SpecError& e) {
+    throw SpecError("rope-dtype", std::string(e.what()).substr(e.field().size() + 2));
+  }
+  const CacheLayout layout = attn.cache_layout();
+  const bool has_rope =
+      std::any_of(layout.streams.begin(), layout.streams.end(),
+                  [](const CacheStream& s) { return s.role == StreamRole::kRope; });
+  if (!has_rope) {
+    throw SpecError("rope-dtype",
+                    attn.to_string() + " keeps no rope stream (gva with dr > 0, gta and mla do)");
+  }
+  if (is_element_dtype(cache_dtype) && dtype != cache_dtype) {
+    throw SpecError("rope-dtype", std::string("a ") + std::string(dtype_name(cache_dtype)) +
+                                      " cache keeps its rope stream in " +
+                                      std::string(dtype_name(cache_dtype)) +
+                                      "; another rope dtype applies under q8_0, q4_0 or fp8");
+  }
+  return dtype;
+}
+
 nlohmann::json decode_eval_json(const DecodeEvalRow& r) {
   return {{"cache_dtype", dtype_name(r.setup.cache_dtype)},
+          {"rope_dtype", r.rope_stream.has_value() ? nlohmann::json(dtype_name(*r.rope_stream))
+                                                   : nlohmann::json(nullptr)},
           {"attn_precision", attn_precision_name(r.setup.precision)},
           {"cache_bytes_per_token", r.cache_bytes_per_token},
           {"loss", r.loss},
@@ -138,9 +169,14 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
   for (const DecodeEval& r : runs) {
     ModelConfig config = model->config();
     config.attn.cache_dtype = r.setup.cache_dtype;
+    config.attn.rope_cache_dtype = r.setup.rope_dtype;
     DecodeEvalRow row;
     row.setup = r.setup;
     row.cache_bytes_per_token = config.cache_bytes_per_token().value();
+    const CacheLayout layout = config.attn.cache_layout();
+    for (const CacheStream& s : layout.streams) {
+      if (s.role == StreamRole::kRope) row.rope_stream = layout.stream_dtype(s);
+    }
     row.positions = r.positions;
     const double positions = static_cast<double>(r.positions);
     row.loss = r.loss_sum / positions;
@@ -155,16 +191,23 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
 
 namespace {
 
+// The cache column: its dtype, and its rope stream's where --rope-dtype set it.
+std::string cache_text(const DecodeSetup& s) {
+  std::string text(dtype_name(s.cache_dtype));
+  if (s.rope_dtype.has_value()) text += fmt::format(" (rope {})", dtype_name(*s.rope_dtype));
+  return text;
+}
+
 std::string setup_text(const DecodeSetup& s) {
-  return fmt::format("{} cache, {} arithmetic", dtype_name(s.cache_dtype),
-                     attn_precision_name(s.precision));
+  return fmt::format("{} cache, {} arithmetic", cache_text(s), attn_precision_name(s.precision));
 }
 
 }  // namespace
 
 int run_eval_decode(const std::string& precision_text, const std::string& cache_dtype_text,
-                    int threads, const data::Task& task, uint64_t seed, nn::TransformerModel& model,
-                    const std::string& format, std::ostream& out) {
+                    const std::string& rope_dtype_text, int threads, const data::Task& task,
+                    uint64_t seed, nn::TransformerModel& model, const std::string& format,
+                    std::ostream& out) {
   const bool by_precision = !precision_text.empty();
   const char* flag = by_precision ? "attn-precision" : "cache-dtype";
   if (task.metric() != data::Metric::kPerplexity) {
@@ -176,21 +219,26 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
   // --cache-dtype DT against the bf16 cache (the f32 cache when DT is bf16), both in f32
   DType cache_dtype = by_precision ? DType::kF32 : DType::kBf16;
   if (!cache_dtype_text.empty()) cache_dtype = parse_cache_dtype_flag(cache_dtype_text);
+  if (!rope_dtype_text.empty() && cache_dtype_text.empty()) {
+    throw SpecError("rope-dtype", "needs --cache-dtype (the cache whose rope stream it sets)");
+  }
+  const std::optional<DType> rope_dtype =
+      parse_rope_dtype_flag(rope_dtype_text, model->config().attn, cache_dtype);
   std::vector<DecodeSetup> setups;
   std::vector<DecodeEvalRow> runs;
   try {
     if (by_precision) {
-      setups.push_back({cache_dtype, AttnPrecision::kF32});
+      setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype});
       const bool bf16_ok = [&] {
-        infer::Generator probe(model, cache_dtype, 1, 1, 1);
+        infer::Generator probe(model, cache_dtype, 1, 1, 1, rope_dtype);
         return probe.decode_model().supports_bf16_precision();
       }();
       const AttnPrecision asked = resolve_attn_precision(precision_text, bf16_ok, cache_dtype);
-      if (asked != AttnPrecision::kF32) setups.push_back({cache_dtype, asked});
+      if (asked != AttnPrecision::kF32) setups.push_back({cache_dtype, asked, rope_dtype});
     } else {
       setups.push_back(
-          {cache_dtype == DType::kBf16 ? DType::kF32 : DType::kBf16, AttnPrecision::kF32});
-      setups.push_back({cache_dtype, AttnPrecision::kF32});
+          {cache_dtype == DType::kBf16 ? DType::kF32 : DType::kBf16, AttnPrecision::kF32, {}});
+      setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype});
     }
     runs = eval_decode_setups(model, task, seed, setups, threads);
     if (by_precision && runs.size() == 2 && runs[1].setup.precision == AttnPrecision::kF32) {
@@ -215,9 +263,9 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
                "vs first row", "KL from first row", "greedy agreement", "positions"});
   for (const DecodeEvalRow& r : runs) {
     rows.push_back(decode_eval_json(r));
-    table.add_row({std::string(dtype_name(r.setup.cache_dtype)),
-                   attn_precision_name(r.setup.precision), with_commas(r.cache_bytes_per_token),
-                   fmt::format("{:.5f}", r.loss), fmt::format("{:.4f}", r.perplexity),
+    table.add_row({cache_text(r.setup), attn_precision_name(r.setup.precision),
+                   with_commas(r.cache_bytes_per_token), fmt::format("{:.5f}", r.loss),
+                   fmt::format("{:.4f}", r.perplexity),
                    fmt::format("{:+.4f}%", 100 * (r.perplexity_vs_reference - 1)),
                    fmt::format("{:.3g}", r.kl_from_reference), format_percent(r.greedy_agreement),
                    with_commas(r.positions)});

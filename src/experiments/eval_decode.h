@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -16,12 +17,14 @@ namespace kvlab {
 struct DecodeSetup {
   DType cache_dtype = DType::kF32;
   AttnPrecision precision = AttnPrecision::kF32;
+  std::optional<DType> rope_dtype;  // the rope stream's, where not the spec's default
 };
 
 // The held-out text through the decode path with one set-up, compared with the first set-up's.
 struct DecodeEvalRow {
   DecodeSetup setup;  // precision: what was computed (kF32 where bf16 did not apply)
   int64_t cache_bytes_per_token = 0;  // all layers
+  std::optional<DType> rope_stream;   // the rope stream's dtype as cached; none without one
   double loss = 0;                    // nats per token
   double perplexity = 0;
   double perplexity_vs_reference = 1;  // this perplexity ÷ the first set-up's
@@ -32,6 +35,12 @@ struct DecodeEvalRow {
 
 // A --cache-dtype value; throws SpecError("cache-dtype") naming the problem.
 DType parse_cache_dtype_flag(const std::string& text);
+
+// A --rope-dtype value for a model with attention `attn` and a `cache_dtype` cache (none when
+// `text` is empty); throws SpecError("rope-dtype") for an unknown dtype, a variant that keeps no
+// rope stream, or an f32/bf16/f16 cache (whose rope stream is in the cache's dtype).
+std::optional<DType> parse_rope_dtype_flag(const std::string& text, const AttentionSpec& attn,
+                                           DType cache_dtype);
 
 // A row as results.json and `eval --format json` write it.
 nlohmann::json decode_eval_json(const DecodeEvalRow& row);
@@ -46,11 +55,13 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
 // `kvlab eval --attn-precision P`: the held-out text through the decode path in f32 and in P
 // ("f32", "bf16" or "auto") over a `cache_dtype` cache (f32 when empty). With `precision` empty:
 // the bf16 cache against a `cache_dtype` one (f32 against bf16 when it is bf16), both in f32
-// arithmetic. Per row: loss, perplexity, its change, the mean KL divergence from the first row's
+// arithmetic. `rope_dtype` (--rope-dtype, may be empty): the rope stream of the `cache_dtype`
+// cache. Per row: loss, perplexity, its change, the mean KL divergence from the first row's
 // next-token distributions, greedy agreement. `seed`: the run's, as plain eval uses (the same
 // held-out windows).
-int run_eval_decode(const std::string& precision, const std::string& cache_dtype, int threads,
-                    const data::Task& task, uint64_t seed, nn::TransformerModel& model,
-                    const std::string& format, std::ostream& out);
+int run_eval_decode(const std::string& precision, const std::string& cache_dtype,
+                    const std::string& rope_dtype, int threads, const data::Task& task,
+                    uint64_t seed, nn::TransformerModel& model, const std::string& format,
+                    std::ostream& out);
 
 }  // namespace kvlab

@@ -207,7 +207,7 @@ int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::
   if (!cache_dtypes.empty()) {
     // every checkpoint's held-out windows through each cache, in lockstep with the bf16 one
     std::vector<DecodeSetup> setups;
-    for (DType dtype : cache_dtypes) setups.push_back({dtype, AttnPrecision::kF32});
+    for (DType dtype : cache_dtypes) setups.push_back({dtype, AttnPrecision::kF32, {}});
     const auto task = data::make_task(task_options);
     results["config"]["cache_dtypes"] = json::array();
     for (DType dtype : cache_dtypes) results["config"]["cache_dtypes"].push_back(dtype_name(dtype));

@@ -19,7 +19,7 @@ nn::TransformerBlockImpl& block(nn::TransformerModel& model, int64_t layer) {
 }  // namespace
 
 Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
-                     int64_t max_seqs, int threads)
+                     int64_t max_seqs, int threads, std::optional<DType> rope_dtype)
     : model_(std::move(model)),
       layout_([&] {
         if (!model_->config().shape.causal()) {
@@ -27,6 +27,7 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         }
         AttentionSpec spec = model_->config().attn;
         spec.cache_dtype = cache_dtype;
+        if (rope_dtype.has_value()) spec.rope_cache_dtype = rope_dtype;
         CacheLayout layout = spec.cache_layout();
         if (layout.kernel == DecodeKernel::kNone) {
           throw std::invalid_argument("this attention variant keeps no cache and cannot decode");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -21,8 +22,10 @@ namespace kvlab::infer {
 // rounded rows decode will); linear attention steps its constant-size state token by token.
 class Generator {
  public:
+  // rope_dtype: the rope stream's dtype where it is not the spec's default (bf16 under q8_0,
+  // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype)
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
-            int64_t max_seqs, int threads);
+            int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt);
 
   int32_t add_sequence();
   void free_sequence(int32_t seq);

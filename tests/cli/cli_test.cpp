@@ -667,6 +667,10 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       EXPECT_NEAR(pair[1]["perplexity_vs_reference"].get<double>(), 1.0, 0.05) << pair[1];
       EXPECT_GT(pair[1]["greedy_agreement"].get<double>(), 0.8) << pair[1];
       const int64_t bytes = pair[1]["cache_bytes_per_token"].get<int64_t>();
+      // the rope stream stays bf16 under a quantized cache; q-gqa keeps none
+      EXPECT_EQ(pair[1]["rope_dtype"], std::string(attn) == "q-gqa:2,knorm"
+                                           ? nlohmann::json(nullptr)
+                                           : nlohmann::json("bf16"));
       if (dtype == "q8_0") {
         kl_q8_0 = kl;
         bytes_q8_0 = bytes;
@@ -674,6 +678,32 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
         EXPECT_GT(kl, kl_q8_0);
         EXPECT_LT(bytes, bytes_q8_0);
       }
+    }
+    // --rope-dtype: the q4_0 cache's rope stream in q4_0 too; refused where there is none
+    const std::string rope_eval = "eval --checkpoint " + dir + " --cache-dtype q4_0 --format json";
+    const RunResult rope = run_kvlab(rope_eval + " --rope-dtype q4_0");
+    if (std::string(attn) == "q-gqa:2,knorm") {
+      EXPECT_EQ(rope.exit_code, 2);
+      EXPECT_TRUE(contains(rope.err, "rope-dtype") && contains(rope.err, "keeps no rope stream"))
+          << rope.err;
+    } else {
+      ASSERT_EQ(rope.exit_code, 0) << rope.err;
+      const nlohmann::json pair = nlohmann::json::parse(rope.out)["rows"];
+      ASSERT_EQ(pair.size(), 2u);
+      EXPECT_EQ(pair[0]["rope_dtype"], "bf16");  // the reference: the bf16 cache
+      EXPECT_EQ(pair[1]["rope_dtype"], "q4_0");
+      EXPECT_GT(pair[1]["kl_from_reference"].get<double>(), 0.0) << pair[1];
+      if (std::string(attn) == "gva:2,dr=4") {  // a 4-wide rope row: 8 bytes in bf16, 18 in q4_0
+        const RunResult plain = run_kvlab(rope_eval);
+        ASSERT_EQ(plain.exit_code, 0) << plain.err;
+        EXPECT_EQ(
+            pair[1]["cache_bytes_per_token"].get<int64_t>(),
+            nlohmann::json::parse(plain.out)["rows"][1]["cache_bytes_per_token"].get<int64_t>() +
+                10);
+      }
+      const RunResult sampled_rope = run_kvlab(gen + " --cache-dtype q8_0 --rope-dtype q8_0");
+      EXPECT_EQ(sampled_rope.exit_code, 0) << sampled_rope.err;
+      EXPECT_EQ(sampled_rope.out.size(), 25u);
     }
   }
   const std::string synthetic = fresh_dir("synthetic");
@@ -687,6 +717,12 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
       {"generate --checkpoint " + dir + " --prompt x --attn-precision bf16", "attn-precision"},
       {"generate --checkpoint " + dir + " --prompt x --attn-precision fp16", "attn-precision"},
       {"generate --checkpoint /nonexistent --prompt x", "holds no checkpoint"},
+      {"generate --checkpoint " + dir + " --prompt x --cache-dtype q8_0 --rope-dtype q9",
+       "rope-dtype"},
+      // --rope-dtype: needs a quantized cache to set the rope stream of
+      {"eval --checkpoint " + dir + " --rope-dtype q4_0", "needs --cache-dtype"},
+      {"eval --checkpoint " + dir + " --cache-dtype bf16 --rope-dtype q8_0", "rope-dtype"},
+      {"eval --checkpoint " + dir + " --cache-dtype q8_0 --rope-dtype q9", "rope-dtype"},
   };
   expect_all_rejected(cases);
 }

@@ -38,7 +38,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--cache-dtype", o.cache_dtype,
                   "f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (q8_0, q4_0: ggml's blocks of 32 with an "
-                  "f16 scale; fp8: e4m3 with an f32 scale per row; these three decode with the "
+                  "f16 scale, read by the int8 kernels under --attn-precision int8 or auto; fp8: "
+                  "e4m3 with an f32 scale per row; in f32 arithmetic these three decode with the "
                   "scalar attention kernel)")
       ->capture_default_str();
   cmd->add_option("--rope-dtype", o.rope_dtype,
@@ -46,8 +47,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                   "(gva with dr > 0, gta, mla; default bf16)");
   cmd->add_option("--attn-precision", o.precision,
                   "Attention arithmetic of the cached decode: f32 (exact to f32 sums), bf16 (bf16 "
-                  "queries and weights, vdpbf16ps; needs AVX-512 BF16 and a bf16 cache to apply) "
-                  "or auto (bf16 where the CPU has it)")
+                  "queries and weights, vdpbf16ps; needs AVX-512 BF16 and a bf16 cache to apply), "
+                  "int8 (q8_0/q4_0 caches: the query rounded to q8_0, integer dot products) or "
+                  "auto (int8 on q8_0/q4_0 caches, else bf16 where the CPU has it)")
       ->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
   cmd->add_flag("--timings", o.timings,

@@ -401,13 +401,16 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                 "Evaluate on --data even when its content differs from the training data");
   cmd->add_option("--attn-precision", o.precision,
                   "Text tasks: evaluate through the decode path (token by token over a paged "
-                  "cache) in f32 and in this precision (bf16: needs AVX-512 BF16; auto: bf16 "
-                  "where the CPU has it): perplexity change and greedy agreement against f32");
+                  "cache) in f32 and in this precision (bf16: needs AVX-512 BF16; int8: q8_0/q4_0 "
+                  "caches, the query rounded to q8_0 and integer dot products; auto: int8 on "
+                  "q8_0/q4_0 caches, else bf16 where the CPU has it): perplexity change and greedy "
+                  "agreement against f32");
   cmd->add_option("--cache-dtype", o.cache_dtype,
                   "Text tasks: evaluate through the decode path with this cache, f32 | bf16 | "
                   "f16 | q8_0 | q4_0 | fp8, against the bf16 cache: perplexity change, KL "
-                  "divergence and greedy agreement (q8_0, q4_0, fp8: scalar attention kernel). "
-                  "With --attn-precision: the cache both precisions use (default f32)");
+                  "divergence and greedy agreement (in f32 arithmetic; q8_0, q4_0, fp8: the scalar "
+                  "attention kernel). With --attn-precision: the cache both precisions use "
+                  "(default f32)");
   cmd->add_option("--rope-dtype", o.rope_dtype,
                   "With --cache-dtype q8_0 | q4_0 | fp8: the dtype of that cache's rope stream "
                   "(gva with dr > 0, gta, mla), f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (default "

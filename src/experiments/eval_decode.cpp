@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -117,6 +116,18 @@ DType parse_cache_dtype_flag(const std::string& text) {
   }
 }
 
+namespace {
+
+// The dtype of a layout's rope stream, or none without one.
+std::optional<DType> rope_stream_dtype(const CacheLayout& layout) {
+  for (const CacheStream& s : layout.streams) {
+    if (s.role == StreamRole::kRope) return layout.stream_dtype(s);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<DType> parse_rope_dtype_flag(const std::string& text, const AttentionSpec& attn,
                                            DType cache_dtype) {
   if (text.empty()) return std::nullopt;
@@ -126,19 +137,14 @@ std::optional<DType> parse_rope_dtype_flag(const std::string& text, const Attent
   } catch (const SpecError& e) {
     throw SpecError("rope-dtype", std::string(e.what()).substr(e.field().size() + 2));
   }
-  const CacheLayout layout = attn.cache_layout();
-  const bool has_rope =
-      std::any_of(layout.streams.begin(), layout.streams.end(),
-                  [](const CacheStream& s) { return s.role == StreamRole::kRope; });
-  if (!has_rope) {
+  if (!rope_stream_dtype(attn.cache_layout()).has_value()) {
     throw SpecError("rope-dtype",
                     attn.to_string() + " keeps no rope stream (gva with dr > 0, gta and mla do)");
   }
   if (is_element_dtype(cache_dtype) && dtype != cache_dtype) {
-    throw SpecError("rope-dtype", std::string("a ") + std::string(dtype_name(cache_dtype)) +
-                                      " cache keeps its rope stream in " +
-                                      std::string(dtype_name(cache_dtype)) +
-                                      "; another rope dtype applies under q8_0, q4_0 or fp8");
+    throw SpecError("rope-dtype", "the cache is " + std::string(dtype_name(cache_dtype)) +
+                                      ", and so is its rope stream; another rope dtype applies "
+                                      "under q8_0, q4_0 or fp8 caches");
   }
   return dtype;
 }
@@ -173,10 +179,7 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
     DecodeEvalRow row;
     row.setup = r.setup;
     row.cache_bytes_per_token = config.cache_bytes_per_token().value();
-    const CacheLayout layout = config.attn.cache_layout();
-    for (const CacheStream& s : layout.streams) {
-      if (s.role == StreamRole::kRope) row.rope_stream = layout.stream_dtype(s);
-    }
+    row.rope_stream = rope_stream_dtype(config.attn.cache_layout());
     row.positions = r.positions;
     const double positions = static_cast<double>(r.positions);
     row.loss = r.loss_sum / positions;
@@ -219,9 +222,6 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
   // --cache-dtype DT against the bf16 cache (the f32 cache when DT is bf16), both in f32
   DType cache_dtype = by_precision ? DType::kF32 : DType::kBf16;
   if (!cache_dtype_text.empty()) cache_dtype = parse_cache_dtype_flag(cache_dtype_text);
-  if (!rope_dtype_text.empty() && cache_dtype_text.empty()) {
-    throw SpecError("rope-dtype", "needs --cache-dtype (the cache whose rope stream it sets)");
-  }
   const std::optional<DType> rope_dtype =
       parse_rope_dtype_flag(rope_dtype_text, model->config().attn, cache_dtype);
   std::vector<DecodeSetup> setups;

@@ -55,10 +55,10 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
 // `kvlab eval --attn-precision P`: the held-out text through the decode path in f32 and in P
 // ("f32", "bf16" or "auto") over a `cache_dtype` cache (f32 when empty). With `precision` empty:
 // the bf16 cache against a `cache_dtype` one (f32 against bf16 when it is bf16), both in f32
-// arithmetic. `rope_dtype` (--rope-dtype, may be empty): the rope stream of the `cache_dtype`
-// cache. Per row: loss, perplexity, its change, the mean KL divergence from the first row's
-// next-token distributions, greedy agreement. `seed`: the run's, as plain eval uses (the same
-// held-out windows).
+// arithmetic. `rope_dtype` (--rope-dtype, may be empty; the CLI asks for --cache-dtype beside
+// it): the rope stream of the `cache_dtype` cache. Per row: loss, perplexity, its change, the mean
+// KL divergence from the first row's next-token distributions, greedy agreement. `seed`: the run's,
+// as plain eval uses (the same held-out windows).
 int run_eval_decode(const std::string& precision, const std::string& cache_dtype,
                     const std::string& rope_dtype, int threads, const data::Task& task,
                     uint64_t seed, nn::TransformerModel& model, const std::string& format,

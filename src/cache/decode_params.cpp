@@ -40,6 +40,7 @@ DecodeParams decode_params_for(const AttentionSpec& spec, const PagedKvCache& ca
   p.rope_theta = spec.rope_theta;
   p.rope_scaling = spec.rope_scaling;
   p.rope_on_read = layout.rope_on_read || rebuild;
+  p.key_order = layout.key_order;
   return p;
 }
 

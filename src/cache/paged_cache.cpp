@@ -34,6 +34,17 @@ PagedKvCache::PagedKvCache(const CacheLayout& layout, int64_t n_layers, int64_t 
   if (n_layers <= 0) throw CacheError("layers must be > 0");
   if (page_size <= 0) throw CacheError("page size must be > 0");
   if (max_pages < 0 || max_seqs <= 0) throw CacheError("max pages >= 0 and max sequences > 0");
+  if (layout.key_order == KeyOrder::kTokenPairs) {
+    const CacheStream* key = layout.find(StreamRole::kKey);
+    if (key == nullptr || layout.dtype != DType::kBf16)
+      throw CacheError("key_order pairs needs a bf16 cache with a key stream (two-stream)");
+    if (key->head_width % 2 != 0) throw CacheError("key_order pairs needs an even key width");
+    if (page_size % kDecodeBlockTokens != 0) {
+      throw CacheError("key_order pairs needs a page size that is a multiple of " +
+                       std::to_string(kDecodeBlockTokens) + " tokens, got " +
+                       std::to_string(page_size));
+    }
+  }
   for (int64_t l = 0; l < n_layers; ++l) {
     for (const CacheStream& s : layout.streams) {
       pool_offset_.push_back(bytes_);
@@ -141,8 +152,23 @@ const CacheStream& PagedKvCache::stream_at(int64_t layer, int64_t stream) const 
   return layout_.streams[static_cast<size_t>(stream)];
 }
 
+bool PagedKvCache::pair_ordered(const CacheStream& stream) const {
+  return layout_.key_order == KeyOrder::kTokenPairs && stream.role == StreamRole::kKey;
+}
+
 std::byte* PagedKvCache::head_row(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
                                   int64_t head) {
+  const CacheStream& st = stream_at(layer, stream);
+  if (pair_ordered(st)) {
+    throw CacheError(
+        "the key stream is ordered by element pairs (key_order pairs): a head's "
+        "row is not contiguous; use store_token / load_token");
+  }
+  return row_place(layer, stream, seq, pos, head);
+}
+
+std::byte* PagedKvCache::row_place(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
+                                   int64_t head) {
   const CacheStream& st = stream_at(layer, stream);
   const Sequence& s = live(seq);
   if (pos < 0 || pos >= s.length)
@@ -153,9 +179,14 @@ std::byte* PagedKvCache::head_row(int64_t layer, int64_t stream, int32_t seq, in
   const int64_t page = s.pages[static_cast<size_t>(pos / page_size_)];
   const int64_t offset = pool_offset_[static_cast<size_t>(
       layer * static_cast<int64_t>(layout_.streams.size()) + stream)];
+  const int64_t row_bytes = layout_.head_row_bytes(st), in_page = pos % page_size_;
+  if (pair_ordered(st)) {  // the group's block, then the token's first element pair
+    return memory_.get() + offset +
+           page_row_offset(page, 0, head, st.n_heads, page_size_, row_bytes) +
+           pair_element_offset(in_page, 0, page_size_);
+  }
   return memory_.get() + offset +
-         head_row_offset(page * page_size_ + pos % page_size_, head, st.n_heads, page_size_,
-                         layout_.head_row_bytes(st));
+         page_row_offset(page, in_page, head, st.n_heads, page_size_, row_bytes);
 }
 
 void PagedKvCache::store_token(int64_t layer, int64_t stream, int32_t seq, int64_t pos,
@@ -163,8 +194,16 @@ void PagedKvCache::store_token(int64_t layer, int64_t stream, int32_t seq, int64
   const CacheStream& st = stream_at(layer, stream);
   const DType dtype = layout_.stream_dtype(st);
   for (int64_t h = 0; h < st.n_heads; ++h) {
-    store_rows(row + h * st.head_width, 1, st.head_width, dtype,
-               head_row(layer, stream, seq, pos, h));
+    const float* head = row + h * st.head_width;
+    if (pair_ordered(st)) {  // from the token's first element pair (row_place)
+      std::byte* first = row_place(layer, stream, seq, pos, h);
+      for (int64_t e = 0; e < st.head_width; ++e) {
+        const uint16_t bits = f32_to_bf16(head[e]);
+        std::memcpy(first + pair_element_offset(0, e, page_size_), &bits, sizeof bits);
+      }
+      continue;
+    }
+    store_rows(head, 1, st.head_width, dtype, row_place(layer, stream, seq, pos, h));
   }
 }
 
@@ -172,8 +211,17 @@ void PagedKvCache::load_token(int64_t layer, int64_t stream, int32_t seq, int64_
   const CacheStream& st = stream_at(layer, stream);
   const DType dtype = layout_.stream_dtype(st);
   for (int64_t h = 0; h < st.n_heads; ++h) {
-    load_rows(head_row(layer, stream, seq, pos, h), 1, st.head_width, dtype,
-              row + h * st.head_width);
+    float* head = row + h * st.head_width;
+    if (pair_ordered(st)) {
+      const std::byte* first = row_place(layer, stream, seq, pos, h);
+      for (int64_t e = 0; e < st.head_width; ++e) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, first + pair_element_offset(0, e, page_size_), sizeof bits);
+        head[e] = bf16_to_f32(bits);
+      }
+      continue;
+    }
+    load_rows(row_place(layer, stream, seq, pos, h), 1, st.head_width, dtype, head);
   }
 }
 

@@ -33,9 +33,9 @@ class CacheError : public std::runtime_error {
 
 // A paged KV cache whose streams are exactly the spec's CacheLayout: per layer, one pool per
 // stream of [max_pages][n_heads][page_size] head rows in the stream's dtype (row_bytes each; see
-// kernels/page_layout.h), all carved from one 64-byte-aligned allocation made up front (nothing
-// allocates per token). A page id names the same slot in every layer and stream, so one page
-// table serves the whole model.
+// kernels/page_layout.h; the key stream ordered by element pairs where layout.key_order says), all
+// carved from one 64-byte-aligned allocation made up front (nothing allocates per token). A page id
+// names the same slot in every layer and stream, so one page table serves the whole model.
 // Recurrent layouts (linear attention) keep a fixed f32 state per sequence slot instead.
 class PagedKvCache {
  public:
@@ -54,6 +54,8 @@ class PagedKvCache {
 
   // Head `head`'s row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)):
   // layout().head_row_bytes(stream) bytes. A token's heads are not adjacent (page_layout.h).
+  // Throws CacheError for the key stream of a cache ordered by pairs (its rows are not
+  // contiguous).
   std::byte* head_row(int64_t layer, int64_t stream, int32_t seq, int64_t pos, int64_t head);
   // A token's row of `stream` as f32 [n_heads][head_width], written in the stream's dtype (each
   // head row quantized on its own) and read back.
@@ -85,6 +87,11 @@ class PagedKvCache {
     std::vector<int32_t> pages;
   };
   const Sequence& live(int32_t seq) const;
+  // The key stream of a KeyOrder::kTokenPairs layout.
+  bool pair_ordered(const CacheStream& stream) const;
+  // Where head `head` of token `pos` starts: its row, or in a pairs-ordered stream its first
+  // element (the others at pair_element_offset(0, e, page_size) from it).
+  std::byte* row_place(int64_t layer, int64_t stream, int32_t seq, int64_t pos, int64_t head);
   // The layout's stream `stream`; throws CacheError naming a layer or stream out of range.
   const CacheStream& stream_at(int64_t layer, int64_t stream) const;
   int64_t page_bytes_all_layers() const;

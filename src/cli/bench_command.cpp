@@ -100,6 +100,14 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
                    "the precision column says which ran")
       ->delimiter(',')
       ->capture_default_str();
+  decode
+      ->add_option("--key-order", d.key_order,
+                   "Order of the key stream in the cache pages, comma list: rows (each key row "
+                   "contiguous) | pairs (element pairs of 16 tokens in one 64-byte vector: the "
+                   "score pass puts tokens in lanes and needs no horizontal sums). pairs makes "
+                   "rows for two-stream variants over bf16 caches only")
+      ->delimiter(',')
+      ->capture_default_str();
   decode->add_option("--threads", d.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();

@@ -43,6 +43,7 @@ struct RowState {
 struct DecodeRow {
   std::string attn;
   DType dtype = DType::kBf16;
+  KeyOrder key_order = KeyOrder::kRows;
   AttnPrecision precision = AttnPrecision::kF32;  // what the step computes in
   int64_t context = 0, layers = 0, bytes = 0;     // bytes: one layer's, read by one step
   // multiply-adds of one step (the spec's decode_macs: scores and weighted sums, gva dr=0's
@@ -76,6 +77,7 @@ DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t c
   DecodeRow row;
   row.attn = spec.to_string();
   row.dtype = spec.cache_dtype;
+  row.key_order = layout.key_order;
   row.macs =
       static_cast<double>(batch) * static_cast<double>(spec.decode_macs(context).mixing.value());
   row.context = context;
@@ -231,23 +233,62 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                                                /*mlp_width=*/4 * width, /*vocab_size=*/1000,
                                                /*max_context=*/0);
   shape.head_dim = o.head_dim;
-  std::vector<AttentionSpec> specs;  // attn × dtype
+  std::vector<KeyOrder> key_orders;
+  for (const std::string& text : o.key_order) {
+    KeyOrder order = KeyOrder::kRows;
+    if (!parse_key_order(text, order)) {
+      throw SpecError("key-order",
+                      "\"" + text.substr(0, 40) + "\" is not a key order: rows | pairs");
+    }
+    if (std::find(key_orders.begin(), key_orders.end(), order) == key_orders.end())
+      key_orders.push_back(order);
+  }
+  if (key_orders.empty()) throw SpecError("key-order", "give at least one key order");
+  std::vector<AttentionSpec> specs;  // attn × dtype × key order
   for (const std::string& text : o.attn) {
     for (DType dtype : dtypes) {
+      AttentionSpec spec;
       try {
         ModelShape s = shape;
         if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
-        specs.push_back(AttentionSpec::parse(text, s, dtype));
+        spec = AttentionSpec::parse(text, s, dtype);
       } catch (const SpecError& e) {
         throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
       }
-      const DecodeKernel k = specs.back().cache_layout().kernel;
+      const DecodeKernel k = spec.cache_layout().kernel;
       if (k != DecodeKernel::kOneStream && k != DecodeKernel::kTwoStream &&
           k != DecodeKernel::kReconstructKeys && k != DecodeKernel::kRecurrentState) {
         throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
                                     " kernel, which bench decode does not cover yet");
       }
+      for (KeyOrder order : key_orders) {
+        // pairs orders the keys of two-stream bf16 caches; the other rows keep key rows
+        if (order == KeyOrder::kTokenPairs &&
+            (k != DecodeKernel::kTwoStream || dtype != DType::kBf16)) {
+          continue;
+        }
+        specs.push_back(spec);
+        specs.back().key_cache_order = order;
+        specs.back().validate();
+      }
     }
+  }
+  const bool any_pairs = std::any_of(specs.begin(), specs.end(), [](const AttentionSpec& spec) {
+    return spec.key_cache_order == KeyOrder::kTokenPairs;
+  });
+  if (!any_pairs &&
+      std::find(key_orders.begin(), key_orders.end(), KeyOrder::kTokenPairs) != key_orders.end()) {
+    throw SpecError("key-order",
+                    "pairs orders the keys of two-stream variants (mha, gqa, mqa, q-gqa, …) over "
+                    "a bf16 cache; no --attn × --dtype here is one");
+  }
+  if (std::find(key_orders.begin(), key_orders.end(), KeyOrder::kRows) == key_orders.end()) {
+    // only pairs asked: the rows that cannot take it are not made either
+    specs.erase(std::remove_if(specs.begin(), specs.end(),
+                               [](const AttentionSpec& spec) {
+                                 return spec.key_cache_order != KeyOrder::kTokenPairs;
+                               }),
+                specs.end());
   }
   std::vector<int64_t> contexts;
   for (const std::string& c : o.context) contexts.push_back(parse_tokens(c, "context"));
@@ -321,8 +362,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       for (int64_t context : contexts) {
         DecodeRow row = make_row(specs[i], precision, context, o.batch, layers, rng, decoder);
         const bool repeat = std::any_of(rows.begin(), rows.end(), [&](const DecodeRow& r) {
-          return r.attn == row.attn && r.dtype == row.dtype && r.context == context &&
-                 r.precision == row.precision;
+          return r.attn == row.attn && r.dtype == row.dtype && r.key_order == row.key_order &&
+                 r.context == context && r.precision == row.precision;
         });
         if (repeat) continue;
         rows.push_back(std::move(row));
@@ -392,11 +433,13 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     }
     return r;
   };
-  // each row against the same attention's row over a bf16 cache at the same context (its first
-  // precision), where there is one: what a cache dtype changes
+  // each row against the same attention's row over a bf16 cache at the same context and key order
+  // (its first precision), where there is one: what a cache dtype changes
   auto bf16_of = [&](const DecodeRow& r) -> const DecodeRow* {
     for (const DecodeRow& f : rows) {
-      if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16) return &f;
+      if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16 &&
+          f.key_order == r.key_order)
+        return &f;
     }
     return nullptr;
   };
@@ -452,6 +495,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       nlohmann::json row = {
           {"attn", r.attn},
           {"dtype", std::string(dtype_name(r.dtype))},
+          {"key_order", key_order_name(r.key_order)},
           {"precision", attn_precision_name(r.precision)},
           {"context", r.context},
           {"batch", o.batch},
@@ -507,19 +551,21 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       "the larger of memory us and the step's multiply-adds at the peak of their precision "
       "(int8: the content scores at the int8 peak, the rest at f32's; bound: which); kernel "
       "compute us: the kernel's time per cached token on one thread with the cache in L2, × "
-      "context ÷ threads\n\n",
+      "context ÷ threads; keys: the key stream's order in the pages (rows, or pairs: element "
+      "pairs of 16 tokens in one vector)\n\n",
       cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), caches, o.heads, o.head_dim,
       asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32), peak_text(peak_bf16),
       peak_text(peak_int8), o.repeats);
-  Table table({"attn", "cache", "precision", "context", "us/step", "min–max us", "cache bytes read",
-               "GB/s", "of bandwidth", "macs", "roofline us", "of roofline", "bound", "memory us",
-               "kernel compute us", "time vs first", "bytes vs first", "time vs bf16 cache"});
+  Table table({"attn", "cache", "keys", "precision", "context", "us/step", "min–max us",
+               "cache bytes read", "GB/s", "of bandwidth", "macs", "roofline us", "of roofline",
+               "bound", "memory us", "kernel compute us", "time vs first", "bytes vs first",
+               "time vs bf16 cache"});
   for (const DecodeRow& r : rows) {
     table.add_row(
-        {r.attn, std::string(dtype_name(r.dtype)), attn_precision_name(r.precision),
-         with_commas(r.context), fmt::format("{:.0f}", r.median_us),
-         fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us), with_commas(r.bytes),
-         fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
+        {r.attn, std::string(dtype_name(r.dtype)), key_order_name(r.key_order),
+         attn_precision_name(r.precision), with_commas(r.context),
+         fmt::format("{:.0f}", r.median_us), fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us),
+         with_commas(r.bytes), fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
          fmt::format("{:.3g}", r.macs), fmt::format("{:.0f}", roofline_us(r)),
          format_percent(roofline_us(r) / r.median_us), bound(r),
          fmt::format("{:.0f}", memory_us(r)),

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/page_layout.h"
 #include "spec/dtype.h"
 #include "spec/rope_scaling.h"
 
@@ -58,6 +59,10 @@ struct DecodeParams {
   const std::byte* key_pool = nullptr;    // [page][n_groups][page_size][key_width]
   const std::byte* value_pool = nullptr;  // [page][n_groups][page_size][value_width]
   const std::byte* rope_pool = nullptr;   // [page][page_size][rope_width], or nullptr
+  // the key pool's order inside a page's group (page_layout.h); kTokenPairs: bf16 two-stream
+  // caches without a rope stream, pages a whole number of blocks (kDecodeBlockTokens), even
+  // key_width
+  KeyOrder key_order = KeyOrder::kRows;
   PageTableView pages;
   int64_t n_seqs = 0;
   int64_t n_heads = 0;

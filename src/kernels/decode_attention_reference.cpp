@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -67,6 +68,24 @@ void bf16_weighted_values(const std::vector<double>& scores, float scale, int64_
   }
 }
 
+// Group g's key row of the token at `slot`, as f32 (either key order).
+void load_key_row(const DecodeParams& p, int64_t slot, int64_t g, float* out) {
+  const int64_t page = p.pages.page_size;
+  const int64_t key_row = row_bytes(p.dtype, p.key_width);
+  if (p.key_order == KeyOrder::kRows) {
+    load_rows(p.key_pool + head_row_offset(slot, g, p.n_groups, page, key_row), 1, p.key_width,
+              p.dtype, out);
+    return;
+  }
+  const std::byte* block =
+      p.key_pool + page_row_offset(slot / page, 0, g, p.n_groups, page, key_row);
+  for (int64_t e = 0; e < p.key_width; ++e) {
+    uint16_t bits = 0;
+    std::memcpy(&bits, block + pair_element_offset(slot % page, e, page), sizeof bits);
+    out[e] = bf16_to_f32(bits);
+  }
+}
+
 }  // namespace
 
 AttnPrecision effective_precision(const DecodeParams& p) {
@@ -120,6 +139,17 @@ void validate_decode_params(const DecodeParams& p) {
   require(p.key_maps == nullptr || (p.rope_on_read && p.norm_weight == nullptr &&
                                     p.rope_width == 0 && p.key_pool == p.value_pool),
           "key_maps", "rebuilt keys need one stream, RoPE on read, no norm and no rope stream");
+  if (p.key_order == KeyOrder::kTokenPairs) {
+    require(p.dtype == DType::kBf16, "key_order", "pairs needs a bf16 cache");
+    require(
+        p.key_pool != p.value_pool && !p.rope_on_read && p.key_maps == nullptr && p.rope_width == 0,
+        "key_order",
+        "pairs applies to two-stream caches (no rope stream; keys not rotated or rebuilt on "
+        "read)");
+    require(p.pages.page_size % kDecodeBlockTokens == 0, "key_order",
+            "pairs needs a page size that is a multiple of 16 tokens");
+    require(p.key_width % 2 == 0, "key_order", "pairs needs an even key width");
+  }
 }
 
 void decode_attention_reference(const DecodeParams& p) {
@@ -130,7 +160,6 @@ void decode_attention_reference(const DecodeParams& p) {
   const bool int8 = effective_precision(p) == AttnPrecision::kInt8;
   const DType rope_dtype = rope_pool_dtype(p);
   // a cached row of every dtype is read the one way: dequantized to f32 whole
-  const int64_t key_row = row_bytes(p.dtype, p.key_width);
   const int64_t value_row = row_bytes(p.dtype, p.value_width);
   const int64_t rope_row = row_bytes(rope_dtype, p.rope_width);
   std::vector<float> key(static_cast<size_t>(p.key_width));
@@ -150,10 +179,7 @@ void decode_attention_reference(const DecodeParams& p) {
       for (int64_t j = 0; j < tokens; ++j) {
         load_rows(p.value_pool + head_row_offset(slot(j), g, p.n_groups, page, value_row), 1,
                   p.value_width, p.dtype, values.data() + j * p.value_width);
-        if (p.key_maps == nullptr) {
-          load_rows(p.key_pool + head_row_offset(slot(j), g, p.n_groups, page, key_row), 1,
-                    p.key_width, p.dtype, keys.data() + j * p.key_width);
-        }
+        if (p.key_maps == nullptr) load_key_row(p, slot(j), g, keys.data() + j * p.key_width);
       }
       for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
         std::vector<float> q(p.q + (b * p.n_heads + h) * p.key_width,

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "spec/key_order.h"
+
 namespace kvlab {
 
 // Where a head row sits in a stream's page pool. A pool holds pages of page_size tokens, and
@@ -25,5 +27,12 @@ constexpr int64_t head_row_offset(int64_t slot, int64_t head, int64_t n_heads, i
                                   int64_t row_bytes) {
   return page_row_offset(slot / page_size, slot % page_size, head, n_heads, page_size, row_bytes);
 }
+
+// kTokenPairs: the byte offset of element e of the token at in_page from its group's block.
+constexpr int64_t pair_element_offset(int64_t in_page, int64_t e, int64_t page_size) {
+  return ((e / 2 * page_size + in_page) * 2 + e % 2) * 2;
+}
+// kTokenPairs: bytes from one element pair of a token to the next (a pair-row of the page).
+constexpr int64_t pair_row_stride_bytes(int64_t page_size) { return page_size * 4; }
 
 }  // namespace kvlab

@@ -274,6 +274,7 @@ CacheLayout AttentionSpec::cache_layout() const {
   } else if (!is_element_dtype(cache_dtype)) {
     layout.rope_dtype = DType::kBf16;
   }
+  layout.key_order = key_cache_order;
   return layout;
 }
 
@@ -310,6 +311,13 @@ void AttentionSpec::validate() const {
       break;
   }
   spec_family(info.family).validate(*this);
+  if (key_cache_order == KeyOrder::kTokenPairs) {
+    require(cache_layout().kernel == DecodeKernel::kTwoStream, "key_order",
+            id + " caches no key stream of its own: pairs orders a two-stream cache's keys");
+    require(cache_dtype == DType::kBf16, "key_order",
+            std::string("pairs needs a bf16 cache, got ") + std::string(dtype_name(cache_dtype)));
+    require(head_dim % 2 == 0, "key_order", "pairs needs an even head_dim, got " + num(head_dim));
+  }
 }
 
 }  // namespace kvlab

@@ -79,6 +79,9 @@ struct AttentionSpec {
   // The rope stream's dtype when it is not the default: cache_dtype for f32/bf16/f16, bf16 under
   // q8_0/q4_0/fp8 (a 16–64 wide key that every head scores against: quantizing it saves little).
   std::optional<DType> rope_cache_dtype;
+  // the key stream's order in the cache's pages (spec/key_order.h): kTokenPairs for two-stream
+  // bf16 caches only
+  KeyOrder key_cache_order = KeyOrder::kRows;
   // the variant's own widths
   int64_t n_groups = 0;       // G: cached K/V (or C) heads
   int64_t nope_dim = 0;       // d_n: content slice of q·k (mla, gva)

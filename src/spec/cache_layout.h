@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "spec/dtype.h"
+#include "spec/key_order.h"
 
 namespace kvlab {
 
@@ -59,6 +60,8 @@ struct CacheLayout {
   // shared K=V with RoPE: the kernel rotates (and RMS-normalises) each cached row on read
   bool rope_on_read = false;
   bool norm_on_read = false;
+  // the key stream's order inside a page (two-stream bf16 caches may take kTokenPairs)
+  KeyOrder key_order = KeyOrder::kRows;
 
   // The position of the stream with `role` in `streams`, or -1 when the layout has none.
   int64_t stream_index(StreamRole role) const;

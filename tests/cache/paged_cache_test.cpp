@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
+#include "kernels/convert.h"
 #include "spec/model_config.h"
 #include "spec/test_shapes.h"
 
@@ -116,6 +118,61 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   EXPECT_EQ(cache.add_sequence(), a);  // the slot is reused
   cache.add_sequence();
   EXPECT_THROW(cache.add_sequence(), CacheError);  // 3 slots
+}
+
+// KeyOrder::kTokenPairs: inside a page's group block of [page_size][width] bf16 elements, key
+// element e of the token at place t sits at 16-bit index (e / 2) · page_size · 2 + t · 2 + e % 2
+// (pairs of elements, tokens side by side); values keep rows. Written out by hand here.
+TEST(PagedKvCacheTest, KeysOrderedByPairsSitPairMajorInTheirGroupsBlock) {
+  CacheLayout layout = key_value_layout(3, 6, 4, DType::kBf16);
+  layout.key_order = KeyOrder::kTokenPairs;
+  const int64_t page_size = 16;
+  PagedKvCache cache(layout, /*n_layers=*/2, page_size, /*max_pages=*/6, /*max_seqs=*/2);
+  const int32_t other = cache.add_sequence(), seq = cache.add_sequence();
+  cache.append(other, 5);  // seq's pages are not the pool's first
+  cache.append(seq, 40);
+  const PageTable table = cache.page_table({seq});
+  // an odd number below 256 times a power of two: exact in bf16, one value per (token, head, e)
+  auto value_of = [](int64_t pos, int64_t head, int64_t e) {
+    return std::ldexp(static_cast<float>(2 * pos + 1), static_cast<int>(head * 6 + e) - 8);
+  };
+  for (int64_t pos = 0; pos < 40; ++pos) {
+    float keys[18];
+    for (int64_t head = 0; head < 3; ++head) {
+      for (int64_t e = 0; e < 6; ++e) keys[head * 6 + e] = value_of(pos, head, e);
+    }
+    cache.store_token(1, 0, seq, pos, keys);
+  }
+  const auto* pool = reinterpret_cast<const uint16_t*>(cache.pool(1, 0));
+  for (int64_t pos = 0; pos < 40; ++pos) {
+    const int64_t page = table.page_ids[static_cast<size_t>(pos / page_size)];
+    const int64_t t = pos % page_size;
+    for (int64_t head = 0; head < 3; ++head) {
+      const uint16_t* block = pool + (page * 3 + head) * page_size * 6;
+      for (int64_t e = 0; e < 6; ++e) {
+        const uint16_t bits = block[(e / 2) * page_size * 2 + t * 2 + e % 2];
+        EXPECT_EQ(bf16_to_f32(bits), value_of(pos, head, e))
+            << "token " << pos << " head " << head << " element " << e;
+      }
+    }
+    float back[18];
+    cache.load_token(1, 0, seq, pos, back);
+    for (int64_t i = 0; i < 18; ++i) EXPECT_EQ(back[i], value_of(pos, i / 6, i % 6));
+  }
+  // a head's key row is not contiguous: no row pointer into it; the value stream keeps rows
+  EXPECT_THROW(cache.head_row(1, 0, seq, 3, 0), CacheError);
+  EXPECT_NO_THROW(cache.head_row(1, 1, seq, 3, 0));
+  // refused: a cache that is not bf16, pages that are not whole blocks, an odd key width
+  CacheLayout f16 = layout;
+  f16.dtype = DType::kF16;
+  EXPECT_THROW(PagedKvCache(f16, 1, 16, 2, 1), CacheError);
+  EXPECT_THROW(PagedKvCache(layout, 1, 24, 2, 1), CacheError);
+  CacheLayout odd = key_value_layout(3, 5, 4, DType::kBf16);
+  odd.key_order = KeyOrder::kTokenPairs;
+  EXPECT_THROW(PagedKvCache(odd, 1, 16, 2, 1), CacheError);
+  CacheLayout one_stream{DecodeKernel::kOneStream, {{StreamRole::kContent, 3, 6}}, DType::kBf16};
+  one_stream.key_order = KeyOrder::kTokenPairs;
+  EXPECT_THROW(PagedKvCache(one_stream, 1, 16, 2, 1), CacheError);
 }
 
 TEST(PagedKvCacheTest, PoolsAreAlignedAndStatesZeroed) {

@@ -1057,6 +1057,38 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   EXPECT_EQ(qrows[2]["cache_bytes_read"], 100 * 2 * 2 * 18);
   EXPECT_EQ(qrows[4]["cache_bytes_read"], 100 * (2 * 34 + 16 * 2));  // the rope key stays bf16
   EXPECT_EQ(qrows[5]["cache_bytes_read"], 100 * (2 * 18 + 16 * 2));
+  // keys ordered by pairs: rows for the two-stream bf16 specs only, beside their key rows; the
+  // same bytes
+  const RunResult ordered = run_kvlab(
+      "bench decode --attn gqa:2 --attn gva:2,dr=16 --heads 4 --head-dim 32 --context 100 "
+      "--repeats 1 --rotate-mib 1 --format json --dtype bf16,q8_0 --key-order rows,pairs");
+  ASSERT_EQ(ordered.exit_code, 0) << ordered.err;
+  const nlohmann::json orows = nlohmann::json::parse(ordered.out)["rows"];
+  std::vector<std::string> seen;
+  for (const nlohmann::json& row : orows) {
+    seen.push_back(row["attn"].get<std::string>() + " " + row["dtype"].get<std::string>() + " " +
+                   row["key_order"].get<std::string>());
+  }
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"gqa:2 bf16 rows", "gqa:2 bf16 pairs", "gqa:2 q8_0 rows",
+                                      "gva:2,dr=16 bf16 rows", "gva:2,dr=16 q8_0 rows"}));
+  ASSERT_EQ(orows.size(), 5u);
+  EXPECT_EQ(orows[1]["cache_bytes_read"], orows[0]["cache_bytes_read"]);
+  EXPECT_GT(orows[1]["us_per_step"].get<double>(), 0);
+  const RunResult only_pairs = run_kvlab(
+      "bench decode --attn gqa:2 --attn gva:2,dr=16 --heads 4 --head-dim 32 --context 100 "
+      "--repeats 1 --rotate-mib 1 --key-order pairs");
+  ASSERT_EQ(only_pairs.exit_code, 0) << only_pairs.err;
+  EXPECT_TRUE(contains(only_pairs.out, "| pairs ")) << only_pairs.out;
+  EXPECT_FALSE(contains(only_pairs.out, "gva:2")) << only_pairs.out;
+  for (const std::string args :
+       {"--attn gva:2,dr=16 --key-order pairs", "--attn gqa:2 --dtype f32 --key-order pairs",
+        "--attn gqa:2 --key-order columns"}) {
+    const RunResult refused =
+        run_kvlab("bench decode --heads 4 --head-dim 32 --context 100 --repeats 1 " + args);
+    EXPECT_EQ(refused.exit_code, 2) << args;
+    EXPECT_TRUE(contains(refused.err, "key-order")) << args << ": " << refused.err;
+  }
   for (const auto& [args, field] : std::vector<std::pair<std::string, std::string>>{
            {"--attn gqa:2 --dtype q8_0 --attn-precision f32", "attn-precision"},
            {"--attn q-gqa:2 --dtype q8_0", "scalar reference"},  // keys rotated on read

@@ -32,6 +32,7 @@ struct Case {
   bool rebuild = false;  // gva dr=0: keys rebuilt from value rows through per-head maps
   AttnPrecision precision = AttnPrecision::kF32;
   bool yarn = false;  // keys rotated on read with yarn frequencies and a cos/sin factor of 1.2
+  KeyOrder key_order = KeyOrder::kRows;  // kTokenPairs: two-stream bf16 only
 
   std::string name() const {
     std::string out = "T";
@@ -51,6 +52,7 @@ struct Case {
     if (norm) out.append("_norm");
     if (rebuild) out.append("_rebuild");
     if (yarn) out.append("_yarn");
+    if (key_order != KeyOrder::kRows) out.append("_keys").append(key_order_name(key_order));
     if (precision != AttnPrecision::kF32) out.append("_").append(attn_precision_name(precision));
     return out.append("_seed").append(std::to_string(seed));
   }
@@ -70,13 +72,19 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
                             c.rebuild ? c.value_width : c.key_width});
   if (!one_stream) layout.streams.push_back({StreamRole::kValue, c.groups, c.value_width});
   if (c.rope_width > 0) layout.streams.push_back({StreamRole::kRope, 1, c.rope_width});
+  const bool pairs = c.key_order == KeyOrder::kTokenPairs;
+  CacheLayout rows_layout = layout;  // keys ordered by pairs: the same rows in row order too
+  layout.key_order = c.key_order;
   int64_t total_pages = 0;
   for (int64_t l : c.lengths) total_pages += (l + c.page - 1) / c.page;
-  PagedKvCache cache(layout, 1, c.page, total_pages + 2, static_cast<int64_t>(c.lengths.size()));
+  const int64_t n_seqs = static_cast<int64_t>(c.lengths.size());
+  PagedKvCache cache(layout, 1, c.page, total_pages + 2, n_seqs);
+  PagedKvCache rows_cache(rows_layout, 1, c.page, pairs ? total_pages + 2 : 0, n_seqs);
   std::vector<int32_t> seqs;
   for (int64_t len : c.lengths) {
     const int32_t seq = cache.add_sequence();
     cache.append(seq, len);
+    if (pairs) rows_cache.append(rows_cache.add_sequence(), len);
     seqs.push_back(seq);
     for (int64_t pos = 0; pos < len; ++pos) {
       for (size_t s = 0; s < layout.streams.size(); ++s) {
@@ -84,6 +92,7 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
         std::vector<float> row(static_cast<size_t>(st.width()));
         for (float& x : row) x = uniform(rng);
         cache.store_token(0, static_cast<int64_t>(s), seq, pos, row.data());
+        if (pairs) rows_cache.store_token(0, static_cast<int64_t>(s), seq, pos, row.data());
       }
     }
   }
@@ -123,10 +132,21 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   p.norm_weight = c.norm ? norm.data() : nullptr;
   p.key_maps = c.rebuild ? key_maps.data() : nullptr;
   p.precision = c.precision;
+  p.key_order = c.key_order;
   std::vector<float> expected(static_cast<size_t>(n * c.heads * vw), -7.0f);
   std::vector<float> actual(expected.size(), -9.0f);
   p.out = expected.data();
   decode_attention_reference(p);
+  if (pairs) {  // the reference reads either order to the same result, bit for bit
+    std::vector<float> from_rows(expected.size(), -5.0f);
+    DecodeParams r = p;
+    r.key_pool = rows_cache.pool(0, 0);
+    r.value_pool = rows_cache.pool(0, 1);
+    r.key_order = KeyOrder::kRows;
+    r.out = from_rows.data();
+    decode_attention_reference(r);
+    EXPECT_EQ(from_rows, expected) << "reference over key pairs != over key rows";
+  }
   p.out = actual.data();
   FastDecoder fast(2, isa);
   fast.run(p);
@@ -277,6 +297,35 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
   }
 }
 
+// Keys ordered by element pairs (KeyOrder::kTokenPairs: two-stream bf16 caches), in `precision`:
+// lengths that end mid-block and mid-page, pages of 16, 32 and 48 tokens, group sizes 1, 3, 4,
+// 8 and 20 (one and several passes of heads), widths with an odd number of pairs (90, 26), one
+// pair (2) and a wide one (200).
+void pair_order_shapes(AttnPrecision precision,
+                       const std::function<void(const Case&, bool)>& each) {
+  uint32_t seed = precision == AttnPrecision::kBf16 ? 900 : 800;
+  const DType bf16 = DType::kBf16;
+  for (std::vector<int64_t> lengths :
+       {std::vector<int64_t>{1}, {7}, {97}, {1000, 0, 13}, {1500, 600}}) {
+    for (auto [heads, groups] : {std::pair<int64_t, int64_t>{8, 8}, {6, 2}, {8, 1}, {32, 8}}) {
+      for (int64_t width : {64, 90, 128}) {
+        Case c{lengths, heads, groups, width, width, 0, bf16, width == 90 ? 32 : 16};
+        c.seed = ++seed;
+        c.precision = precision;
+        c.key_order = KeyOrder::kTokenPairs;
+        each(c, /*one_stream=*/false);
+      }
+    }
+  }
+  for (auto [width, page] : {std::pair<int64_t, int64_t>{26, 48}, {200, 16}, {2, 16}}) {
+    Case c{{300, 41}, 40, 2, width, width, 0, bf16, page};
+    c.seed = ++seed;
+    c.precision = precision;
+    c.key_order = KeyOrder::kTokenPairs;
+    each(c, false);
+  }
+}
+
 // How far bf16 arithmetic moves the output from f32, per variant shape, on random caches
 // (values in [-1, 1]) with queries scaled so attention is peaked (|q| up to 12: a few tokens take
 // most of the weight, as in trained models) and flat (|q| ≤ 1). Measured on Zen 5 (fast kernel)
@@ -392,6 +441,16 @@ std::vector<KernelCase> kernel_cases() {
   }
   for (const char* level : {"bf16", "scalar"}) {
     bf16_precision_shapes([&](const Case& c, bool one_stream) {
+      cases.push_back({c, one_stream, level});
+    });
+  }
+  for (const char* level : {"avx2", "avx512", "amx", "scalar"}) {
+    pair_order_shapes(AttnPrecision::kF32, [&](const Case& c, bool one_stream) {
+      cases.push_back({c, one_stream, level});
+    });
+  }
+  for (const char* level : {"bf16", "scalar"}) {
+    pair_order_shapes(AttnPrecision::kBf16, [&](const Case& c, bool one_stream) {
       cases.push_back({c, one_stream, level});
     });
   }

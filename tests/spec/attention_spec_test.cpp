@@ -204,6 +204,32 @@ TEST(AttentionSpecTest, ValidateCatchesHandBuiltSpecs) {
   EXPECT_THROW(spec.validate(), SpecError);
 }
 
+// Keys ordered by element pairs: two-stream bf16 caches only; the layout carries the order.
+TEST(AttentionSpecTest, KeyOrderPairsAppliesToTwoStreamBf16CachesOnly) {
+  AttentionSpec spec = AttentionSpec::parse("gqa:4", rope_decoder(), DType::kBf16);
+  spec.key_cache_order = KeyOrder::kTokenPairs;
+  EXPECT_NO_THROW(spec.validate());
+  EXPECT_EQ(spec.cache_layout().key_order, KeyOrder::kTokenPairs);
+  EXPECT_EQ(AttentionSpec::parse("gqa:4", rope_decoder(), DType::kBf16).cache_layout().key_order,
+            KeyOrder::kRows);
+  const std::pair<const char*, DType> refused[] = {{"gva:4", DType::kBf16},
+                                                   {"mla", DType::kBf16},
+                                                   {"q-kv", DType::kBf16},
+                                                   {"gqa:4", DType::kF32},
+                                                   {"gqa:4", DType::kQ8_0}};
+  for (const auto& [text, dtype] : refused) {
+    SCOPED_TRACE(text);
+    AttentionSpec bad = AttentionSpec::parse(text, rope_decoder(), dtype);
+    bad.key_cache_order = KeyOrder::kTokenPairs;
+    try {
+      bad.validate();
+      ADD_FAILURE() << "accepted";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.field(), "key_order") << e.what();
+    }
+  }
+}
+
 TEST(AttentionSpecTest, SharingPropertiesMatchTheFamilyTable) {
   const ModelShape rope = rope_decoder();
   for (const char* text : {"q-kv", "qkv1", "q-gqa:4", "q-mqa"}) {

@@ -103,9 +103,10 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   decode
       ->add_option("--key-order", d.key_order,
                    "Order of the key stream in the cache pages, comma list: rows (each key row "
-                   "contiguous) | pairs (element pairs of 16 tokens in one 64-byte vector: the "
-                   "score pass puts tokens in lanes and needs no horizontal sums). pairs makes "
-                   "rows for two-stream variants over bf16 caches only")
+                   "contiguous), pairs (element pairs of 16 tokens in one 64-byte vector: the "
+                   "score pass puts tokens in lanes and needs no horizontal sums; rows for "
+                   "two-stream variants over bf16 caches only), auto (pairs where a cache takes "
+                   "them, except on AMX, whose tiles read key rows; else rows)")
       ->delimiter(',')
       ->capture_default_str();
   decode->add_option("--threads", d.threads, "Threads (0: all cores)")
@@ -158,6 +159,12 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->add_option("--attn-precision", b.precision,
                    "Attention arithmetic of the decode step: f32, bf16 (needs AVX-512 BF16) or "
                    "auto (bf16 where the CPU has it)")
+      ->capture_default_str();
+  generate
+      ->add_option("--key-order", b.key_order,
+                   "Order of the cache's key stream: auto (pairs for two-stream bf16 caches "
+                   "except on AMX, whose tiles read rows), rows, or pairs (where the cache "
+                   "takes it: two-stream bf16; rows elsewhere)")
       ->capture_default_str();
   return {train, memory, compute, decode, prefill, generate};
 }

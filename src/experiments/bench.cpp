@@ -157,13 +157,22 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     throw SpecError("attn", "give at least one --attn or --checkpoint");
   }
   const DType dtype = parse_dtype(b.cache_dtype);
+  std::optional<KeyOrder> asked_order;  // none: auto
+  if (b.key_order != "auto") {
+    KeyOrder order = KeyOrder::kRows;
+    if (!parse_key_order(b.key_order, order)) {
+      throw SpecError("key-order", "\"" + b.key_order.substr(0, 40) +
+                                       "\" is not a key order: auto | rows | pairs");
+    }
+    asked_order = order;
+  }
   const int threads = nn::set_threads(b.threads);
   // the ceiling of a step that reads every weight and the cache once: measured here, with the
   // decoder's thread count
   const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, threads, 5);
   const double gb_per_s = bandwidth.median();
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"attn", "precision", "prompt", "generated", "prefill tok/s", "decode tok/s",
+  Table table({"attn", "precision", "keys", "prompt", "generated", "prefill tok/s", "decode tok/s",
                "ms/token", "min–max ms", "roofline ms", "of roofline", "dense ms", "attention ms",
                "other ms", "cache bytes"});
   std::vector<int64_t> prompts = {b.prompt};
@@ -194,7 +203,14 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           "prompt",
           "a cache for --prompt + --generate = " + std::to_string(prompt + b.generate) + " tokens",
           [&] { return config.cache_bytes(prompt + b.generate, 1); });
-      infer::Generator gen(model, dtype, prompt + b.generate, 1, threads);
+      std::optional<KeyOrder> key_order = asked_order;
+      if (key_order == KeyOrder::kTokenPairs) {  // pairs where the cache takes it
+        AttentionSpec spec = config.attn;
+        spec.cache_dtype = dtype;
+        if (!spec.cache_layout().takes_key_pairs()) key_order = KeyOrder::kRows;
+      }
+      infer::Generator gen(model, dtype, prompt + b.generate, 1, threads, std::nullopt, key_order);
+      const char* keys_used = key_order_name(gen.cache().layout().key_order);
       infer::DecodeModel& decode = gen.decode_model();
       decode.set_attn_precision(
           resolve_attn_precision(b.precision, decode.supports_bf16_precision(), dtype));
@@ -264,6 +280,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       rows.push_back({{"attn", config.attn.to_string()},
                       {"checkpoint", is_checkpoint ? source : ""},
                       {"attn_precision", precision_used},
+                      {"key_order", keys_used},
                       {"prompt", prompt},
                       {"generated", b.generate},
                       {"repeats", b.repeats},
@@ -280,7 +297,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                       {"profile_attention_ms", attention_ms},
                       {"profile_other_ms", other_ms},
                       {"cache_bytes", cache_bytes}});
-      table.add_row({is_checkpoint ? source : config.attn.to_string(), precision_used,
+      table.add_row({is_checkpoint ? source : config.attn.to_string(), precision_used, keys_used,
                      std::to_string(prompt), std::to_string(b.generate),
                      fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_median),
                      fmt::format("{:.0f}", steps / decode_median),
@@ -315,7 +332,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "generation, then the median of {} (min–max); roofline: every f32 parameter "
                "and the cache at the mean context read once per token at {:.2f} GB/s (bench "
                "memory's probe, measured now); dense / attention / other: one more generation "
-               "with the kernels timed\n\n",
+               "with the kernels timed; keys: the cache's key order (--key-order)\n\n",
                cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s)
         << table.to_markdown();
   }

@@ -54,8 +54,9 @@ struct BenchDecodeOptions {
   std::vector<std::string> dtype = {"bf16"};  // cache dtypes: rows for each
   // "auto": int8 on q8_0/q4_0 caches; elsewhere bf16 where the CPU has AVX-512 BF16, else f32
   std::vector<std::string> precision = {"auto"};
-  // key orders (spec/key_order.h): "pairs" makes rows for two-stream variants over bf16 caches
-  std::vector<std::string> key_order = {"rows"};
+  // key orders (spec/key_order.h): auto (fastest_key_order), rows, pairs (rows for two-stream
+  // variants over bf16 caches only)
+  std::vector<std::string> key_order = {"auto"};
   int threads = 0;
   int repeats = 20;
   int64_t rotate_mib = 1024;  // caches rotated over at least this many bytes
@@ -78,6 +79,9 @@ struct BenchModelOptions {
   int threads = 0;
   int repeats = 5;                 // generate: timed generations after one warm-up
   std::string precision = "auto";  // generate: attention arithmetic of the decode step
+  // generate: the key stream's order, auto (fastest_key_order) | rows | pairs (where the
+  // cache takes it; rows elsewhere)
+  std::string key_order = "auto";
   std::string format = "table";
 };
 

@@ -233,15 +233,19 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                                                /*mlp_width=*/4 * width, /*vocab_size=*/1000,
                                                /*max_context=*/0);
   shape.head_dim = o.head_dim;
-  std::vector<KeyOrder> key_orders;
+  std::vector<std::optional<KeyOrder>> key_orders;  // none: auto (fastest_key_order)
   for (const std::string& text : o.key_order) {
+    std::optional<KeyOrder> asked;
     KeyOrder order = KeyOrder::kRows;
-    if (!parse_key_order(text, order)) {
-      throw SpecError("key-order",
-                      "\"" + text.substr(0, 40) + "\" is not a key order: rows | pairs");
+    if (text != "auto") {
+      if (!parse_key_order(text, order)) {
+        throw SpecError("key-order",
+                        "\"" + text.substr(0, 40) + "\" is not a key order: auto | rows | pairs");
+      }
+      asked = order;
     }
-    if (std::find(key_orders.begin(), key_orders.end(), order) == key_orders.end())
-      key_orders.push_back(order);
+    if (std::find(key_orders.begin(), key_orders.end(), asked) == key_orders.end())
+      key_orders.push_back(asked);
   }
   if (key_orders.empty()) throw SpecError("key-order", "give at least one key order");
   std::vector<AttentionSpec> specs;  // attn × dtype × key order
@@ -261,12 +265,15 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
         throw SpecError("attn", text + " decodes with the " + std::string(decode_kernel_name(k)) +
                                     " kernel, which bench decode does not cover yet");
       }
-      for (KeyOrder order : key_orders) {
+      for (const std::optional<KeyOrder>& asked : key_orders) {
         // pairs orders the keys of two-stream bf16 caches; the other rows keep key rows
-        if (order == KeyOrder::kTokenPairs &&
-            (k != DecodeKernel::kTwoStream || dtype != DType::kBf16)) {
-          continue;
-        }
+        const KeyOrder order = asked.value_or(fastest_key_order(spec.cache_layout()));
+        if (order == KeyOrder::kTokenPairs && !spec.cache_layout().takes_key_pairs()) continue;
+        const bool repeat = std::any_of(specs.begin(), specs.end(), [&](const AttentionSpec& s) {
+          return s.to_string() == spec.to_string() && s.cache_dtype == dtype &&
+                 s.key_cache_order == order;
+        });
+        if (repeat) continue;
         specs.push_back(spec);
         specs.back().key_cache_order = order;
         specs.back().validate();
@@ -276,19 +283,11 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   const bool any_pairs = std::any_of(specs.begin(), specs.end(), [](const AttentionSpec& spec) {
     return spec.key_cache_order == KeyOrder::kTokenPairs;
   });
-  if (!any_pairs &&
-      std::find(key_orders.begin(), key_orders.end(), KeyOrder::kTokenPairs) != key_orders.end()) {
+  if (!any_pairs && std::find(key_orders.begin(), key_orders.end(),
+                              std::optional<KeyOrder>(KeyOrder::kTokenPairs)) != key_orders.end()) {
     throw SpecError("key-order",
-                    "pairs orders the keys of two-stream variants (mha, gqa, mqa, q-gqa, …) over "
-                    "a bf16 cache; no --attn × --dtype here is one");
-  }
-  if (std::find(key_orders.begin(), key_orders.end(), KeyOrder::kRows) == key_orders.end()) {
-    // only pairs asked: the rows that cannot take it are not made either
-    specs.erase(std::remove_if(specs.begin(), specs.end(),
-                               [](const AttentionSpec& spec) {
-                                 return spec.key_cache_order != KeyOrder::kTokenPairs;
-                               }),
-                specs.end());
+                    "pairs orders the keys of two-stream variants (mha, gqa, mqa, qk-v, …) over a "
+                    "bf16 cache; no --attn × --dtype here is one");
   }
   std::vector<int64_t> contexts;
   for (const std::string& c : o.context) contexts.push_back(parse_tokens(c, "context"));
@@ -433,15 +432,17 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     }
     return r;
   };
-  // each row against the same attention's row over a bf16 cache at the same context and key order
-  // (its first precision), where there is one: what a cache dtype changes
+  // each row against the same attention's row over a bf16 cache at the same context (its first
+  // precision; of the same key order where there is one): what a cache dtype changes
   auto bf16_of = [&](const DecodeRow& r) -> const DecodeRow* {
+    const DecodeRow* any_order = nullptr;
     for (const DecodeRow& f : rows) {
-      if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16 &&
-          f.key_order == r.key_order)
-        return &f;
+      if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16) {
+        if (f.key_order == r.key_order) return &f;
+        if (any_order == nullptr) any_order = &f;
+      }
     }
-    return nullptr;
+    return any_order;
   };
   auto gbps = [](const DecodeRow& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
   // the step's reads at the measured bandwidth, and its compute spread over the threads

@@ -6,6 +6,7 @@
 
 #include "infer/load_decode_weights.h"
 #include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
 
 namespace kvlab::infer {
 namespace {
@@ -19,7 +20,8 @@ nn::TransformerBlockImpl& block(nn::TransformerModel& model, int64_t layer) {
 }  // namespace
 
 Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
-                     int64_t max_seqs, int threads, std::optional<DType> rope_dtype)
+                     int64_t max_seqs, int threads, std::optional<DType> rope_dtype,
+                     std::optional<KeyOrder> key_order)
     : model_(std::move(model)),
       layout_([&] {
         if (!model_->config().shape.causal()) {
@@ -28,6 +30,8 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         AttentionSpec spec = model_->config().attn;
         spec.cache_dtype = cache_dtype;
         if (rope_dtype.has_value()) spec.rope_cache_dtype = rope_dtype;
+        spec.key_cache_order = key_order.value_or(fastest_key_order(spec.cache_layout()));
+        if (key_order.has_value()) spec.validate();  // a key order the cache cannot take
         CacheLayout layout = spec.cache_layout();
         if (layout.kernel == DecodeKernel::kNone) {
           throw std::invalid_argument("this attention variant keeps no cache and cannot decode");

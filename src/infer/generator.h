@@ -23,9 +23,12 @@ namespace kvlab::infer {
 class Generator {
  public:
   // rope_dtype: the rope stream's dtype where it is not the spec's default (bf16 under q8_0,
-  // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype)
+  // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype). key_order: the key stream's order
+  // (throws SpecError where the cache cannot take it); unset, fastest_key_order (the decoder's
+  // ISA) picks it.
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
-            int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt);
+            int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt,
+            std::optional<KeyOrder> key_order = std::nullopt);
 
   int32_t add_sequence();
   void free_sequence(int32_t seq);

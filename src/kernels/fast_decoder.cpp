@@ -152,6 +152,10 @@ bool cpu_has_avx512_vnni() {
   return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vnni");
 }
 
+KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa) {
+  return layout.takes_key_pairs() && isa != CpuIsa::kAmx ? KeyOrder::kTokenPairs : KeyOrder::kRows;
+}
+
 bool FastDecoder::supports_bf16_precision() const {
   return isa_ == CpuIsa::kScalar ||
          ((isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) && cpu_has_avx512_bf16());

@@ -9,6 +9,7 @@
 #include "kernels/linear_attention_step.h"
 #include "kernels/matvec.h"
 #include "kernels/thread_pool.h"
+#include "spec/cache_layout.h"
 
 namespace kvlab {
 
@@ -28,6 +29,11 @@ std::string_view cpu_isa_name(CpuIsa isa);
 bool cpu_has_avx512_bf16();
 // AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
 bool cpu_has_avx512_vnni();
+// The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
+// takes them (CacheLayout::takes_key_pairs), except with AMX, whose tile path reads key rows
+// (pairs measured faster with AVX-512 and AVX2, not yet on an AMX host:
+// docs/kernels/decode-attention.md, v14); rows elsewhere.
+KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa = detect_cpu_isa());
 
 // What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
 // nothing.

@@ -44,6 +44,12 @@ const CacheStream* CacheLayout::find(StreamRole role) const {
   return i < 0 ? nullptr : &streams[static_cast<size_t>(i)];
 }
 
+bool CacheLayout::takes_key_pairs() const {
+  const CacheStream* key = find(StreamRole::kKey);
+  return kernel == DecodeKernel::kTwoStream && dtype == DType::kBf16 && key != nullptr &&
+         key->head_width % 2 == 0;
+}
+
 int64_t CacheLayout::scalars_per_token() const {
   int64_t scalars = 0;
   for (const CacheStream& stream : streams) scalars += stream.width();

@@ -78,6 +78,10 @@ struct CacheLayout {
     return stream.n_heads * head_row_bytes(stream);
   }
 
+  // Whether the keys may be ordered by element pairs (KeyOrder::kTokenPairs): a two-stream bf16
+  // cache whose key rows have an even width.
+  bool takes_key_pairs() const;
+
   int64_t scalars_per_token() const;
   int64_t bytes_per_token() const;  // scales included
   int64_t state_bytes() const;

@@ -1180,6 +1180,20 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
     EXPECT_GT(row["profile_attention_ms"].get<double>(), 0);
     EXPECT_GE(row["profile_other_ms"].get<double>(), 0);
   }
+  // --key-order pairs: the two-stream bf16 cache takes it, gva (one stream) keeps rows; a bad
+  // value is refused naming the flag
+  const RunResult ordered = run_kvlab(
+      "bench generate --attn gqa:2 --attn gva:2,dr=4 --prompt 8 --generate 4 --long-prompt 0 "
+      "--key-order pairs --repeats 1" +
+      model);
+  ASSERT_EQ(ordered.exit_code, 0) << ordered.err;
+  const nlohmann::json orows = nlohmann::json::parse(ordered.out)["rows"];
+  ASSERT_EQ(orows.size(), 2u);
+  EXPECT_EQ(orows[0]["key_order"], "pairs");
+  EXPECT_EQ(orows[1]["key_order"], "rows");
+  const RunResult typo = run_kvlab("bench generate --attn gqa:2 --key-order diagonal" + model);
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_TRUE(contains(typo.err, "key-order")) << typo.err;
 }
 
 TEST(CliBenchTest, TrainBenchmarkReportsTokensPerSecond) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "nn/nn_test_util.h"
+#include "spec/spec_error.h"
 
 namespace kvlab::infer {
 namespace {
@@ -68,6 +69,46 @@ TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
       EXPECT_EQ(gen.length(seq), 11);
     }
   }
+}
+
+// Keys ordered by element pairs (two-stream bf16 caches): the same logits as key rows at every
+// step, both equal to the full forward; a cache that cannot take pairs is refused naming
+// key_order, and the order picked when none is given is fastest_key_order's.
+TEST(GeneratorTest, KeysOrderedByPairsDecodeAsKeyRows) {
+  for (const char* attn : {"mha", "gqa:2", "mqa", "qk-v"}) {
+    SCOPED_TRACE(attn);
+    torch::manual_seed(41);
+    const ModelShape shape = small_shape(PosScheme::kRope);
+    nn::TransformerModel model(ModelConfig::make(shape, attn, DType::kF32), torch::kFloat32);
+    const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, 11});
+    const torch::Tensor full = model->forward(tokens).detach();  // [1, 11, V]
+    Generator rows(model, DType::kBf16, 16, 1, 2, std::nullopt, KeyOrder::kRows);
+    Generator pairs(model, DType::kBf16, 16, 1, 2, std::nullopt, KeyOrder::kTokenPairs);
+    ASSERT_EQ(pairs.cache().layout().key_order, KeyOrder::kTokenPairs);
+    ASSERT_EQ(rows.cache().layout().key_order, KeyOrder::kRows);
+    const int32_t a = rows.add_sequence(), b = pairs.add_sequence();
+    std::vector<int64_t> prompt;
+    for (int64_t t = 0; t < 5; ++t) prompt.push_back(tokens[0][t].item<int64_t>());
+    EXPECT_LT(max_abs_diff(rows.feed(a, prompt), pairs.feed(b, prompt)), 1e-5) << "prompt";
+    for (int64_t t = 5; t < 11; ++t) {
+      const torch::Tensor from_rows = rows.step({a}, {tokens[0][t].item<int64_t>()})[0];
+      const torch::Tensor from_pairs = pairs.step({b}, {tokens[0][t].item<int64_t>()})[0];
+      EXPECT_LT(max_abs_diff(from_pairs, from_rows), 1e-5) << "token " << t;
+      EXPECT_LT(max_abs_diff(from_pairs, full[0][t]), tolerance(DType::kBf16)) << "token " << t;
+    }
+    const Generator picked(model, DType::kBf16, 16, 1, 1);
+    EXPECT_EQ(picked.cache().layout().key_order, fastest_key_order(picked.cache().layout()));
+  }
+  torch::manual_seed(41);
+  nn::TransformerModel gva(
+      ModelConfig::make(small_shape(PosScheme::kRope), "gva:2,dr=4", DType::kF32), torch::kFloat32);
+  try {
+    Generator refused(gva, DType::kBf16, 16, 1, 1, std::nullopt, KeyOrder::kTokenPairs);
+    ADD_FAILURE() << "a one-stream cache took key pairs";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "key_order") << e.what();
+  }
+  EXPECT_EQ(Generator(gva, DType::kBf16, 16, 1, 1).cache().layout().key_order, KeyOrder::kRows);
 }
 
 // q8_0 / q4_0 / fp8 caches: decoding token by token equals the forward over the same quantized

@@ -35,10 +35,8 @@ PagedKvCache::PagedKvCache(const CacheLayout& layout, int64_t n_layers, int64_t 
   if (page_size <= 0) throw CacheError("page size must be > 0");
   if (max_pages < 0 || max_seqs <= 0) throw CacheError("max pages >= 0 and max sequences > 0");
   if (layout.key_order == KeyOrder::kTokenPairs) {
-    const CacheStream* key = layout.find(StreamRole::kKey);
-    if (key == nullptr || layout.dtype != DType::kBf16)
-      throw CacheError("key_order pairs needs a bf16 cache with a key stream (two-stream)");
-    if (key->head_width % 2 != 0) throw CacheError("key_order pairs needs an even key width");
+    const std::string problem = layout.key_pairs_problem();
+    if (!problem.empty()) throw CacheError("key_order: " + problem);
     if (page_size % kDecodeBlockTokens != 0) {
       throw CacheError("key_order pairs needs a page size that is a multiple of " +
                        std::to_string(kDecodeBlockTokens) + " tokens, got " +

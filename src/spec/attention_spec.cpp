@@ -311,12 +311,9 @@ void AttentionSpec::validate() const {
       break;
   }
   spec_family(info.family).validate(*this);
-  if (key_cache_order == KeyOrder::kTokenPairs && !cache_layout().takes_key_pairs()) {
-    require(cache_layout().kernel == DecodeKernel::kTwoStream, "key_order",
-            id + " caches no key stream of its own: pairs orders a two-stream cache's keys");
-    require(cache_dtype == DType::kBf16, "key_order",
-            std::string("pairs needs a bf16 cache, got ") + std::string(dtype_name(cache_dtype)));
-    require(false, "key_order", "pairs needs an even head_dim, got " + num(head_dim));
+  if (key_cache_order == KeyOrder::kTokenPairs) {
+    const std::string problem = cache_layout().key_pairs_problem();
+    require(problem.empty(), "key_order", id + ": " + problem);
   }
 }
 

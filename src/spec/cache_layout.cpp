@@ -44,10 +44,18 @@ const CacheStream* CacheLayout::find(StreamRole role) const {
   return i < 0 ? nullptr : &streams[static_cast<size_t>(i)];
 }
 
-bool CacheLayout::takes_key_pairs() const {
+std::string CacheLayout::key_pairs_problem() const {
   const CacheStream* key = find(StreamRole::kKey);
-  return kernel == DecodeKernel::kTwoStream && dtype == DType::kBf16 && key != nullptr &&
-         key->head_width % 2 == 0;
+  if (kernel != DecodeKernel::kTwoStream || key == nullptr) {
+    return "pairs orders the key stream of a two-stream cache; this layout has none";
+  }
+  if (dtype != DType::kBf16) {
+    return "pairs needs a bf16 cache, got " + std::string(dtype_name(dtype));
+  }
+  if (key->head_width % 2 != 0) {
+    return "pairs needs an even key width, got " + std::to_string(key->head_width);
+  }
+  return "";
 }
 
 int64_t CacheLayout::scalars_per_token() const {

@@ -78,9 +78,10 @@ struct CacheLayout {
     return stream.n_heads * head_row_bytes(stream);
   }
 
-  // Whether the keys may be ordered by element pairs (KeyOrder::kTokenPairs): a two-stream bf16
-  // cache whose key rows have an even width.
-  bool takes_key_pairs() const;
+  // Why the keys may not be ordered by element pairs (KeyOrder::kTokenPairs), or "" where they
+  // may: a two-stream bf16 cache whose key rows have an even width.
+  std::string key_pairs_problem() const;
+  bool takes_key_pairs() const { return key_pairs_problem().empty(); }
 
   int64_t scalars_per_token() const;
   int64_t bytes_per_token() const;  // scales included

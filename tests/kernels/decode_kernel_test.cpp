@@ -67,6 +67,7 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   std::mt19937 rng(c.seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   CacheLayout layout;
+  layout.kernel = one_stream ? DecodeKernel::kOneStream : DecodeKernel::kTwoStream;
   layout.dtype = c.dtype;
   layout.streams.push_back({one_stream ? StreamRole::kContent : StreamRole::kKey, c.groups,
                             c.rebuild ? c.value_width : c.key_width});

@@ -1,5 +1,5 @@
 // `kvlab bench decode`: one layer's decode attention at one step, against the read bandwidth
-// measured in the same run, and against the same kernel's compute with the cache in L2.
+// measured in the same run, and against the same kernel's compute with its rows in L2.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
 #include "kernels/convert.h"
+#include "kernels/decode_attention.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/huge_page_floats.h"
 #include "kernels/memory_bandwidth.h"
@@ -55,7 +56,9 @@ struct DecodeRow {
   std::unique_ptr<RowState> state;
   std::vector<double> micros = {};
   double median_us = 0, min_us = 0, max_us = 0;
-  std::optional<double> compute_ns_per_token;  // one thread, cache in L2; none for linear
+  // the kernel's compute alone (ComputeProbe), ns per cached token: on one thread, and the
+  // step's wall time per token on the bench's threads; none for linear attention
+  std::optional<double> compute_ns_per_token, compute_wall_ns_per_token;
 };
 
 // Bytes one step reads from one layer: the cache's rows (the spec's bytes per token), or linear
@@ -174,32 +177,76 @@ DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t c
   return row;
 }
 
-// The kernel's compute alone: one thread stepping a cache small enough to stay in L2, at two
-// contexts; the slope between them is the time per cached token without the per-step costs
-// (queries, merge), which the long contexts share anyway. Medians of interleaved repeats.
-double compute_ns_per_token(const AttentionSpec& spec, AttnPrecision precision, int64_t batch,
-                            FastDecoder& one_thread, std::mt19937& rng) {
-  constexpr int64_t kShort = 128, kLong = 256;  // gqa:8, H 32 × d_h 128, bf16: 1 MiB at 256
-  constexpr int kRepeats = 41;
-  DecodeRow short_row = make_row(spec, precision, kShort, batch, 1, rng, one_thread);
-  DecodeRow long_row = make_row(spec, precision, kLong, batch, 1, rng, one_thread);
-  std::vector<double> short_us, long_us;
-  auto time_us = [&](DecodeRow& row) {
-    const auto start = std::chrono::steady_clock::now();
-    row.step(one_thread, 0);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
-  for (int r = 0; r < kRepeats + 3; ++r) {  // 3 warm-up rounds bring the caches into L2
-    const double a = time_us(short_row), b = time_us(long_row);
-    if (r >= 3) {
-      short_us.push_back(a);
-      long_us.push_back(b);
+// Rewrites `table` to cover `tokens` per sequence with page ids that cycle over each sequence's
+// own (full) pages: a long context whose rows are a few pages read again and again.
+void cycle_pages(PageTable& table, int64_t tokens) {
+  const int64_t page = table.page_size, pages = (tokens + page - 1) / page;
+  PageTable cycled;
+  cycled.page_size = table.page_size;
+  cycled.indptr = {0};
+  for (int64_t b = 0; b < table.n_seqs(); ++b) {
+    const int64_t first = table.indptr[static_cast<size_t>(b)];
+    const int64_t own = table.indptr[static_cast<size_t>(b) + 1] - first;
+    for (int64_t i = 0; i < pages; ++i) {
+      cycled.page_ids.push_back(table.page_ids[static_cast<size_t>(first + i % own)]);
+    }
+    cycled.indptr.push_back(static_cast<int32_t>(cycled.page_ids.size()));
+    cycled.last_page_len.push_back(static_cast<int32_t>(tokens - (pages - 1) * page));
+  }
+  table = std::move(cycled);
+}
+
+// The kernel's compute alone: two rows of one spec whose page tables cycle over a few pages (at
+// most kHotBytes of rows a sequence, so they stay in each core's L2), at contexts of one and two
+// work items per thread of `threads`; the slope between them is the time per cached token
+// without the per-step costs (queries, merge), which long contexts share anyway. Timed on any
+// decoder in samples spread over the bench's rounds, so it sees the same minutes as the rows.
+class ComputeProbe {
+ public:
+  ComputeProbe(const AttentionSpec& spec, AttnPrecision precision, int64_t batch, int threads,
+               std::mt19937& rng, const FastDecoder& simd_check) {
+    constexpr int64_t kHotBytes = 256 << 10, kPage = 16;
+    const int64_t page_bytes = kPage * spec.cache_layout().bytes_per_token();
+    const int64_t short_tokens = kDecodeChunkTokens * threads;
+    const int64_t own_pages =
+        std::clamp<int64_t>(kHotBytes / std::max<int64_t>(1, page_bytes), 1, short_tokens / kPage);
+    for (int k = 0; k < 2; ++k) {
+      rows_[k] = make_row(spec, precision, own_pages * kPage, batch, 1, rng, simd_check);
+      tokens_[k] = short_tokens * (k + 1);
+      cycle_pages(rows_[k].state->table, tokens_[k]);
     }
   }
-  const double slope_us = (median_of(long_us) - median_of(short_us)) / (kLong - kShort);
-  return std::max(0.0, slope_us * 1e3 / static_cast<double>(batch));
-}
+
+  // One warm-up step of each row (brings its pages into L2), then `pairs` timed pairs.
+  void time(FastDecoder& decoder, std::vector<double>& samples_ns, int64_t batch, int pairs = 3) {
+    rows_[0].step(decoder, 0);
+    rows_[1].step(decoder, 0);
+    for (int i = 0; i < pairs; ++i) {
+      double us[2];
+      for (int k = 0; k < 2; ++k) {
+        const auto start = std::chrono::steady_clock::now();
+        rows_[k].step(decoder, 0);
+        us[k] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count();
+      }
+      samples_ns.push_back((us[1] - us[0]) * 1e3 /
+                           static_cast<double>((tokens_[1] - tokens_[0]) * batch));
+    }
+  }
+
+ private:
+  DecodeRow rows_[2];
+  int64_t tokens_[2] = {};
+};
+
+// A spec and precision's compute probe and its per-token samples on the bench's threads and on
+// one thread.
+struct ComputeTiming {
+  size_t spec = 0;
+  AttnPrecision precision = AttnPrecision::kF32;
+  std::unique_ptr<ComputeProbe> probe;
+  std::vector<double> all_threads_ns, one_thread_ns;
+};
 
 }  // namespace
 
@@ -378,6 +425,27 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   const std::optional<ComputePeak> peak_int8 =
       measure_compute_peak(MacKind::kInt8, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
   BandwidthProbe probe(int64_t{1} << 30);
+  // The kernel's compute alone, per spec and precision (its rows share it), on the bench's
+  // threads and on one thread, timed in every round beside the rows.
+  FastDecoder one_thread(1, decoder.isa());
+  std::vector<ComputeTiming> timings;
+  std::vector<int> row_timing(rows.size(), -1);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const AttentionSpec& spec = specs[row_spec[k]];
+    if (spec.cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
+    for (size_t t = 0; t < timings.size() && row_timing[k] < 0; ++t) {
+      if (timings[t].spec == row_spec[k] && timings[t].precision == rows[k].precision)
+        row_timing[k] = static_cast<int>(t);
+    }
+    if (row_timing[k] >= 0) continue;
+    ComputeTiming timing;
+    timing.spec = row_spec[k];
+    timing.precision = rows[k].precision;
+    timing.probe = std::make_unique<ComputeProbe>(spec, rows[k].precision, o.batch,
+                                                  decoder.threads(), rng, decoder);
+    timings.push_back(std::move(timing));
+    row_timing[k] = static_cast<int>(timings.size() - 1);
+  }
   // Every timed step of layer r follows an untimed step of the same row over layer r-1, as a
   // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
   // or another row, and the first row ran 2–12% slower than identical rows after it (three
@@ -398,23 +466,25 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
               .count();
       if (r >= 3) row.micros.push_back(us);
     }
+    if (r < 3) continue;
+    for (ComputeTiming& timing : timings) {
+      timing.probe->time(decoder, timing.all_threads_ns, o.batch);
+      if (decoder.threads() > 1) timing.probe->time(one_thread, timing.one_thread_ns, o.batch);
+    }
   }
   for (DecodeRow& row : rows) {
     row.median_us = median_of(row.micros);
     row.min_us = min_of(row.micros);
     row.max_us = max_of(row.micros);
   }
-  // The kernel's compute alone, per spec and precision (its rows share it).
-  FastDecoder one_thread(1, decoder.isa());
   for (size_t k = 0; k < rows.size(); ++k) {
-    const AttentionSpec& spec = specs[row_spec[k]];
-    if (spec.cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
-    if (rows[k].compute_ns_per_token) continue;
-    const double ns = compute_ns_per_token(spec, rows[k].precision, o.batch, one_thread, rng);
-    for (size_t j = k; j < rows.size(); ++j) {
-      if (row_spec[j] == row_spec[k] && rows[j].precision == rows[k].precision)
-        rows[j].compute_ns_per_token = ns;
-    }
+    if (row_timing[k] < 0) continue;
+    const ComputeTiming& timing = timings[static_cast<size_t>(row_timing[k])];
+    // a slope can dip below 0 on a noisy machine; the compute is not negative
+    const double wall = std::max(0.0, median_of(timing.all_threads_ns));
+    rows[k].compute_wall_ns_per_token = wall;
+    rows[k].compute_ns_per_token =
+        decoder.threads() > 1 ? std::max(0.0, median_of(timing.one_thread_ns)) : wall;
   }
   const double ceiling = median_of(bandwidth);
   const double bandwidth_min = min_of(bandwidth), bandwidth_max = max_of(bandwidth);
@@ -445,13 +515,18 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     return any_order;
   };
   auto gbps = [](const DecodeRow& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
-  // the step's reads at the measured bandwidth, and its compute spread over the threads
+  // the step's reads at the measured bandwidth, and its compute alone on the same threads
   auto memory_us = [&](const DecodeRow& r) {
     return static_cast<double>(r.bytes) / (ceiling * 1e3);
   };
   auto compute_us = [&](const DecodeRow& r) {
-    return *r.compute_ns_per_token * static_cast<double>(r.context * o.batch) / 1e3 /
-           decoder.threads();
+    return *r.compute_wall_ns_per_token * static_cast<double>(r.context * o.batch) / 1e3;
+  };
+  // one thread's compute for the same tokens ÷ the threads': what the threads gain (not a
+  // figure of its own where the bench runs one thread)
+  auto threads_speedup = [&](const DecodeRow& r) -> std::optional<double> {
+    if (decoder.threads() == 1 || *r.compute_wall_ns_per_token <= 0) return std::nullopt;
+    return *r.compute_ns_per_token / *r.compute_wall_ns_per_token;
   };
   // The roofline: the bytes at the measured bandwidth, or the multiply-adds at the measured
   // peak of the precision they run in, whichever is longer.
@@ -509,6 +584,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
           {"memory_us", memory_us(r)},
           {"compute_ns_per_token", nullptr},
           {"compute_us", nullptr},
+          {"compute_threads_speedup", nullptr},
           {"macs", r.macs},
           {"roofline_us", roofline_us(r)},
           {"roofline_compute_us",
@@ -524,6 +600,7 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       if (r.compute_ns_per_token) {
         row["compute_ns_per_token"] = *r.compute_ns_per_token;
         row["compute_us"] = compute_us(r);
+        if (threads_speedup(r)) row["compute_threads_speedup"] = *threads_speedup(r);
       }
       doc["rows"].push_back(row);
     }
@@ -551,26 +628,38 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       "memory us: the bytes at that bandwidth; roofline us: "
       "the larger of memory us and the step's multiply-adds at the peak of their precision "
       "(int8: the content scores at the int8 peak, the rest at f32's; bound: which); kernel "
-      "compute us: the kernel's time per cached token on one thread with the cache in L2, × "
-      "context ÷ threads; keys: the key stream's order in the pages (rows, or pairs: element "
-      "pairs of 16 tokens in one vector)\n\n",
+      "compute us: the kernel's time for the row's tokens on these threads with its rows in L2 "
+      "(a long context over a few pages, read again and again; timed in the same rounds); "
+      "threads ×: one thread's compute for the same tokens ÷ that; keys: the key stream's order "
+      "in the pages (rows, or pairs: element pairs of 16 tokens in one vector)\n\n",
       cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), caches, o.heads, o.head_dim,
       asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32), peak_text(peak_bf16),
       peak_text(peak_int8), o.repeats);
-  Table table({"attn", "cache", "keys", "precision", "context", "us/step", "min–max us",
-               "cache bytes read", "GB/s", "of bandwidth", "macs", "roofline us", "of roofline",
-               "bound", "memory us", "kernel compute us", "time vs first", "bytes vs first",
-               "time vs bf16 cache"});
+  Table table({"attn",        "cache",         "keys",           "precision",
+               "context",     "us/step",       "min–max us",     "cache bytes read",
+               "GB/s",        "of bandwidth",  "macs",           "roofline us",
+               "of roofline", "bound",         "memory us",      "kernel compute us",
+               "threads ×",   "time vs first", "bytes vs first", "time vs bf16 cache"});
   for (const DecodeRow& r : rows) {
     table.add_row(
-        {r.attn, std::string(dtype_name(r.dtype)), key_order_name(r.key_order),
-         attn_precision_name(r.precision), with_commas(r.context),
-         fmt::format("{:.0f}", r.median_us), fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us),
-         with_commas(r.bytes), fmt::format("{:.2f}", gbps(r)), format_percent(gbps(r) / ceiling),
-         fmt::format("{:.3g}", r.macs), fmt::format("{:.0f}", roofline_us(r)),
-         format_percent(roofline_us(r) / r.median_us), bound(r),
+        {r.attn,
+         std::string(dtype_name(r.dtype)),
+         key_order_name(r.key_order),
+         attn_precision_name(r.precision),
+         with_commas(r.context),
+         fmt::format("{:.0f}", r.median_us),
+         fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us),
+         with_commas(r.bytes),
+         fmt::format("{:.2f}", gbps(r)),
+         format_percent(gbps(r) / ceiling),
+         fmt::format("{:.3g}", r.macs),
+         fmt::format("{:.0f}", roofline_us(r)),
+         format_percent(roofline_us(r) / r.median_us),
+         bound(r),
          fmt::format("{:.0f}", memory_us(r)),
          r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",
+         r.compute_ns_per_token && threads_speedup(r) ? fmt::format("{:.2f}", *threads_speedup(r))
+                                                      : "-",
          fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
          fmt::format("{:.3f}",
                      static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)),

@@ -981,6 +981,12 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
         1e-6 * memory_us);
     EXPECT_GE(row["compute_ns_per_token"].get<double>(), 0);
     EXPECT_GT(compute_us, 0);
+    // the compute on the bench's threads against one thread's: a ratio where there are threads
+    if (doc["threads"].get<int>() > 1) {
+      EXPECT_GT(row["compute_threads_speedup"].get<double>(), 0);
+    } else {
+      EXPECT_TRUE(row["compute_threads_speedup"].is_null());
+    }
     // the roofline: the larger of the reads and the multiply-adds at the precision's peak
     const double roof_compute_us = row["roofline_compute_us"].get<double>();
     EXPECT_EQ(row["bound"], roof_compute_us > memory_us ? "compute" : "memory");

@@ -21,6 +21,7 @@ namespace {
 
 struct DecodeEval {
   DecodeSetup setup;
+  KeyOrder key_order = KeyOrder::kRows;  // what the generator's cache chose (fastest_key_order)
   double loss_sum = 0;
   double kl_sum = 0;  // Σ over positions of KL(reference ‖ this)
   int64_t agree = 0;  // positions whose greedy token is the reference's
@@ -102,6 +103,7 @@ std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
   for (size_t r = 0; r < gens.size(); ++r) {
     results[r].setup = setups[r];
     results[r].setup.precision = gens[r]->decode_model().effective_attn_precision();
+    results[r].key_order = gens[r]->cache().layout().key_order;
   }
   return results;
 }
@@ -154,6 +156,7 @@ nlohmann::json decode_eval_json(const DecodeEvalRow& r) {
           {"rope_dtype", r.rope_stream.has_value() ? nlohmann::json(dtype_name(*r.rope_stream))
                                                    : nlohmann::json(nullptr)},
           {"attn_precision", attn_precision_name(r.setup.precision)},
+          {"key_order", key_order_name(r.key_order)},
           {"cache_bytes_per_token", r.cache_bytes_per_token},
           {"loss", r.loss},
           {"perplexity", r.perplexity},
@@ -180,6 +183,7 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
     row.setup = r.setup;
     row.cache_bytes_per_token = config.cache_bytes_per_token().value();
     row.rope_stream = rope_stream_dtype(config.attn.cache_layout());
+    row.key_order = r.key_order;
     row.positions = r.positions;
     const double positions = static_cast<double>(r.positions);
     row.loss = r.loss_sum / positions;
@@ -259,13 +263,13 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
     throw SpecError("checkpoint", std::string("cannot decode this model: ") + e.what());
   }
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"cache", "attn precision", "cache bytes/token", "loss (nats/byte)", "perplexity",
-               "vs first row", "KL from first row", "greedy agreement", "positions"});
+  Table table({"cache", "attn precision", "keys", "cache bytes/token", "loss (nats/byte)",
+               "perplexity", "vs first row", "KL from first row", "greedy agreement", "positions"});
   for (const DecodeEvalRow& r : runs) {
     rows.push_back(decode_eval_json(r));
     table.add_row({cache_text(r.setup), attn_precision_name(r.setup.precision),
-                   with_commas(r.cache_bytes_per_token), fmt::format("{:.5f}", r.loss),
-                   fmt::format("{:.4f}", r.perplexity),
+                   key_order_name(r.key_order), with_commas(r.cache_bytes_per_token),
+                   fmt::format("{:.5f}", r.loss), fmt::format("{:.4f}", r.perplexity),
                    fmt::format("{:+.4f}%", 100 * (r.perplexity_vs_reference - 1)),
                    fmt::format("{:.3g}", r.kl_from_reference), format_percent(r.greedy_agreement),
                    with_commas(r.positions)});
@@ -284,7 +288,10 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
                "{} on {}: held-out data through the decode path (token by token over a paged "
                "cache); the first row ({}) is the reference the others are compared with: KL of "
                "their next-byte distributions from its (nats, mean over positions), and greedy "
-               "agreement, the positions where both pick the same most likely next byte\n\n",
+               "agreement, the positions where both pick the same most likely next byte; keys: the "
+               "key "
+               "stream's order in the cache pages (pairs where the cache takes them and the CPU "
+               "scores them faster, else rows)\n\n",
                attn, task.name(), setup_text(reference.setup))
         << table.to_markdown();
   }

@@ -10,6 +10,7 @@
 #include "data/task.h"
 #include "kernels/decode_attention.h"
 #include "nn/transformer.h"
+#include "spec/key_order.h"
 
 namespace kvlab {
 
@@ -23,9 +24,10 @@ struct DecodeSetup {
 // The held-out text through the decode path with one set-up, compared with the first set-up's.
 struct DecodeEvalRow {
   DecodeSetup setup;  // precision: what was computed (kF32 where bf16 did not apply)
-  int64_t cache_bytes_per_token = 0;  // all layers
-  std::optional<DType> rope_stream;   // the rope stream's dtype as cached; none without one
-  double loss = 0;                    // nats per token
+  int64_t cache_bytes_per_token = 0;     // all layers
+  std::optional<DType> rope_stream;      // the rope stream's dtype as cached; none without one
+  KeyOrder key_order = KeyOrder::kRows;  // the key stream's order in the pages, as decoded
+  double loss = 0;                       // nats per token
   double perplexity = 0;
   double perplexity_vs_reference = 1;  // this perplexity ÷ the first set-up's
   double kl_from_reference = 0;        // mean over positions of KL(first set-up ‖ this), nats

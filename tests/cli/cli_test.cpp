@@ -617,6 +617,7 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
     const nlohmann::json rows = nlohmann::json::parse(decoded.out)["rows"];
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0]["attn_precision"], "f32");
+    EXPECT_EQ(rows[0]["key_order"], "rows");  // one-stream caches keep key rows
     EXPECT_EQ(rows[0]["positions"], fwd["positions"]);
     EXPECT_NEAR(rows[0]["loss"].get<double>(), fwd["loss"].get<double>(),
                 1e-5 * fwd["loss"].get<double>());
@@ -919,6 +920,20 @@ TEST(CliCompareTest, ConvertSuiteSmokeRun) {
       run_kvlab("eval --checkpoint " + dir +
                 "/runs/uptrain-gqa_2-to-gva_2_dr_16_dn_16-4N/seed0 --format json");
   EXPECT_EQ(eval.exit_code, 0) << eval.err;
+  // a two-stream teacher through the decode path: on a bf16 cache its keys are ordered by
+  // element pairs except on AMX, whose tiles read key rows; an f32 cache keeps rows
+  const RunResult teacher = run_kvlab("eval --checkpoint " + dir +
+                                      "/runs/teacher-gqa_2/seed0 --cache-dtype bf16 --format json");
+  ASSERT_EQ(teacher.exit_code, 0) << teacher.err;
+  const nlohmann::json teacher_rows = nlohmann::json::parse(teacher.out)["rows"];
+  ASSERT_EQ(teacher_rows.size(), 2u);  // the f32 cache (reference), then bf16
+  EXPECT_EQ(teacher_rows[0]["key_order"], "rows");
+  const RunResult isa = run_kvlab(
+      "bench decode --attn mqa --heads 2 --head-dim 16 --context 16 --repeats 1 --rotate-mib 1 "
+      "--format json");
+  ASSERT_EQ(isa.exit_code, 0) << isa.err;
+  const bool amx = nlohmann::json::parse(isa.out)["isa"] == "amx";
+  EXPECT_EQ(teacher_rows[1]["key_order"], amx ? "rows" : "pairs") << teacher_rows[1];
   const RunResult bad =
       run_kvlab("compare --suite convert --steps 4 --attn gla:hc=2 --out " + dir + "/bad");
   EXPECT_EQ(bad.exit_code, 2);

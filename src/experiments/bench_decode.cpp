@@ -417,13 +417,16 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       }
     }
   }
-  // the compute roof of each precision, on the decoder's threads, before the rounds
-  const std::optional<ComputePeak> peak_f32 =
-      measure_compute_peak(MacKind::kF32, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
-  const std::optional<ComputePeak> peak_bf16 =
-      measure_compute_peak(MacKind::kBf16, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
-  const std::optional<ComputePeak> peak_int8 =
-      measure_compute_peak(MacKind::kInt8, decoder.pool(), 5, decoder.isa() == CpuIsa::kAvx2);
+  // The compute roof of each precision on the decoder's threads (none where the CPU lacks the
+  // instruction), measured once in every round like the bandwidth: on a shared host the cores
+  // the VM gets move from minute to minute (two threads' bf16 loop read 83–230 G/s in one run).
+  const bool cap_avx2 = decoder.isa() == CpuIsa::kAvx2;
+  std::optional<ComputePeak> peak_f32 =
+      measure_compute_peak(MacKind::kF32, decoder.pool(), 0, cap_avx2);
+  std::optional<ComputePeak> peak_bf16 =
+      measure_compute_peak(MacKind::kBf16, decoder.pool(), 0, cap_avx2);
+  std::optional<ComputePeak> peak_int8 =
+      measure_compute_peak(MacKind::kInt8, decoder.pool(), 0, cap_avx2);
   BandwidthProbe probe(int64_t{1} << 30);
   // The kernel's compute alone, per spec and precision (its rows share it), on the bench's
   // threads and on one thread, timed in every round beside the rows.
@@ -467,6 +470,12 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       if (r >= 3) row.micros.push_back(us);
     }
     if (r < 3) continue;
+    for (std::optional<ComputePeak>* peak : {&peak_f32, &peak_bf16, &peak_int8}) {
+      if (!peak->has_value()) continue;
+      const std::optional<ComputePeak> once =
+          measure_compute_peak((*peak)->kind, decoder.pool(), 1, cap_avx2);
+      (*peak)->gmacs.push_back(once->gmacs.front());
+    }
     for (ComputeTiming& timing : timings) {
       timing.probe->time(decoder, timing.all_threads_ns, o.batch);
       if (decoder.threads() > 1) timing.probe->time(one_thread, timing.one_thread_ns, o.batch);
@@ -621,7 +630,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   out << fmt::format(
       "bench decode: {}; {} kernel, {} threads, {} cache, H {} × d_h {}, attn precision {}; "
       "read bandwidth {:.2f} GB/s (median of the rounds, {:.2f}–{:.2f}; GB = 10^9 B); peak "
-      "G multiply-adds/s f32 {}, bf16 {}, int8 {} (bench compute's loops on these threads); "
+      "G multiply-adds/s f32 {}, bf16 {}, int8 {} (bench compute's loops on these threads, "
+      "medians of one run a round); "
       "rows and bandwidth timed in {} interleaved rounds, each timed step right after an untimed "
       "one over the row's previous layer (as in a decode); \"vs first\": the first row at the "
       "same context, precision and cache; \"vs bf16 cache\": the same attention's bf16-cache row; "

@@ -419,7 +419,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   }
   // The compute roof of each precision on the decoder's threads (none where the CPU lacks the
   // instruction), measured once in every round like the bandwidth: on a shared host the cores
-  // the VM gets move from minute to minute (two threads' bf16 loop read 83–230 G/s in one run).
+  // a VM gets can change between minutes (docs/kernels/decode-attention.md, "The compute column
+  // on the bench's threads").
   const bool cap_avx2 = decoder.isa() == CpuIsa::kAvx2;
   std::optional<ComputePeak> peak_f32 =
       measure_compute_peak(MacKind::kF32, decoder.pool(), 0, cap_avx2);

@@ -72,9 +72,11 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       "Decode attention of one layer at one step: time, bytes, GB/s and the fraction of the "
       "read bandwidth; every row and a 1 GiB bandwidth probe are timed in interleaved rounds "
       "(medians), so load drift on a shared machine moves them together; each timed step "
-      "follows an untimed step over the row's previous layer, as in a decode. Each spec's "
-      "compute alone (one thread, cache in L2) says whether its rows are memory- or "
-      "compute-bound");
+      "follows an untimed step over the row's previous layer, as in a decode. Each row gets its "
+      "roofline (bytes at the bandwidth, multiply-adds at the compute peak of its precision, "
+      "both measured in the rounds) and its kernel's compute alone on the same threads (rows "
+      "in L2), timed in the rounds too: a step near the larger of memory us and kernel compute "
+      "us is as fast as this kernel gets here");
   decode->add_option("--attn", d.attn, "Attention spec, repeatable (one- and two-stream variants)")
       ->required();
   decode->add_option("--heads", d.heads, "Query heads")->capture_default_str();

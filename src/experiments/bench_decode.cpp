@@ -31,6 +31,10 @@
 namespace kvlab {
 namespace {
 
+// Tokens per cache page in every row (a whole number of the kernels' blocks).
+constexpr int64_t kPageTokens = 16;
+static_assert(kPageTokens % kDecodeBlockTokens == 0, "keys in pairs need pages of whole blocks");
+
 // What a row's step reads and writes.
 struct RowState {
   std::unique_ptr<PagedKvCache> cache;
@@ -108,8 +112,9 @@ DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t c
     };
     return row;
   }
-  const int64_t pages_per_seq = (context + 15) / 16;
-  s->cache = std::make_unique<PagedKvCache>(layout, layers, 16, pages_per_seq * batch, batch);
+  const int64_t pages_per_seq = (context + kPageTokens - 1) / kPageTokens;
+  s->cache =
+      std::make_unique<PagedKvCache>(layout, layers, kPageTokens, pages_per_seq * batch, batch);
   PagedKvCache& cache = *s->cache;
   const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
   {  // before the cache is filled: a row the scalar reference would compute is refused
@@ -135,7 +140,7 @@ DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t c
   for (int64_t l = 0; l < layers; ++l) {
     for (size_t k = 0; k < layout.streams.size(); ++k) {
       const CacheStream& st = layout.streams[k];
-      const int64_t rows = pages_per_seq * batch * 16 * st.n_heads;
+      const int64_t rows = pages_per_seq * batch * kPageTokens * st.n_heads;
       auto* pool = const_cast<std::byte*>(cache.pool(l, static_cast<int64_t>(k)));
       std::vector<float> values(static_cast<size_t>(st.head_width));
       for (int64_t r = 0; r < rows; ++r) {
@@ -205,13 +210,13 @@ class ComputeProbe {
  public:
   ComputeProbe(const AttentionSpec& spec, AttnPrecision precision, int64_t batch, int threads,
                std::mt19937& rng, const FastDecoder& simd_check) {
-    constexpr int64_t kHotBytes = 256 << 10, kPage = 16;
-    const int64_t page_bytes = kPage * spec.cache_layout().bytes_per_token();
+    constexpr int64_t kHotBytes = 256 << 10;
+    const int64_t page_bytes = kPageTokens * spec.cache_layout().bytes_per_token();
     const int64_t short_tokens = kDecodeChunkTokens * threads;
-    const int64_t own_pages =
-        std::clamp<int64_t>(kHotBytes / std::max<int64_t>(1, page_bytes), 1, short_tokens / kPage);
+    const int64_t own_pages = std::clamp<int64_t>(kHotBytes / std::max<int64_t>(1, page_bytes), 1,
+                                                  short_tokens / kPageTokens);
     for (int k = 0; k < 2; ++k) {
-      rows_[k] = make_row(spec, precision, own_pages * kPage, batch, 1, rng, simd_check);
+      rows_[k] = make_row(spec, precision, own_pages * kPageTokens, batch, 1, rng, simd_check);
       tokens_[k] = short_tokens * (k + 1);
       cycle_pages(rows_[k].state->table, tokens_[k]);
     }

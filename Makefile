@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-sanitize format clean
+.PHONY: all deps configure build run test test-quick test-sanitize format clean
 
 all: build
 
@@ -26,6 +26,15 @@ run: build
 
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# The edit loop (under 2 minutes once built): the unit tests of the layers under the program —
+# spec, io, cache, report, kernels, nn, infer, convert — built without the program, its sanitized
+# twin or the end-to-end suites (ctest label `quick`). `make test` runs everything.
+QUICK_TESTS = kvlab_spec_tests kvlab_kernel_tests kvlab_nn_tests kvlab_infer_tests \
+              kvlab_convert_tests kvlab_alloc_tests
+test-quick: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(QUICK_TESTS)
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L quick
 
 # The hostile-input suite alone (`make test` runs it too): ~330 malformed inputs against
 # kvlab-asan, this build's program with its torch-free code (where input is parsed and checked)

@@ -110,9 +110,7 @@ CLI::App* add_cache_command(CLI::App& app, CacheOptions& o) {
 }
 
 void run_cache(const CacheOptions& o, std::ostream& out) {
-  if (o.format != "table" && o.format != "json") {
-    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
-  }
+  require_output_format(o.format);
   const ByteUnits units = parse_byte_units(o.units);
   const DType dtype = parse_dtype(o.dtype);
   const int64_t context = parse_tokens(o.context, "context");

@@ -28,7 +28,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
          "--max-tokens", o.max_tokens,
          "Tokens to generate (bytes for byte-level models); stops early at the tokenizer's EOS")
       ->capture_default_str();
-  cmd->add_option("--temperature", o.temperature, "0: greedy")
+  cmd->add_option(
+         "--temperature", o.temperature,
+         "softmax temperature; 0 (or anything below 1e-5, where logits ÷ T would overflow): "
+         "greedy")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   cmd->add_option("--top-k", o.top_k, "Sample among the k most likely (0: off)")

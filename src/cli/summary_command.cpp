@@ -94,9 +94,7 @@ CLI::App* add_summary_command(CLI::App& app, SummaryOptions& o) {
 }
 
 int run_summary(const SummaryOptions& o, std::ostream& out, std::ostream& err) {
-  if (o.format != "table" && o.format != "json") {
-    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
-  }
+  require_output_format(o.format);
   const Preset model = resolve_model(o.model, "llama-3-8b");
   const std::string attn = o.attn.empty() ? model.attn : o.attn;
   ModelConfig config;

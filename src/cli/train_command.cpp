@@ -20,6 +20,7 @@
 #include "report/table.h"
 #include "report/units.h"
 #include "spec/memory_budget.h"
+#include "spec/memory_estimates.h"
 #include "spec/spec_error.h"
 #include "train/data_parallel.h"
 
@@ -179,40 +180,9 @@ CLI::App* add_train_command(CLI::App& app, TrainCommandOptions& o) {
   return cmd;
 }
 
-namespace {
-
-// Memory a training step needs, estimated from above: weights, gradients and AdamW's two
-// moments (16 bytes a parameter), activations kept for the backward pass and the attention
-// scores of every layer (B·H·T² twice: probabilities and their gradient).
-void require_training_memory(const ModelConfig& config, int64_t micro_batch, int64_t seq_len) {
-  const ModelShape& s = config.shape;
-  auto activations = [&] {
-    return Exact(micro_batch) * seq_len *
-           (Exact(s.n_layers) * (Exact(16) * s.d_model + Exact(3) * s.mlp_width) +
-            Exact(3) * s.output_classes()) *
-           4;
-  };
-  auto scores = [&] { return Exact(micro_batch) * s.n_heads * seq_len * seq_len * s.n_layers * 8; };
-  // the scores grow with the square of the length: --seq-len is to blame when they dominate
-  // (or overflow), --batch otherwise
-  std::string field = "seq_len";
-  try {
-    if (scores().value() <= activations().value()) field = "batch";
-  } catch (const std::overflow_error&) {
-  }
-  require_memory(field,
-                 "training this model (batch " + std::to_string(micro_batch) + " × seq-len " +
-                     std::to_string(seq_len) + " per micro-batch)",
-                 [&] { return config.param_count() * 16 + activations() + scores(); });
-}
-
-}  // namespace
-
 int run_train(const TrainCommandOptions& o, const CLI::App& command, const std::atomic<bool>* stop,
               std::ostream& out) {
-  if (o.format != "table" && o.format != "json") {
-    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
-  }
+  require_output_format(o.format);
   const bool threads_given = command.get_option("--threads")->count() > 0;
   int threads = nn::set_threads(o.threads);
   // torchrun / SLURM variables make this one rank of a data-parallel job (rendezvous first,
@@ -442,10 +412,8 @@ int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_re
     record["eval_sequences"] = std::max<int64_t>(1, held_out_bytes / context);
     const auto task = data::task_from_json(record, o.data, o.allow_different_data);
     const int64_t batch = std::max<int64_t>(1, 32768 / context);
-    require_memory("context", "evaluating at a context of " + std::to_string(context), [&] {
-      return Exact(batch) * shape.n_heads * context * context * 8 +
-             Exact(batch) * context * shape.output_classes() * 8;
-    });
+    require_memory("context", "evaluating at a context of " + std::to_string(context),
+                   [&] { return evaluation_bytes(shape, batch, context); });
     const train::EvalResult e = train::evaluate(model, *task, 0, batch);
     rows.push_back({{"context", context},
                     {"loss", e.loss},
@@ -511,10 +479,7 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
   require_memory("batch",
                  "evaluating " + std::to_string(o.batch) + " windows of " +
                      std::to_string(context) + " tokens",
-                 [&] {
-                   return Exact(o.batch) * shape.n_heads * context * context * 8 +
-                          Exact(o.batch) * context * shape.vocab_size * 16;
-                 });
+                 [&] { return text_evaluation_bytes(shape, o.batch, context); });
   const bool show_progress = ::isatty(2) != 0;
   const TextEvalResult r =
       evaluate_text(*model, tokens, context, stride, o.batch, [&](int64_t done, int64_t total) {
@@ -555,9 +520,7 @@ int run_eval_text_file(const EvalCommandOptions& o, const std::string& dir, std:
 }  // namespace
 
 int run_eval(const EvalCommandOptions& o, std::ostream& out) {
-  if (o.format != "table" && o.format != "json") {
-    throw SpecError("format", "unknown format '" + o.format + "' (known: table, json)");
-  }
+  require_output_format(o.format);
   nn::set_threads(o.threads);
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const nlohmann::json config = nn::read_checkpoint_config(dir);

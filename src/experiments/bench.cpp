@@ -32,6 +32,7 @@
 #include "report/table.h"
 #include "report/units.h"
 #include "spec/memory_budget.h"
+#include "spec/memory_estimates.h"
 #include "spec/spec_error.h"
 #include "train/adamw.h"
 #include "train/trainer.h"
@@ -78,7 +79,7 @@ int64_t peak_memory_bytes() {
 }  // namespace
 
 int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
-  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  require_output_format(b.format);
   if (b.attn.empty()) throw SpecError("attn", "give at least one --attn");
   const int threads = nn::set_threads(b.threads);
   int64_t longest = 0;
@@ -148,7 +149,7 @@ int run_bench_prefill(const BenchModelOptions& b, std::ostream& out) {
 }
 
 int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
-  if (b.format != "table" && b.format != "json") throw SpecError("format", "table | json");
+  require_output_format(b.format);
   if (b.prompt <= 0 || b.generate <= 0 || b.long_prompt < 0) {
     throw SpecError("prompt", "--prompt and --generate must be > 0, --long-prompt >= 0");
   }
@@ -342,7 +343,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
 int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
   if (m.mib < 1) throw SpecError("mib", "must be >= 1");
   if (m.repeats < 1) throw SpecError("repeats", "must be >= 1");
-  if (m.format != "table" && m.format != "json") throw SpecError("format", "table | json");
+  require_output_format(m.format);
   const int threads = m.threads > 0
                           ? m.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -366,7 +367,7 @@ int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
 }
 
 int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
-  if (c.format != "table" && c.format != "json") throw SpecError("format", "table | json");
+  require_output_format(c.format);
   ThreadPool pool(c.threads);
   nlohmann::json rows = nlohmann::json::array();
   Table table({"precision", "instruction", "G multiply-adds/s", "min–max", "per thread", "vs f32"});
@@ -479,6 +480,7 @@ TrainTiming time_kvlab_training(const BenchTrainOptions& o) {
   const ModelShape s = ModelShape::gpt_decoder(o.layers, o.d_model, o.heads,
                                                /*vocab_size=*/256, o.seq_len);
   const ModelConfig config = ModelConfig::make(s, o.attn, DType::kF32);
+  require_training_memory(config, o.batch, o.seq_len);
   t.attn = config.attn.to_string();
   torch::manual_seed(0);
   nn::TransformerModel model(config, torch::kFloat32);
@@ -656,7 +658,7 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   if (o.warmup < 0) throw SpecError("warmup", "must be >= 0");
   if (o.rounds <= 0) throw SpecError("rounds", "must be > 0");
   if (o.batch <= 0 || o.seq_len <= 0) throw SpecError("batch", "batch and seq-len must be > 0");
-  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  require_output_format(o.format);
   if (o.heads <= 0 || o.d_model % o.heads != 0) {
     throw SpecError("heads", "--d-model must be a multiple of --heads");
   }

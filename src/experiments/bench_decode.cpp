@@ -256,7 +256,7 @@ struct ComputeTiming {
 }  // namespace
 
 int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
-  if (o.format != "table" && o.format != "json") throw SpecError("format", "table | json");
+  require_output_format(o.format);
   if (o.heads <= 0) throw SpecError("heads", "must be > 0");
   if (o.head_dim <= 0) throw SpecError("head-dim", "must be > 0");
   if (o.batch <= 0) throw SpecError("batch", "must be > 0");

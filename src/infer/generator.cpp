@@ -132,7 +132,7 @@ int64_t greedy_token(const float* logits, int64_t n) {
 
 int64_t sample(const torch::Tensor& logits, const SamplingOptions& o, std::mt19937_64& rng) {
   const torch::Tensor l = logits.to(torch::kFloat64).contiguous();
-  if (o.temperature <= 0) return l.argmax().item<int64_t>();
+  if (o.temperature < kGreedyBelowTemperature) return l.argmax().item<int64_t>();
   torch::Tensor probs = torch::softmax(l / o.temperature, -1);
   auto [sorted, order] = probs.sort(/*dim=*/-1, /*descending=*/true);
   const int64_t n = sorted.numel();

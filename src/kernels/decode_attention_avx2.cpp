@@ -1,6 +1,6 @@
 // AVX2 + FMA + F16C decode attention (built with -mavx2 -mfma -mf16c, chosen at run time): the
 // block kernel of decode_attention_simd.inc on 8-lane vectors.
-// (The kernel's history, measurements and dropped attempts: decode_attention_simd.inc.)
+// (The kernel's history, measurements and dropped attempts: docs/kernels/decode-attention.md.)
 #include <immintrin.h>
 
 #include <algorithm>

@@ -35,8 +35,8 @@ bool cpu_has_avx512_vnni();
 // docs/kernels/decode-attention.md, v14); rows elsewhere.
 KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa = detect_cpu_isa());
 
-// What the AVX2 kernel keeps between calls: it only grows, so steady-state decode allocates
-// nothing.
+// What the vector kernels (every ISA, float and int8) keep between calls: it only grows, so
+// steady-state decode allocates nothing.
 struct DecodeWorkspace {
   std::vector<float> floats;        // partials and per-item scratch
   std::vector<int64_t> tokens;      // per sequence

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "spec/spec_error.h"
+
 namespace kvlab {
 namespace {
 
@@ -60,6 +62,12 @@ std::string Table::to_markdown() const {
   out += "\n";
   for (const auto& row : rows_) out += line(row);
   return out;
+}
+
+void require_output_format(const std::string& format) {
+  if (format != "table" && format != "json") {
+    throw SpecError("format", "unknown format '" + format.substr(0, 40) + "' (known: table, json)");
+  }
 }
 
 }  // namespace kvlab

@@ -20,4 +20,8 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// What every subcommand's --format takes: "table" (Markdown) or "json". Throws
+// SpecError("format") naming the value otherwise.
+void require_output_format(const std::string& format);
+
 }  // namespace kvlab

@@ -294,6 +294,17 @@ void AttentionSpec::validate() const {
   require(d_model > 0, "d_model", "must be > 0, got " + num(d_model));
   require(n_heads > 0, "heads", "must be > 0, got " + num(n_heads));
   require(head_dim > 0, "head_dim", "must be > 0, got " + num(head_dim));
+  // the spec's own widths under the model's bounds: every product of them (parameters, cache
+  // bytes, a module's tensors) then fits in 63 bits
+  require_at_most("d_model", d_model, kMaxWidth);
+  require_at_most("heads", n_heads, kMaxCount);
+  require_at_most("head_dim", head_dim, kMaxWidth);
+  require_at_most("dc", latent_dim, kMaxWidth);
+  require_at_most("dr", rope_dim, kMaxWidth);
+  require_at_most("dn", nope_dim, kMaxWidth);
+  require_at_most("dv", value_dim, kMaxWidth);
+  require_at_most("dq", q_latent_dim, kMaxWidth);
+  require_at_most("m", bias_channels, kMaxWidth);
   require(n_groups >= 1 && n_groups <= n_heads && n_heads % n_groups == 0,
           info.groups == GroupRule::kOption ? "hc" : "groups",
           num(n_heads) + " query heads cannot be split into " + num(n_groups) +

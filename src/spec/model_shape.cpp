@@ -12,12 +12,7 @@ void require_positive(const char* field, int64_t value) {
   if (value <= 0) throw SpecError(field, "must be > 0, got " + std::to_string(value));
 }
 
-// Bounds far above any published model, so that every count derived from a shape fits in
-// 63 bits and a typo cannot ask for exabytes: a field past its bound is an error naming it.
-constexpr int64_t kMaxLayers = 4096;
-constexpr int64_t kMaxWidth = int64_t{1} << 24;    // d_model, head_dim, mlp, vocab, classes
-constexpr int64_t kMaxCount = int64_t{1} << 16;    // heads, experts, image side, channels
-constexpr int64_t kMaxContext = int64_t{1} << 31;  // learned positions, a model's context
+}  // namespace
 
 void require_at_most(const char* field, int64_t value, int64_t limit) {
   if (value > limit) {
@@ -25,8 +20,6 @@ void require_at_most(const char* field, int64_t value, int64_t limit) {
                                std::to_string(limit) + ")");
   }
 }
-
-}  // namespace
 
 namespace {
 

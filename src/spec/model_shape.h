@@ -54,6 +54,18 @@ struct MoeShape {
   bool operator==(const MoeShape&) const = default;
 };
 
+// Bounds far above any published model, so that every count derived from a shape or an attention
+// spec fits in 63 bits and a typo cannot ask for exabytes: a field past its bound is an error
+// naming it (ModelShape::validate, AttentionSpec::validate).
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxWidth = int64_t{1}
+                                     << 24;  // d_model, head_dim, mlp, vocab, spec widths
+inline constexpr int64_t kMaxCount = int64_t{1} << 16;    // heads, groups, experts, image side
+inline constexpr int64_t kMaxContext = int64_t{1} << 31;  // learned positions, a model's context
+
+// Throws SpecError(field) when value > limit.
+void require_at_most(const char* field, int64_t value, int64_t limit);
+
 // Everything about a model except its attention variant. The attention's widths
 // (d_model, n_heads, head_dim, biases, norm, positions) are taken from here when an
 // AttentionSpec is built, so the two cannot disagree.

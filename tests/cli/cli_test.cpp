@@ -1,4 +1,4 @@
-// Runs the built `kvlab` program as a user would and checks stdout, stderr and exit codes.
+// Runs the kvlab program as a user would and checks stdout, stderr and exit codes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,40 +18,30 @@
 #include <string>
 #include <thread>
 
+#include "cli/run_kvlab.h"
+#include "harness/process.h"
 #include "svg_check.h"
 #include "tokenizer/tiny_tokenizers.h"
 #include "tokenizer/utf8.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = kvlab::test::ProcessResult;
 
-// env_prefix: words put before the binary (e.g. "env -u VAR NAME=value").
+int kvlab_main(int argc, char** argv) {
+  return kvlab::run_kvlab(argc, argv, std::cin, std::cout, std::cerr);
+}
+
+// kvlab with `args` (split as sh would, `< FILE` for stdin): the program's run_kvlab() in a
+// forked child of this test (tests/harness/process.h). With env_prefix (words put before the
+// binary, e.g. "env -u VAR NAME=value"), the built binary itself through /bin/sh.
 RunResult run_kvlab(const std::string& args, const std::string& env_prefix = "") {
-  char err_path[] = "/tmp/kvlab_cli_test_XXXXXX";
-  const int fd = mkstemp(err_path);
-  if (fd < 0) return {};
-  close(fd);
-  const std::string command =
-      env_prefix + " " + std::string(KVLAB_BIN) + " " + args + " 2>" + err_path;
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  result.err = text.str();
-  std::remove(err_path);
-  return result;
+  if (env_prefix.empty()) {
+    return kvlab::test::run_forked(kvlab_main, "kvlab", kvlab::test::parse_command_line(args));
+  }
+  kvlab::test::Invocation shell;
+  shell.args = {"-c", env_prefix + " " + std::string(KVLAB_BIN) + " " + args};
+  return kvlab::test::run_exec("/bin/sh", shell);
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -468,12 +459,7 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using kvlab::test::slurp;
 
 const std::string kTinyTrain =
     "train --task swap --seq-len 8 --layers 1 --d-model 16 --heads 2 --batch 8 --threads 1 "

@@ -1,8 +1,11 @@
-// Hostile input, table-driven: every case runs the built `kvlab` on one malformed input and
+// Hostile input, table-driven: every case runs the program on one malformed input and
 // checks what a user sees — the exit code, a first stderr line that names the field or file,
 // nothing on stdout, and no crash (no signal, no sanitizer report: CI runs this suite against
 // an ASan/UBSan build too). Placeholders in a case's arguments: {d} its own scratch folder,
 // {ckpt} a tiny trained text checkpoint, {syn} a tiny trained synthetic run (both read-only).
+// The program is kvlab-asan's run_kvlab() linked into this binary, each case in a forked child
+// (tests/harness/process.h): the same process isolation as starting kvlab-asan, without loading
+// its libraries ~330 times. The signal tests below start kvlab-asan itself.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,33 +17,28 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/run_kvlab.h"
+#include "harness/process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct RunResult {
-  int exit_code = -1;  // -signal when killed
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using kvlab::test::first_line;
+using kvlab::test::ProcessResult;
+using kvlab::test::slurp;
+using RunResult = ProcessResult;
 
 void write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << text;
+  kvlab::test::write_file(path, text);
 }
 
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
@@ -49,28 +47,31 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-// The program under test: this build's, or KVLAB_HOSTILE_BIN (to run the table against
-// another build, e.g. an older one for a before/after comparison).
-std::string kvlab_bin() {
+// The program under test: this build's kvlab-asan — its run_kvlab(), linked into this test and
+// run in a forked child (the sanitized program's libraries load once, in this process) —, or
+// KVLAB_HOSTILE_BIN, started by exec (to run the table against another build, e.g. an older
+// one for a before/after comparison).
+std::string other_bin() {
   const char* other = std::getenv("KVLAB_HOSTILE_BIN");
-  return other != nullptr && *other != '\0' ? other : KVLAB_BIN;
+  return other != nullptr && *other != '\0' ? other : "";
 }
 
-RunResult run_shell(const std::string& args, const std::string& scratch) {
-  const std::string out_path = scratch + "/.stdout", err_path = scratch + "/.stderr";
-  const std::string command = std::string("ASAN_OPTIONS=detect_leaks=0 ") + kvlab_bin() + " " +
-                              args + " </dev/null >" + out_path + " 2>" + err_path;
-  const int status = std::system(command.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  fs::remove(out_path);
-  fs::remove(err_path);
-  return r;
+std::string kvlab_bin() {
+  const std::string other = other_bin();
+  return other.empty() ? KVLAB_BIN : other;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+int kvlab_main(int argc, char** argv) {
+  return kvlab::run_kvlab(argc, argv, std::cin, std::cout, std::cerr);
+}
+
+// `args` as a shell would split them, run in the folder `cwd` (stdin /dev/null).
+RunResult run_line(const std::string& args, const std::string& cwd) {
+  kvlab::test::Invocation invocation = kvlab::test::parse_command_line(args);
+  invocation.cwd = cwd;
+  if (!other_bin().empty()) return kvlab::test::run_exec(other_bin(), invocation);
+  return kvlab::test::run_forked(kvlab_main, "kvlab", invocation);
+}
 
 // A shared, tiny, trained checkpoint of each kind the cases read.
 class Fixtures {
@@ -92,13 +93,13 @@ class Fixtures {
     write(corpus, text);
     text_run = root + "/text";
     synthetic_run = root + "/syn";
-    const RunResult a = run_shell(
+    const RunResult a = run_line(
         "train --task text --data " + corpus +
             " --seq-len 16 --layers 1 --d-model 16 --heads 2 "
             "--pos rope --steps 2 --batch 4 --eval-sequences 4 --threads 1 --no-progress --out " +
             text_run,
         root);
-    const RunResult b = run_shell(
+    const RunResult b = run_line(
         "train --task reverse --seq-len 8 --layers 1 --d-model 16 --heads 2 --steps 2 --batch 4 "
         "--eval-sequences 4 --threads 1 --no-progress --out " +
             synthetic_run,
@@ -107,7 +108,7 @@ class Fixtures {
       throw std::runtime_error("fixture training failed: " + a.err + b.err);
     }
     hf_export = root + "/hf";
-    const RunResult c = run_shell("export --checkpoint " + text_run + " --out " + hf_export, root);
+    const RunResult c = run_line("export --checkpoint " + text_run + " --out " + hf_export, root);
     if (c.exit_code != 0) throw std::runtime_error("fixture export failed: " + c.err);
   }
   ~Fixtures() {
@@ -558,6 +559,21 @@ std::vector<HostileCase> cases() {
       "patch_size");
   add("Summary_format_unknown", "summary --format xml", "format");
   add("Summary_attn_unknown", "summary --attn frobnicate", "attn");
+  // every width of a spec under the model's bounds, before a module is built (on the meta
+  // device its storage size overflowed)
+  const std::string huge = "1000000000000000000";
+  add("Summary_attn_latent_huge", "summary --attn mla:dc=" + huge, "dc");
+  add("Summary_attn_mla_rope_huge", "summary --attn mla:dc=512,dr=" + huge, "dr");
+  add("Summary_attn_value_huge", "summary --attn mla:dc=512,dr=64,dv=" + huge, "dv");
+  add("Summary_attn_query_latent_huge", "summary --attn mla:dc=512,dr=64,dq=" + huge, "dq");
+  add("Summary_attn_gva_rope_huge", "summary --attn gva:8,dr=" + huge, "dr");
+  add("Summary_attn_gla_latent_huge", "summary --attn gla:hc=2,dc=" + huge, "dc");
+  add("Summary_attn_bias_channels_huge",
+      "summary --model-kind vit --layers 2 --d-model 64 --heads 4 --image-size 28 "
+      "--patch-size 4 --channels 1 --classes 10 --attn qk-v+:m=" +
+          huge,
+      "m");
+  add("Cache_attn_latent_above_bound", "cache --attn mla:dc=16777217", "dc");
 
   // --- report on damaged results.json
   add("Report_missing_folder", "report {d}/none", "results");
@@ -647,6 +663,9 @@ std::vector<HostileCase> cases() {
   add("BenchMemory_mib_zero", "bench memory --mib 0", "mib");
   add("BenchMemory_repeats_zero", "bench memory --repeats 0", "repeats");
   add("BenchTrain_batch_zero", "bench train --batch 0", "batch");
+  // the memory check of train before libtorch's allocator
+  add("BenchTrain_seq_len_huge", "bench train --seq-len 100000000", "seq_len");
+  add("BenchTrain_batch_huge", "bench train --batch 4000000000000", "batch");
   add("BenchTrain_steps_zero", "bench train --steps 0", "steps");
   add("BenchPrefill_huge", "bench prefill --attn mha --length 100000000 --batch 1000", "length");
   add("BenchPrefill_batch_zero", "bench prefill --attn mha --batch 0", "batch");
@@ -873,7 +892,7 @@ TEST_P(Hostile, FailsCleanly) {
   args = replace_all(args, "{ckpt}", fixtures.text_run);
   args = replace_all(args, "{syn}", fixtures.synthetic_run);
   const auto start = std::chrono::steady_clock::now();
-  const RunResult r = run_shell(args, dir);
+  const RunResult r = run_line(args, dir);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string line = first_line(r.err);
@@ -900,6 +919,27 @@ INSTANTIATE_TEST_SUITE_P(Cases, Hostile, testing::ValuesIn(cases()),
                          });
 
 TEST(HostileCases, AtLeast150) { EXPECT_GE(cases().size(), 150u); }
+
+// The cases were written for a shell: each command line splits into the words sh makes of it.
+TEST(HostileCases, WordsAreTheShellsWords) {
+  for (const HostileCase& hc : cases()) {
+    SCOPED_TRACE(hc.name);
+    std::string args = replace_all(hc.args, "{d}", "/tmp/d");
+    args = replace_all(replace_all(args, "{ckpt}", "/tmp/c"), "{syn}", "/tmp/s");
+    const kvlab::test::Invocation ours = kvlab::test::parse_command_line(args);
+    kvlab::test::Invocation sh;
+    sh.args = {"-c", "set -- " + args + "; for w in \"$@\"; do printf '%s\\0' \"$w\"; done"};
+    const ProcessResult words = kvlab::test::run_exec("/bin/sh", sh);
+    ASSERT_EQ(words.exit_code, 0) << words.err;
+    std::vector<std::string> expected;
+    for (size_t at = 0; at < words.out.size();) {
+      const size_t end = words.out.find('\0', at);
+      expected.push_back(words.out.substr(at, end - at));
+      at = end + 1;
+    }
+    EXPECT_EQ(ours.args, expected);
+  }
+}
 
 // Starts kvlab with `args` (split on spaces), sends `signal` after `delay_s`, and returns the
 // exit status and the seconds from the signal to the exit (-1 if it did not exit in 10 s).
@@ -1001,7 +1041,7 @@ TEST(HostileSignals, CtrlCDuringTrainingSavesThenExits130) {
       SIGINT, 3.0);
   EXPECT_EQ(r.exit_code, 130);
   EXPECT_TRUE(fs::exists(dir + "/checkpoint/trainer_state.json"));
-  const RunResult resumed = run_shell("eval --checkpoint " + dir, Fixtures::get().root);
+  const RunResult resumed = run_line("eval --checkpoint " + dir, Fixtures::get().root);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   fs::remove_all(dir);
 }
@@ -1010,6 +1050,19 @@ TEST(HostileSignals, CtrlCDuringTrainingSavesThenExits130) {
 
 namespace {
 
+// A positive temperature too small to divide the logits by (1e-320: logits ÷ T overflow)
+// generates greedily, as 0 does.
+TEST(HostileRuns, TinyTemperatureGeneratesGreedily) {
+  Fixtures& f = Fixtures::get();
+  const std::string generate = "generate --max-tokens 12 --prompt In --checkpoint " + f.text_run;
+  const RunResult greedy = run_line(generate + " --temperature 0", f.root);
+  const RunResult tiny = run_line(generate + " --temperature 1e-320", f.root);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.err;
+  EXPECT_FALSE(greedy.out.empty());
+  EXPECT_EQ(tiny.out, greedy.out);
+}
+
 // A text run moved away from its corpus: eval and resume read the recorded absolute path,
 // take --data for a moved copy, and refuse a file of other content unless told.
 TEST(HostileRuns, MovedCorpusIsFoundOrRefusedByContent) {
@@ -1017,7 +1070,7 @@ TEST(HostileRuns, MovedCorpusIsFoundOrRefusedByContent) {
   const std::string dir = f.root + "/moved";
   fs::create_directories(dir);
   write(dir + "/corpus.txt", slurp(f.corpus));
-  const RunResult trained = run_shell(
+  const RunResult trained = run_line(
       "train --task text --data " + dir +
           "/corpus.txt --seq-len 16 --layers 1 --d-model 16 "
           "--heads 2 --pos rope --steps 2 --batch 4 --eval-sequences 4 --threads 1 --no-progress "
@@ -1029,34 +1082,34 @@ TEST(HostileRuns, MovedCorpusIsFoundOrRefusedByContent) {
   EXPECT_TRUE(fs::path(config["task"]["data"].get<std::string>()).is_absolute());
   EXPECT_EQ(config["train"]["threads"], 1);
   // from another folder, with the corpus where it was
-  EXPECT_EQ(run_shell("eval --checkpoint " + dir + "/run", "/tmp").exit_code, 0);
+  EXPECT_EQ(run_line("eval --checkpoint " + dir + "/run", "/tmp").exit_code, 0);
   fs::rename(dir + "/corpus.txt", dir + "/elsewhere.txt");
-  const RunResult missing = run_shell("eval --checkpoint " + dir + "/run", dir);
+  const RunResult missing = run_line("eval --checkpoint " + dir + "/run", dir);
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(first_line(missing.err).find("data"), std::string::npos) << missing.err;
   const RunResult moved =
-      run_shell("eval --checkpoint " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
+      run_line("eval --checkpoint " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
   EXPECT_EQ(moved.exit_code, 0) << moved.err;
   write(dir + "/other.txt", std::string(5000, 'q'));
   const RunResult other =
-      run_shell("eval --checkpoint " + dir + "/run --data " + dir + "/other.txt", dir);
+      run_line("eval --checkpoint " + dir + "/run --data " + dir + "/other.txt", dir);
   EXPECT_EQ(other.exit_code, 2);
   EXPECT_NE(first_line(other.err).find("is not the text this checkpoint was trained on"),
             std::string::npos)
       << other.err;
-  EXPECT_EQ(run_shell("eval --checkpoint " + dir + "/run --data " + dir +
-                          "/other.txt --allow-different-data",
-                      dir)
+  EXPECT_EQ(run_line("eval --checkpoint " + dir + "/run --data " + dir +
+                         "/other.txt --allow-different-data",
+                     dir)
                 .exit_code,
             0);
   // resume: the recorded thread count, silently; another one, with a note
   const RunResult resumed =
-      run_shell("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
+      run_line("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt", dir);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.err.find(", 1 threads,"), std::string::npos) << resumed.err;
   EXPECT_EQ(resumed.err.find("not be bit for bit"), std::string::npos) << resumed.err;
   const RunResult other_threads =
-      run_shell("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt --threads 2", dir);
+      run_line("train --resume " + dir + "/run --data " + dir + "/elsewhere.txt --threads 2", dir);
   EXPECT_EQ(other_threads.exit_code, 0) << other_threads.err;
   EXPECT_NE(other_threads.err.find("not be bit for bit"), std::string::npos) << other_threads.err;
   fs::remove_all(dir);

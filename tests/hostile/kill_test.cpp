@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -30,16 +32,16 @@ const std::string kTrain =
 const std::vector<std::string> kSaveSyscalls = {"write",  "fsync",    "rename",
                                                 "unlink", "unlinkat", "rmdir"};
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using kvlab::test::slurp;
 
+// `command` (its first word the program's path) by exec; the exit status as a shell reports it
+// (128 + N after signal N).
 int run(const std::string& command) {
-  const int status = std::system((command + " >/dev/null 2>&1").c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  kvlab::test::Invocation invocation = kvlab::test::parse_command_line(command);
+  const std::string binary = invocation.args.front();
+  invocation.args.erase(invocation.args.begin());
+  const kvlab::test::ProcessResult r = kvlab::test::run_exec(binary, invocation);
+  return r.exit_code >= 0 ? r.exit_code : 128 - r.exit_code;
 }
 
 // kvlab under strace, killed at the `when`-th call of `syscall` (counted in this process).

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "nn/nn_test_util.h"
 #include "spec/spec_error.h"
 
@@ -309,6 +311,28 @@ TEST(GeneratorTest, SamplingRespectsTemperatureTopKAndTopP) {
   std::mt19937_64 a(7), b(7);
   for (int i = 0; i < 20; ++i)
     EXPECT_EQ(sample(logits, {1.5, 0, 1.0}, a), sample(logits, {1.5, 0, 1.0}, b));
+}
+
+// Below kGreedyBelowTemperature sampling is greedy (logits ÷ 1e-320 would be infinite and the
+// softmax NaN); at the line itself it samples softmax(l / T): two logits T·ln 3 apart are drawn
+// 3 : 1.
+TEST(GeneratorTest, TinyTemperaturesAreGreedyFromTheLineDown) {
+  const double t = kGreedyBelowTemperature;
+  const torch::Tensor logits =
+      torch::tensor({0.0, t * std::log(3.0), -1.0}, torch::TensorOptions().dtype(torch::kFloat64));
+  std::mt19937_64 rng(3);
+  for (double below : {1e-320, 1e-300, 1e-9, 0.999 * t}) {
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(sample(logits, {below, 0, 1.0}, rng), 1) << below;
+  }
+  int ones = 0;
+  const int draws = 4000;
+  for (int i = 0; i < draws; ++i) {
+    const int64_t token = sample(logits, {t, 0, 1.0}, rng);
+    ASSERT_TRUE(token == 0 || token == 1) << token;
+    ones += token == 1 ? 1 : 0;
+  }
+  // 3/4 of the draws, within 5 standard deviations (sqrt(4000 · 3/16) ≈ 27)
+  EXPECT_NEAR(ones, 3000, 140);
 }
 
 TEST(GeneratorTest, RefusesWhatCannotDecode) {

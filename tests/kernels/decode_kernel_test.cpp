@@ -1,5 +1,6 @@
-// The AVX2 flash-decoding kernel against the scalar reference on random caches of awkward
-// shapes. Each case prints as a replayable name: T97_H6_G2_k90_v90_r0_bf16_page16_seed3.
+// The vector flash-decoding kernels (AVX2, AVX-512, AMX; each case names its level, and skips
+// with the reason where this CPU lacks it) against the scalar reference on random caches of
+// awkward shapes. Each case prints as a replayable name: T97_H6_G2_k90_v90_r0_bf16_page16_seed3.
 #include <gtest/gtest.h>
 
 #include <algorithm>

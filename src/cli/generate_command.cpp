@@ -5,11 +5,9 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
-#include <random>
 
 #include "experiments/eval_decode.h"
-#include "infer/generator.h"
-#include "kernels/attn_precision.h"
+#include "infer/text_generation.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "spec/memory_budget.h"
@@ -109,7 +107,6 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   } else {
     for (const unsigned char ch : o.prompt) tokens.push_back(ch);
   }
-  const std::optional<int32_t> eos = tokenizer ? tokenizer->eos_id() : std::nullopt;
   const int64_t total = static_cast<int64_t>(tokens.size()) + o.max_tokens;
   if (!o.no_cache) {
     require_memory("max_tokens",
@@ -122,47 +119,20 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
                                       " exceeds the model's " + std::to_string(shape.max_context) +
                                       " learned positions");
   }
-  std::mt19937_64 rng(o.seed);
-  const infer::SamplingOptions sampling{o.temperature, o.top_k, o.top_p};
-  std::vector<int32_t> generated;
-  const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
-  double load_s = 0, prompt_s = 0, generate_s = 0;
-  const auto finished = [&] { return eos && !generated.empty() && generated.back() == *eos; };
-  if (o.no_cache) {
-    load_s = seconds_since(load_start);
-    const auto start = Clock::now();
-    c10::InferenceMode guard;
-    for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
-      const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, -1});
-      const torch::Tensor logits = model->forward(input)[0][-1];
-      tokens.push_back(infer::sample(logits, sampling, rng));
-      generated.push_back(static_cast<int32_t>(tokens.back()));
-    }
-    generate_s = seconds_since(start);
-  } else {
-    infer::Generator gen(model, dtype, total, 1, threads, rope_dtype);
-    load_s = seconds_since(load_start);  // the decode engine's weights are part of loading
-    const AttnPrecision precision =
-        resolve_attn_precision(o.precision, gen.decode_model().supports_bf16_precision(), dtype);
-    if (precision == AttnPrecision::kBf16 && dtype != DType::kBf16 && o.precision == "bf16") {
-      throw SpecError("attn-precision",
-                      "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");
-    }
-    gen.decode_model().set_attn_precision(precision);
-    const int32_t seq = gen.add_sequence();
-    if (o.max_tokens > 0) {
-      auto start = Clock::now();
-      torch::Tensor logits = gen.feed(seq, tokens);
-      prompt_s = seconds_since(start);
-      start = Clock::now();
-      for (int64_t i = 0; i < o.max_tokens && !stopped() && !finished(); ++i) {
-        const int64_t next = infer::sample(logits, sampling, rng);
-        generated.push_back(static_cast<int32_t>(next));
-        if (i + 1 < o.max_tokens && !finished()) logits = gen.step({seq}, {next})[0];
-      }
-      generate_s = seconds_since(start);
-    }
-  }
+  const double load_s = seconds_since(load_start);
+  infer::TextGenerationOptions generation;
+  generation.max_tokens = o.max_tokens;
+  generation.sampling = {o.temperature, o.top_k, o.top_p};
+  generation.seed = o.seed;
+  generation.eos_id = tokenizer ? tokenizer->eos_id() : std::nullopt;
+  generation.use_cache = !o.no_cache;
+  generation.cache_dtype = dtype;
+  generation.rope_dtype = rope_dtype;
+  generation.attn_precision = o.precision;
+  generation.threads = threads;
+  const infer::TextGenerationResult result =
+      infer::generate_text_tokens(model, tokens, generation, stopped);
+  const std::vector<int32_t>& generated = result.tokens;
   std::string text;
   if (tokenizer) {
     text = tokenizer->decode(generated, /*skip_special_tokens=*/true);
@@ -171,16 +141,17 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   }
   out << text << "\n";
   if (o.timings) {
-    // with the cache, the last token's logits come with the one before it: n tokens cost n − 1
-    // steps; without it, every token is one full forward
-    const int64_t steps = o.no_cache
-                              ? static_cast<int64_t>(generated.size())
-                              : std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);
-    std::cerr << std::fixed << std::setprecision(2) << "load " << load_s << " s; prompt "
-              << prompt_tokens << " tokens " << prompt_s << " s ("
-              << (prompt_s > 0 ? static_cast<double>(prompt_tokens) / prompt_s : 0.0)
-              << " tokens/s); " << steps << " decode steps " << generate_s << " s ("
-              << (generate_s > 0 ? static_cast<double>(steps) / generate_s : 0.0) << " tokens/s)\n";
+    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+    // loading includes building the decode engine (weights repacked, cache allocated)
+    const double engine_load_s = load_s + result.setup_s;
+    std::cerr << std::fixed << std::setprecision(2) << "load " << engine_load_s << " s; prompt "
+              << prompt_tokens << " tokens " << result.prompt_s << " s ("
+              << (result.prompt_s > 0 ? static_cast<double>(prompt_tokens) / result.prompt_s : 0.0)
+              << " tokens/s); " << result.decode_steps << " decode steps " << result.decode_s
+              << " s ("
+              << (result.decode_s > 0 ? static_cast<double>(result.decode_steps) / result.decode_s
+                                      : 0.0)
+              << " tokens/s)\n";
   }
   return stopped() ? 130 : 0;
 }

@@ -11,6 +11,7 @@
 
 #include "cli/interrupt.h"
 #include "cli/text_tokens.h"
+#include "experiments/eval_contexts.h"
 #include "experiments/eval_decode.h"
 #include "experiments/eval_text.h"
 #include "io/atomic_file.h"
@@ -390,37 +391,20 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
 
 namespace {
 
-// Perplexity of a text checkpoint at several context lengths: the held-out text cut into
-// windows of each length (seed 003 Table 16).
+// Perplexity of a text checkpoint at several context lengths (experiments/eval_contexts.h).
 int run_eval_contexts(const EvalCommandOptions& o, const nlohmann::json& task_record,
                       nn::TransformerModelImpl& model, std::ostream& out) {
   const ModelShape& shape = model.config().shape;
   nlohmann::json rows = nlohmann::json::array();
   Table table({"context", "loss (nats/byte)", "perplexity", "held-out bytes"});
-  for (int64_t context : o.contexts) {
-    if (context <= 0) throw SpecError("context", "must be > 0, got " + std::to_string(context));
-    if (shape.pos == PosScheme::kLearned && context > shape.max_context) {
-      throw SpecError("context", "this model learned " + std::to_string(shape.max_context) +
-                                     " positions; it cannot read a context of " +
-                                     std::to_string(context));
-    }
-    // the same held-out bytes at every length: as many windows as the training context had
-    const int64_t held_out_bytes =
-        task_record.at("eval_sequences").get<int64_t>() * task_record.at("seq_len").get<int64_t>();
-    nlohmann::json record = task_record;
-    record["seq_len"] = context;
-    record["eval_sequences"] = std::max<int64_t>(1, held_out_bytes / context);
-    const auto task = data::task_from_json(record, o.data, o.allow_different_data);
-    const int64_t batch = std::max<int64_t>(1, 32768 / context);
-    require_memory("context", "evaluating at a context of " + std::to_string(context),
-                   [&] { return evaluation_bytes(shape, batch, context); });
-    const train::EvalResult e = train::evaluate(model, *task, 0, batch);
-    rows.push_back({{"context", context},
-                    {"loss", e.loss},
-                    {"perplexity", e.perplexity},
-                    {"positions", e.positions}});
-    table.add_row({with_commas(context), fmt::format("{:.4f}", e.loss),
-                   fmt::format("{:.3f}", e.perplexity), with_commas(e.positions)});
+  for (const ContextEvalRow& row :
+       evaluate_at_contexts(model, task_record, o.contexts, o.data, o.allow_different_data)) {
+    rows.push_back({{"context", row.context},
+                    {"loss", row.loss},
+                    {"perplexity", row.perplexity},
+                    {"positions", row.positions}});
+    table.add_row({with_commas(row.context), fmt::format("{:.4f}", row.loss),
+                   fmt::format("{:.3f}", row.perplexity), with_commas(row.positions)});
   }
   if (o.format == "json") {
     out << nlohmann::json{{"attn", model.config().attn.to_string()},

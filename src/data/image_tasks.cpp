@@ -8,8 +8,8 @@
 namespace kvlab::data {
 namespace {
 
-constexpr uint64_t kTrainStream = 10;
-constexpr uint64_t kEvalStream = 11;
+constexpr uint64_t kImageTrainStream = 10;
+constexpr uint64_t kImageEvalStream = 11;
 constexpr uint64_t kEvalSeed = 2024;  // every run is scored on the same held-out sets
 constexpr int64_t kSetSize = 10;
 
@@ -47,7 +47,7 @@ class FashionMnistTask : public Task {
   }
 
   Batch train_batch(uint64_t seed, int64_t step, int64_t batch_size) const override {
-    std::mt19937_64 rng = stream_rng(seed, kTrainStream, static_cast<uint64_t>(step));
+    std::mt19937_64 rng = stream_rng(seed, kImageTrainStream, static_cast<uint64_t>(step));
     const auto n = static_cast<uint64_t>(train_.labels.size(0));
     torch::Tensor index = torch::empty({batch_size}, torch::kInt64);
     for (int64_t b = 0; b < batch_size; ++b) index[b] = static_cast<int64_t>(rng() % n);
@@ -96,14 +96,14 @@ class SetAnomalyTask : public Task {
   }
 
   Batch train_batch(uint64_t seed, int64_t step, int64_t batch_size) const override {
-    std::mt19937_64 rng = stream_rng(seed, kTrainStream, static_cast<uint64_t>(step));
+    std::mt19937_64 rng = stream_rng(seed, kImageTrainStream, static_cast<uint64_t>(step));
     return make_sets(train_, train_by_class_, rng, batch_size);
   }
 
   std::vector<Batch> eval_batches(uint64_t, int64_t batch_size) const override {
     std::vector<Batch> out;
     for (int64_t start = 0, i = 0; start < eval_sets_; start += batch_size, ++i) {
-      std::mt19937_64 rng = stream_rng(kEvalSeed, kEvalStream, static_cast<uint64_t>(i));
+      std::mt19937_64 rng = stream_rng(kEvalSeed, kImageEvalStream, static_cast<uint64_t>(i));
       out.push_back(
           make_sets(test_, test_by_class_, rng, std::min(batch_size, eval_sets_ - start)));
     }

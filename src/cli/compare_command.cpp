@@ -38,6 +38,11 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
                   "hours on 2 cores)")
       ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps per run, overriding the preset");
+  cmd->add_option("--eval-windows", o.eval_windows,
+                  "lm, convert: held-out windows of the context length each run is scored on "
+                  "(and, with --cache-dtype, decoded through each cache), overriding the preset "
+                  "(quick: 256); fewer is faster and noisier")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--out", o.out, "Folder for results.json, results.md and runs/")->required();
   cmd->add_option("--jobs", o.jobs, "Runs trained at once (0: one per core)")
       ->capture_default_str();

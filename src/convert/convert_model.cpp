@@ -243,7 +243,8 @@ nlohmann::json ConversionReport::to_json() const {
 
 std::string target_spec_text(std::string_view text, const ModelShape& shape) {
   std::string out(text);
-  const bool gva = out.rfind("gva", 0) == 0, mla = out.rfind("mla", 0) == 0;
+  const std::optional<AttnFamily> family = attn_family_of(out);
+  const bool gva = family == AttnFamily::kGva, mla = family == AttnFamily::kMla;
   if (!gva && !mla) return out;
   const auto add = [&](const std::string& item) {
     out += (out.find(':') == std::string::npos ? ":" : ",") + item;

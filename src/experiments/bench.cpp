@@ -31,6 +31,7 @@
 #include "report/statistics.h"
 #include "report/table.h"
 #include "report/units.h"
+#include "spec/attention_family.h"
 #include "spec/memory_budget.h"
 #include "spec/memory_estimates.h"
 #include "spec/spec_error.h"
@@ -49,7 +50,8 @@ ModelConfig bench_model(const BenchModelOptions& b, const std::string& attn, int
       ModelShape::llama_decoder(b.layers, b.d_model, b.heads,
                                 /*mlp_width=*/4 * b.d_model, /*vocab_size=*/256, context);
   // linear attention keeps no RoPE inside its running state: it takes no positions
-  s.pos = attn.rfind("linear", 0) == 0 ? PosScheme::kNone : PosScheme::kRope;
+  const std::optional<AttnFamily> family = attn_family_of(attn);
+  s.pos = family && !spec_family(*family).takes_rope() ? PosScheme::kNone : PosScheme::kRope;
   s.tied_embeddings = true;
   s.validate();  // a shape error names its own flag, not --attn
   try {

@@ -1,5 +1,7 @@
 // `kvlab bench decode`: one layer's decode attention at one step, against the read bandwidth
-// measured in the same run, and against the same kernel's compute with its rows in L2.
+// measured in the same run, and against the same kernel's compute with its rows in L2. Four
+// steps: the flags become a plan (specs × contexts), the plan rows and probes, the rows are
+// timed in rounds beside the ceilings, and the figures are rendered as a table or JSON.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -12,250 +14,30 @@
 #include <optional>
 #include <random>
 
-#include "cache/decode_params.h"
-#include "cache/paged_cache.h"
 #include "experiments/bench.h"
+#include "experiments/decode_bench_row.h"
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
-#include "kernels/convert.h"
-#include "kernels/decode_attention.h"
 #include "kernels/fast_decoder.h"
-#include "kernels/huge_page_floats.h"
 #include "kernels/memory_bandwidth.h"
 #include "report/statistics.h"
 #include "report/table.h"
 #include "report/units.h"
+#include "spec/attention_family.h"
 #include "spec/attention_spec.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {
 namespace {
 
-// Tokens per cache page in every row (a whole number of the kernels' blocks).
-constexpr int64_t kPageTokens = 16;
-static_assert(kPageTokens % kDecodeBlockTokens == 0, "keys in pairs need pages of whole blocks");
-
-// What a row's step reads and writes.
-struct RowState {
-  std::unique_ptr<PagedKvCache> cache;
-  PageTable table;
-  std::vector<float> q, qr, result, norm_weight, key_maps, z;
-  HugePageFloats states;  // linear attention: on huge pages, like the cache's state slots
+// What the flags ask for, checked: the specs (attn × cache dtype × key order) and the contexts.
+struct DecodeBenchPlan {
+  std::vector<DType> dtypes;
+  std::vector<AttentionSpec> specs;
+  std::vector<int64_t> contexts;
 };
 
-// One spec at one context over `layers` caches: step(decoder, r) runs the decode of layer
-// r % layers.
-struct DecodeRow {
-  std::string attn;
-  DType dtype = DType::kBf16;
-  KeyOrder key_order = KeyOrder::kRows;
-  AttnPrecision precision = AttnPrecision::kF32;  // what the step computes in
-  int64_t context = 0, layers = 0, bytes = 0;     // bytes: one layer's, read by one step
-  // multiply-adds of one step (the spec's decode_macs: scores and weighted sums, gva dr=0's
-  // rebuilt keys, linear attention's state; element-wise work such as RoPE is not counted)
-  double macs = 0;
-  // of them, the content scores' share: the part int8 rows do as integer dot products
-  double content_score_fraction = 0;
-  std::function<void(FastDecoder&, int)> step;
-  std::unique_ptr<RowState> state;
-  std::vector<double> micros = {};
-  double median_us = 0, min_us = 0, max_us = 0;
-  // the kernel's compute alone (ComputeProbe), ns per cached token: on one thread, and the
-  // step's wall time per token on the bench's threads; none for linear attention
-  std::optional<double> compute_ns_per_token, compute_wall_ns_per_token;
-};
-
-// Bytes one step reads from one layer: the cache's rows (the spec's bytes per token), or linear
-// attention's f32 states, whatever the context.
-int64_t step_bytes(const CacheLayout& layout, int64_t context, int64_t batch) {
-  if (layout.kernel == DecodeKernel::kRecurrentState) {
-    return batch * layout.state_scalars * static_cast<int64_t>(sizeof(float));
-  }
-  return context * batch * layout.bytes_per_token();
-}
-
-// Builds a row whose caches hold small pseudo-random values.
-// Throws SpecError when `decoder` would compute it with the scalar reference.
-DecodeRow make_row(const AttentionSpec& spec, AttnPrecision precision, int64_t context,
-                   int64_t batch, int64_t layers, std::mt19937& rng,
-                   const FastDecoder& simd_check) {
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  const CacheLayout layout = spec.cache_layout();
-  DecodeRow row;
-  row.attn = spec.to_string();
-  row.dtype = spec.cache_dtype;
-  row.key_order = layout.key_order;
-  row.macs =
-      static_cast<double>(batch) * static_cast<double>(spec.decode_macs(context).mixing.value());
-  row.context = context;
-  row.layers = layers;
-  row.bytes = step_bytes(layout, context, batch);
-  row.state = std::make_unique<RowState>();
-  RowState* s = row.state.get();
-  if (layout.kernel == DecodeKernel::kRecurrentState) {
-    // linear attention: one f32 state per head, read and rewritten each step, the same size
-    // at every context (the context column only repeats)
-    const int64_t per_layer = batch * layout.state_scalars;
-    const int64_t d = spec.head_dim, heads = spec.n_heads;
-    s->states = HugePageFloats(layers * per_layer);
-    for (int64_t i = 0; i < layers * batch * heads; ++i) {
-      float* state = s->states.data() + i * (d * d + d);
-      for (int64_t j = 0; j < d * d; ++j) state[j] = 0.01f * uniform(rng);
-      for (int64_t j = 0; j < d; ++j) state[d * d + j] = 1.0f;  // positive normalisers
-    }
-    s->z.resize(static_cast<size_t>(batch * heads * d));
-    s->result.resize(s->z.size());
-    for (float& x : s->z) x = uniform(rng);
-    row.step = [s, layers, per_layer, batch, heads, d](FastDecoder& decoder, int r) {
-      decoder.run(LinearStepParams{s->z.data(), s->states.data() + (r % layers) * per_layer,
-                                   s->result.data(), batch, heads, d});
-    };
-    return row;
-  }
-  const int64_t pages_per_seq = (context + kPageTokens - 1) / kPageTokens;
-  s->cache =
-      std::make_unique<PagedKvCache>(layout, layers, kPageTokens, pages_per_seq * batch, batch);
-  PagedKvCache& cache = *s->cache;
-  const bool rebuild = layout.kernel == DecodeKernel::kReconstructKeys;  // gva dr=0
-  {  // before the cache is filled: a row the scalar reference would compute is refused
-    DecodeParams probe = decode_params_for(spec, cache, 0, PageTable{});
-    probe.precision = precision;
-    const float marker = 0.0f;  // effective_precision asks only whether keys are rebuilt
-    probe.key_maps = rebuild ? &marker : nullptr;
-    row.precision = effective_precision(probe);
-    if (!simd_check.runs_simd(probe)) {
-      throw SpecError("dtype", fmt::format("{} on a {} cache in {} arithmetic runs the scalar "
-                                           "reference; bench decode times the SIMD kernels",
-                                           row.attn, dtype_name(spec.cache_dtype),
-                                           attn_precision_name(row.precision)));
-    }
-  }
-  std::vector<int32_t> seqs;
-  for (int64_t b = 0; b < batch; ++b) {
-    seqs.push_back(cache.add_sequence());
-    cache.append(seqs.back(), context);
-  }
-  // Fill every pool with small pseudo-random values (an LCG: 1 GiB in well under a second).
-  uint32_t lcg = 12345;
-  for (int64_t l = 0; l < layers; ++l) {
-    for (size_t k = 0; k < layout.streams.size(); ++k) {
-      const CacheStream& st = layout.streams[k];
-      const int64_t rows = pages_per_seq * batch * kPageTokens * st.n_heads;
-      auto* pool = const_cast<std::byte*>(cache.pool(l, static_cast<int64_t>(k)));
-      std::vector<float> values(static_cast<size_t>(st.head_width));
-      for (int64_t r = 0; r < rows; ++r) {
-        for (float& v : values) {
-          lcg = lcg * 1664525u + 1013904223u;
-          v = static_cast<float>(static_cast<int32_t>(lcg >> 8) % 2001 - 1000) / 1000.0f;
-        }
-        store_rows(values.data(), 1, st.head_width, layout.stream_dtype(st),
-                   pool + r * layout.head_row_bytes(st));
-      }
-    }
-  }
-  s->table = cache.page_table(seqs);
-  const DecodeParams shape_params = decode_params_for(spec, cache, 0, s->table);
-  const int64_t key_width = shape_params.key_width;
-  const int64_t rope_width = shape_params.rope_width;
-  s->q.resize(static_cast<size_t>(batch * spec.n_heads * key_width));
-  s->qr.resize(static_cast<size_t>(batch * spec.n_heads * rope_width));
-  s->result.resize(static_cast<size_t>(batch * spec.n_heads * shape_params.value_width));
-  for (float& x : s->q) x = uniform(rng);
-  for (float& x : s->qr) x = uniform(rng);
-  s->norm_weight.assign(static_cast<size_t>(key_width), 1.0f);
-  s->key_maps.resize(static_cast<size_t>(rebuild ? spec.n_heads * spec.head_dim * key_width : 0));
-  for (float& x : s->key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(spec.head_dim));
-  const bool norm_on_read = layout.norm_on_read;
-  const double per_token = static_cast<double>(key_width + rope_width + shape_params.value_width);
-  row.content_score_fraction = rebuild ? 0.0 : static_cast<double>(key_width) / per_token;
-  row.step = [s, spec, layers, rope_width, rebuild, norm_on_read, precision](FastDecoder& decoder,
-                                                                             int r) {
-    DecodeParams p = decode_params_for(spec, *s->cache, r % layers, s->table);
-    p.q = s->q.data();
-    p.q_rope = rope_width > 0 ? s->qr.data() : nullptr;
-    p.norm_weight = norm_on_read ? s->norm_weight.data() : nullptr;
-    p.key_maps = rebuild ? s->key_maps.data() : nullptr;
-    p.out = s->result.data();
-    p.precision = precision;
-    decoder.run(p);
-  };
-  return row;
-}
-
-// Rewrites `table` to cover `tokens` per sequence with page ids that cycle over each sequence's
-// own (full) pages: a long context whose rows are a few pages read again and again.
-void cycle_pages(PageTable& table, int64_t tokens) {
-  const int64_t page = table.page_size, pages = (tokens + page - 1) / page;
-  PageTable cycled;
-  cycled.page_size = table.page_size;
-  cycled.indptr = {0};
-  for (int64_t b = 0; b < table.n_seqs(); ++b) {
-    const int64_t first = table.indptr[static_cast<size_t>(b)];
-    const int64_t own = table.indptr[static_cast<size_t>(b) + 1] - first;
-    for (int64_t i = 0; i < pages; ++i) {
-      cycled.page_ids.push_back(table.page_ids[static_cast<size_t>(first + i % own)]);
-    }
-    cycled.indptr.push_back(static_cast<int32_t>(cycled.page_ids.size()));
-    cycled.last_page_len.push_back(static_cast<int32_t>(tokens - (pages - 1) * page));
-  }
-  table = std::move(cycled);
-}
-
-// The kernel's compute alone: two rows of one spec whose page tables cycle over a few pages (at
-// most kHotBytes of rows a sequence, so they stay in each core's L2), at contexts of one and two
-// work items per thread of `threads`; the slope between them is the time per cached token
-// without the per-step costs (queries, merge), which long contexts share anyway. Timed on any
-// decoder in samples spread over the bench's rounds, so it sees the same minutes as the rows.
-class ComputeProbe {
- public:
-  ComputeProbe(const AttentionSpec& spec, AttnPrecision precision, int64_t batch, int threads,
-               std::mt19937& rng, const FastDecoder& simd_check) {
-    constexpr int64_t kHotBytes = 256 << 10;
-    const int64_t page_bytes = kPageTokens * spec.cache_layout().bytes_per_token();
-    const int64_t short_tokens = kDecodeChunkTokens * threads;
-    const int64_t own_pages = std::clamp<int64_t>(kHotBytes / std::max<int64_t>(1, page_bytes), 1,
-                                                  short_tokens / kPageTokens);
-    for (int k = 0; k < 2; ++k) {
-      rows_[k] = make_row(spec, precision, own_pages * kPageTokens, batch, 1, rng, simd_check);
-      tokens_[k] = short_tokens * (k + 1);
-      cycle_pages(rows_[k].state->table, tokens_[k]);
-    }
-  }
-
-  // One warm-up step of each row (brings its pages into L2), then `pairs` timed pairs.
-  void time(FastDecoder& decoder, std::vector<double>& samples_ns, int64_t batch, int pairs = 3) {
-    rows_[0].step(decoder, 0);
-    rows_[1].step(decoder, 0);
-    for (int i = 0; i < pairs; ++i) {
-      double us[2];
-      for (int k = 0; k < 2; ++k) {
-        const auto start = std::chrono::steady_clock::now();
-        rows_[k].step(decoder, 0);
-        us[k] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                    .count();
-      }
-      samples_ns.push_back((us[1] - us[0]) * 1e3 /
-                           static_cast<double>((tokens_[1] - tokens_[0]) * batch));
-    }
-  }
-
- private:
-  DecodeRow rows_[2];
-  int64_t tokens_[2] = {};
-};
-
-// A spec and precision's compute probe and its per-token samples on the bench's threads and on
-// one thread.
-struct ComputeTiming {
-  size_t spec = 0;
-  AttnPrecision precision = AttnPrecision::kF32;
-  std::unique_ptr<ComputeProbe> probe;
-  std::vector<double> all_threads_ns, one_thread_ns;
-};
-
-}  // namespace
-
-int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
+DecodeBenchPlan plan_decode_bench(const BenchDecodeOptions& o) {
   require_output_format(o.format);
   if (o.heads <= 0) throw SpecError("heads", "must be > 0");
   if (o.head_dim <= 0) throw SpecError("head-dim", "must be > 0");
@@ -270,7 +52,8 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                     "--heads × --head-dim is above the largest width kvlab accepts "
                     "(16777216)");
   }
-  std::vector<DType> dtypes;
+  DecodeBenchPlan plan;
+  std::vector<DType>& dtypes = plan.dtypes;
   for (const std::string& text : o.dtype) {
     const DType dtype = parse_dtype(text);
     if (dtype == DType::kFp8) {
@@ -300,13 +83,14 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       key_orders.push_back(asked);
   }
   if (key_orders.empty()) throw SpecError("key-order", "give at least one key order");
-  std::vector<AttentionSpec> specs;  // attn × dtype × key order
+  std::vector<AttentionSpec>& specs = plan.specs;
   for (const std::string& text : o.attn) {
     for (DType dtype : dtypes) {
       AttentionSpec spec;
       try {
         ModelShape s = shape;
-        if (text.rfind("linear", 0) == 0) s.pos = PosScheme::kNone;  // no RoPE inside a state
+        const std::optional<AttnFamily> family = attn_family_of(text);
+        if (family && !spec_family(*family).takes_rope()) s.pos = PosScheme::kNone;
         spec = AttentionSpec::parse(text, s, dtype);
       } catch (const SpecError& e) {
         throw SpecError(e.field(), "invalid --attn \"" + text + "\": " + e.what());
@@ -341,38 +125,64 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
                     "pairs orders the keys of two-stream variants (mha, gqa, mqa, qk-v, …) over a "
                     "bf16 cache; no --attn × --dtype here is one");
   }
-  std::vector<int64_t> contexts;
+  std::vector<int64_t>& contexts = plan.contexts;
   for (const std::string& c : o.context) contexts.push_back(parse_tokens(c, "context"));
   for (int64_t t : contexts) {
     if (t <= 0) throw SpecError("context", "must be > 0");
   }
-  FastDecoder decoder(o.threads);
-  // The precisions asked for, per cache dtype, "auto" resolved for this CPU, in order and
-  // without repeats: q8_0/q4_0 caches have a SIMD kernel in int8 only, the others in f32 and
-  // bf16, so each precision makes rows for the caches it has a kernel for.
-  auto precisions_for = [&](DType dtype) {
-    const bool blocks = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-    std::vector<AttnPrecision> found;
-    for (const std::string& text : o.precision) {
-      // every text is checked, whichever caches it serves
-      const AttnPrecision any = resolve_attn_precision(text, decoder.supports_bf16_precision(),
-                                                       text == "int8" ? DType::kQ8_0 : dtype);
-      if ((any == AttnPrecision::kInt8) != blocks) continue;
-      if (std::find(found.begin(), found.end(), any) == found.end()) found.push_back(any);
-    }
-    if (found.empty()) {
-      throw SpecError("attn-precision",
-                      std::string("no row for the ") + std::string(dtype_name(dtype)) + " cache: " +
-                          (blocks ? "q8_0/q4_0 caches run in int8 (int8 or auto)"
-                                  : "f32/bf16/f16 caches run in f32 or bf16 (f32, bf16 or auto)"));
-    }
-    return found;
-  };
+  return plan;
+}
+
+// The precisions asked for, per cache dtype, "auto" resolved for this CPU, in order and
+// without repeats: q8_0/q4_0 caches have a SIMD kernel in int8 only, the others in f32 and
+// bf16, so each precision makes rows for the caches it has a kernel for.
+std::vector<AttnPrecision> precisions_for(const BenchDecodeOptions& o, const FastDecoder& decoder,
+                                          DType dtype) {
+  const bool blocks = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  std::vector<AttnPrecision> found;
+  for (const std::string& text : o.precision) {
+    // every text is checked, whichever caches it serves
+    const AttnPrecision any = resolve_attn_precision(text, decoder.supports_bf16_precision(),
+                                                     text == "int8" ? DType::kQ8_0 : dtype);
+    if ((any == AttnPrecision::kInt8) != blocks) continue;
+    if (std::find(found.begin(), found.end(), any) == found.end()) found.push_back(any);
+  }
+  if (found.empty()) {
+    throw SpecError("attn-precision",
+                    std::string("no row for the ") + std::string(dtype_name(dtype)) + " cache: " +
+                        (blocks ? "q8_0/q4_0 caches run in int8 (int8 or auto)"
+                                : "f32/bf16/f16 caches run in f32 or bf16 (f32, bf16 or auto)"));
+  }
+  return found;
+}
+
+// A spec and precision's compute probe and its per-token samples on the bench's threads and on
+// one thread.
+struct ComputeTiming {
+  size_t spec = 0;
+  AttnPrecision precision = AttnPrecision::kF32;
+  std::unique_ptr<ComputeProbe> probe;
+  std::vector<double> all_threads_ns, one_thread_ns;
+};
+
+// Every row and compute probe of a plan, built before any is timed.
+struct DecodeBenchSetup {
+  std::vector<DecodeRow> rows;            // spec × precision × context
+  std::vector<size_t> row_spec;           // each row's index into the plan's specs
+  std::vector<ComputeTiming> timings;     // one per spec and precision
+  std::vector<int> row_timing;            // each row's index into timings; -1: none (linear)
   std::vector<AttnPrecision> precisions;  // every one in use, for the header
-  for (DType dtype : dtypes) {
-    for (AttnPrecision precision : precisions_for(dtype)) {
-      if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
-        precisions.push_back(precision);
+};
+
+DecodeBenchSetup build_decode_rows(const DecodeBenchPlan& plan, const BenchDecodeOptions& o,
+                                   const FastDecoder& decoder) {
+  DecodeBenchSetup setup;
+  for (DType dtype : plan.dtypes) {
+    for (AttnPrecision precision : precisions_for(o, decoder, dtype)) {
+      std::vector<AttnPrecision>& in_use = setup.precisions;
+      if (std::find(in_use.begin(), in_use.end(), precision) == in_use.end()) {
+        in_use.push_back(precision);
+      }
     }
   }
   // Every row is set up first, then all are timed in rounds: each round reads the bandwidth
@@ -385,10 +195,11 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   // layer r's timed one reads layer r-1, which with 2 layers is the layer timed next round.
   constexpr int64_t kMinLayers = 3;
   int64_t round_layer_bytes = 0;  // one layer of every row
-  for (const AttentionSpec& spec : specs) {
-    for (int64_t context : contexts) {
-      round_layer_bytes += static_cast<int64_t>(precisions_for(spec.cache_dtype).size()) *
-                           step_bytes(spec.cache_layout(), context, o.batch);
+  for (const AttentionSpec& spec : plan.specs) {
+    for (int64_t context : plan.contexts) {
+      round_layer_bytes +=
+          static_cast<int64_t>(precisions_for(o, decoder, spec.cache_dtype).size()) *
+          step_bytes(spec.cache_layout(), context, o.batch);
     }
   }
   const int64_t layers = std::max<int64_t>(
@@ -405,13 +216,13 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   }
   // rows: spec × precision × context; a spec that computes in f32 whatever is asked (RoPE on
   // read, rebuilt keys, an f32 cache) gets one row per context
-  std::vector<DecodeRow> rows;
-  std::vector<size_t> row_spec;  // index into specs
+  std::vector<DecodeRow>& rows = setup.rows;
+  std::vector<size_t>& row_spec = setup.row_spec;
   std::mt19937 rng(1);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    for (AttnPrecision precision : precisions_for(specs[i].cache_dtype)) {
-      for (int64_t context : contexts) {
-        DecodeRow row = make_row(specs[i], precision, context, o.batch, layers, rng, decoder);
+  for (size_t i = 0; i < plan.specs.size(); ++i) {
+    for (AttnPrecision precision : precisions_for(o, decoder, plan.specs[i].cache_dtype)) {
+      for (int64_t context : plan.contexts) {
+        DecodeRow row = make_row(plan.specs[i], precision, context, o.batch, layers, rng, decoder);
         const bool repeat = std::any_of(rows.begin(), rows.end(), [&](const DecodeRow& r) {
           return r.attn == row.attn && r.dtype == row.dtype && r.key_order == row.key_order &&
                  r.context == context && r.precision == row.precision;
@@ -422,25 +233,13 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       }
     }
   }
-  // The compute roof of each precision on the decoder's threads (none where the CPU lacks the
-  // instruction), measured once in every round like the bandwidth: on a shared host the cores
-  // a VM gets can change between minutes (docs/kernels/decode-attention.md, "The compute column
-  // on the bench's threads").
-  const bool cap_avx2 = decoder.isa() == CpuIsa::kAvx2;
-  std::optional<ComputePeak> peak_f32 =
-      measure_compute_peak(MacKind::kF32, decoder.pool(), 0, cap_avx2);
-  std::optional<ComputePeak> peak_bf16 =
-      measure_compute_peak(MacKind::kBf16, decoder.pool(), 0, cap_avx2);
-  std::optional<ComputePeak> peak_int8 =
-      measure_compute_peak(MacKind::kInt8, decoder.pool(), 0, cap_avx2);
-  BandwidthProbe probe(int64_t{1} << 30);
   // The kernel's compute alone, per spec and precision (its rows share it), on the bench's
   // threads and on one thread, timed in every round beside the rows.
-  FastDecoder one_thread(1, decoder.isa());
-  std::vector<ComputeTiming> timings;
-  std::vector<int> row_timing(rows.size(), -1);
+  std::vector<ComputeTiming>& timings = setup.timings;
+  std::vector<int>& row_timing = setup.row_timing;
+  row_timing.assign(rows.size(), -1);
   for (size_t k = 0; k < rows.size(); ++k) {
-    const AttentionSpec& spec = specs[row_spec[k]];
+    const AttentionSpec& spec = plan.specs[row_spec[k]];
     if (spec.cache_layout().kernel == DecodeKernel::kRecurrentState) continue;
     for (size_t t = 0; t < timings.size() && row_timing[k] < 0; ++t) {
       if (timings[t].spec == row_spec[k] && timings[t].precision == rows[k].precision)
@@ -455,6 +254,30 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
     timings.push_back(std::move(timing));
     row_timing[k] = static_cast<int>(timings.size() - 1);
   }
+  return setup;
+}
+
+// The ceilings measured in the same rounds as the rows.
+struct DecodeBenchCeilings {
+  std::optional<ComputePeak> peak_f32, peak_bf16, peak_int8;  // none: the CPU lacks it
+  std::vector<double> bandwidth;                              // GB/s, one a round
+};
+
+// Times every row, probe and ceiling in o.repeats interleaved rounds (after 3 warm-up rounds)
+// and sets each row's medians and compute figures.
+DecodeBenchCeilings measure_decode_rows(DecodeBenchSetup& setup, const BenchDecodeOptions& o,
+                                        FastDecoder& decoder) {
+  // The compute roof of each precision on the decoder's threads (none where the CPU lacks the
+  // instruction), measured once in every round like the bandwidth: on a shared host the cores
+  // a VM gets can change between minutes (docs/kernels/decode-attention.md, "The compute column
+  // on the bench's threads").
+  const bool cap_avx2 = decoder.isa() == CpuIsa::kAvx2;
+  DecodeBenchCeilings c;
+  c.peak_f32 = measure_compute_peak(MacKind::kF32, decoder.pool(), 0, cap_avx2);
+  c.peak_bf16 = measure_compute_peak(MacKind::kBf16, decoder.pool(), 0, cap_avx2);
+  c.peak_int8 = measure_compute_peak(MacKind::kInt8, decoder.pool(), 0, cap_avx2);
+  BandwidthProbe probe(int64_t{1} << 30);
+  FastDecoder one_thread(1, decoder.isa());
   // Every timed step of layer r follows an untimed step of the same row over layer r-1, as a
   // decode reads layer l's cache after layer l-1's: without it a row's step follows the probe
   // or another row, and the first row ran 2–12% slower than identical rows after it (three
@@ -462,11 +285,10 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
   // within one round, and that timed step ran 18–28% faster (3.3 against 4.0–4.6 ms), a condition
   // no decode has; until 2026-11-30 the first row alone got that step, and every "vs first"
   // ratio divided by its flattered time.
-  std::vector<double> bandwidth;
   for (int r = 0; r < o.repeats + 3; ++r) {  // 3 warm-up rounds
     const double gb_per_s = probe.read_gb_per_s(decoder.pool());
-    if (r >= 3) bandwidth.push_back(gb_per_s);
-    for (DecodeRow& row : rows) {
+    if (r >= 3) c.bandwidth.push_back(gb_per_s);
+    for (DecodeRow& row : setup.rows) {
       row.step(decoder, r + static_cast<int>(row.layers) - 1);  // untimed
       const auto start = std::chrono::steady_clock::now();
       row.step(decoder, r);
@@ -476,36 +298,46 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       if (r >= 3) row.micros.push_back(us);
     }
     if (r < 3) continue;
-    for (std::optional<ComputePeak>* peak : {&peak_f32, &peak_bf16, &peak_int8}) {
+    for (std::optional<ComputePeak>* peak : {&c.peak_f32, &c.peak_bf16, &c.peak_int8}) {
       if (!peak->has_value()) continue;
       const std::optional<ComputePeak> once =
           measure_compute_peak((*peak)->kind, decoder.pool(), 1, cap_avx2);
       (*peak)->gmacs.push_back(once->gmacs.front());
     }
-    for (ComputeTiming& timing : timings) {
+    for (ComputeTiming& timing : setup.timings) {
       timing.probe->time(decoder, timing.all_threads_ns, o.batch);
       if (decoder.threads() > 1) timing.probe->time(one_thread, timing.one_thread_ns, o.batch);
     }
   }
-  for (DecodeRow& row : rows) {
+  for (DecodeRow& row : setup.rows) {
     row.median_us = median_of(row.micros);
     row.min_us = min_of(row.micros);
     row.max_us = max_of(row.micros);
   }
-  for (size_t k = 0; k < rows.size(); ++k) {
-    if (row_timing[k] < 0) continue;
-    const ComputeTiming& timing = timings[static_cast<size_t>(row_timing[k])];
+  for (size_t k = 0; k < setup.rows.size(); ++k) {
+    if (setup.row_timing[k] < 0) continue;
+    const ComputeTiming& timing = setup.timings[static_cast<size_t>(setup.row_timing[k])];
     // a slope can dip below 0 on a noisy machine; the compute is not negative
     const double wall = std::max(0.0, median_of(timing.all_threads_ns));
-    rows[k].compute_wall_ns_per_token = wall;
-    rows[k].compute_ns_per_token =
+    setup.rows[k].compute_wall_ns_per_token = wall;
+    setup.rows[k].compute_ns_per_token =
         decoder.threads() > 1 ? std::max(0.0, median_of(timing.one_thread_ns)) : wall;
   }
-  const double ceiling = median_of(bandwidth);
-  const double bandwidth_min = min_of(bandwidth), bandwidth_max = max_of(bandwidth);
+  return c;
+}
+
+// The figures of every timed row: its time against the bandwidth and compute ceilings of the
+// same rounds, and against the rows it is compared with.
+struct DecodeBenchFigures {
+  const std::vector<DecodeRow>& rows;
+  const DecodeBenchCeilings& c;
+  int threads = 1;
+  int64_t batch = 1;
+
+  double ceiling() const { return median_of(c.bandwidth); }
   // each row against the first row at the same context, precision and cache dtype (else
   // context and precision, else context)
-  auto first_at = [&](const DecodeRow& r) -> const DecodeRow& {
+  const DecodeRow& first_at(const DecodeRow& r) const {
     for (const DecodeRow& f : rows) {
       if (f.context == r.context && f.precision == r.precision && f.dtype == r.dtype) return f;
     }
@@ -516,10 +348,10 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       if (f.context == r.context) return f;
     }
     return r;
-  };
+  }
   // each row against the same attention's row over a bf16 cache at the same context (its first
   // precision; of the same key order where there is one): what a cache dtype changes
-  auto bf16_of = [&](const DecodeRow& r) -> const DecodeRow* {
+  const DecodeRow* bf16_of(const DecodeRow& r) const {
     const DecodeRow* any_order = nullptr;
     for (const DecodeRow& f : rows) {
       if (f.attn == r.attn && f.context == r.context && f.dtype == DType::kBf16) {
@@ -528,100 +360,108 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       }
     }
     return any_order;
-  };
-  auto gbps = [](const DecodeRow& r) { return static_cast<double>(r.bytes) / (r.median_us * 1e3); };
+  }
+  static double gbps(const DecodeRow& r) {
+    return static_cast<double>(r.bytes) / (r.median_us * 1e3);
+  }
   // the step's reads at the measured bandwidth, and its compute alone on the same threads
-  auto memory_us = [&](const DecodeRow& r) {
-    return static_cast<double>(r.bytes) / (ceiling * 1e3);
-  };
-  auto compute_us = [&](const DecodeRow& r) {
-    return *r.compute_wall_ns_per_token * static_cast<double>(r.context * o.batch) / 1e3;
-  };
+  double memory_us(const DecodeRow& r) const {
+    return static_cast<double>(r.bytes) / (ceiling() * 1e3);
+  }
+  double compute_us(const DecodeRow& r) const {
+    return *r.compute_wall_ns_per_token * static_cast<double>(r.context * batch) / 1e3;
+  }
   // one thread's compute for the same tokens ÷ the threads': what the threads gain (not a
   // figure of its own where the bench runs one thread)
-  auto threads_speedup = [&](const DecodeRow& r) -> std::optional<double> {
-    if (decoder.threads() == 1 || *r.compute_wall_ns_per_token <= 0) return std::nullopt;
+  std::optional<double> threads_speedup(const DecodeRow& r) const {
+    if (threads == 1 || *r.compute_wall_ns_per_token <= 0) return std::nullopt;
     return *r.compute_ns_per_token / *r.compute_wall_ns_per_token;
-  };
+  }
   // The roofline: the bytes at the measured bandwidth, or the multiply-adds at the measured
   // peak of the precision they run in, whichever is longer.
-  auto peak_gmacs = [&](AttnPrecision precision) {
-    const std::optional<ComputePeak>& peak = precision == AttnPrecision::kBf16   ? peak_bf16
-                                             : precision == AttnPrecision::kInt8 ? peak_int8
-                                                                                 : peak_f32;
+  double peak_gmacs(AttnPrecision precision) const {
+    const std::optional<ComputePeak>& peak = precision == AttnPrecision::kBf16   ? c.peak_bf16
+                                             : precision == AttnPrecision::kInt8 ? c.peak_int8
+                                                                                 : c.peak_f32;
     return peak ? peak->median() : 0.0;
-  };
-  auto roof_compute_us = [&](const DecodeRow& r) -> std::optional<double> {
+  }
+  std::optional<double> roof_compute_us(const DecodeRow& r) const {
     const double peak = peak_gmacs(r.precision);
     if (peak <= 0) return std::nullopt;
     if (r.precision != AttnPrecision::kInt8) return r.macs / (peak * 1e3);
     // int8: the content scores at the int8 peak, the rope slice and the values at f32's
-    const double f32 = peak_f32 ? peak_f32->median() : 0.0;
+    const double f32 = c.peak_f32 ? c.peak_f32->median() : 0.0;
     if (f32 <= 0) return std::nullopt;
     return r.macs * r.content_score_fraction / (peak * 1e3) +
            r.macs * (1.0 - r.content_score_fraction) / (f32 * 1e3);
-  };
-  auto roofline_us = [&](const DecodeRow& r) {
+  }
+  double roofline_us(const DecodeRow& r) const {
     return std::max(memory_us(r), roof_compute_us(r).value_or(0.0));
-  };
-  auto bound = [&](const DecodeRow& r) -> std::string {
+  }
+  std::string bound(const DecodeRow& r) const {
     if (!roof_compute_us(r)) return "-";
     return *roof_compute_us(r) > memory_us(r) ? "compute" : "memory";
-  };
-  if (o.format == "json") {
-    nlohmann::json doc = {
-        {"bandwidth_gb_per_s", ceiling},
-        {"bandwidth_min_gb_per_s", bandwidth_min},
-        {"bandwidth_max_gb_per_s", bandwidth_max},
-        {"threads", decoder.threads()},
-        {"isa", std::string(cpu_isa_name(decoder.isa()))},
-        {"cpu", cpu_model_name()},
-        {"peak_f32_gmacs", peak_f32 ? nlohmann::json(peak_f32->median()) : nlohmann::json(nullptr)},
-        {"peak_bf16_gmacs",
-         peak_bf16 ? nlohmann::json(peak_bf16->median()) : nlohmann::json(nullptr)},
-        {"peak_int8_gmacs",
-         peak_int8 ? nlohmann::json(peak_int8->median()) : nlohmann::json(nullptr)},
-        {"rows", nlohmann::json::array()}};
-    for (const DecodeRow& r : rows) {
-      nlohmann::json row = {
-          {"attn", r.attn},
-          {"dtype", std::string(dtype_name(r.dtype))},
-          {"key_order", key_order_name(r.key_order)},
-          {"precision", attn_precision_name(r.precision)},
-          {"context", r.context},
-          {"batch", o.batch},
-          {"us_per_step", r.median_us},
-          {"us_min", r.min_us},
-          {"us_max", r.max_us},
-          {"cache_bytes_read", r.bytes},
-          {"gb_per_s", gbps(r)},
-          {"bandwidth_fraction", gbps(r) / ceiling},
-          {"memory_us", memory_us(r)},
-          {"compute_ns_per_token", nullptr},
-          {"compute_us", nullptr},
-          {"compute_threads_speedup", nullptr},
-          {"macs", r.macs},
-          {"roofline_us", roofline_us(r)},
-          {"roofline_compute_us",
-           roof_compute_us(r) ? nlohmann::json(*roof_compute_us(r)) : nlohmann::json(nullptr)},
-          {"roofline_fraction", roofline_us(r) / r.median_us},
-          {"bound", bound(r)},
-          {"time_vs_first", r.median_us / first_at(r).median_us},
-          {"time_vs_bf16_cache", bf16_of(r) != nullptr
-                                     ? nlohmann::json(r.median_us / bf16_of(r)->median_us)
-                                     : nlohmann::json(nullptr)},
-          {"bytes_vs_first", static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)},
-          {"layers_rotated", r.layers}};
-      if (r.compute_ns_per_token) {
-        row["compute_ns_per_token"] = *r.compute_ns_per_token;
-        row["compute_us"] = compute_us(r);
-        if (threads_speedup(r)) row["compute_threads_speedup"] = *threads_speedup(r);
-      }
-      doc["rows"].push_back(row);
-    }
-    out << doc.dump(2) << "\n";
-    return 0;
   }
+};
+
+void render_decode_json(const DecodeBenchFigures& f, CpuIsa isa, std::ostream& out) {
+  nlohmann::json doc = {{"bandwidth_gb_per_s", f.ceiling()},
+                        {"bandwidth_min_gb_per_s", min_of(f.c.bandwidth)},
+                        {"bandwidth_max_gb_per_s", max_of(f.c.bandwidth)},
+                        {"threads", f.threads},
+                        {"isa", std::string(cpu_isa_name(isa))},
+                        {"cpu", cpu_model_name()},
+                        {"peak_f32_gmacs", f.c.peak_f32 ? nlohmann::json(f.c.peak_f32->median())
+                                                        : nlohmann::json(nullptr)},
+                        {"peak_bf16_gmacs", f.c.peak_bf16 ? nlohmann::json(f.c.peak_bf16->median())
+                                                          : nlohmann::json(nullptr)},
+                        {"peak_int8_gmacs", f.c.peak_int8 ? nlohmann::json(f.c.peak_int8->median())
+                                                          : nlohmann::json(nullptr)},
+                        {"rows", nlohmann::json::array()}};
+  for (const DecodeRow& r : f.rows) {
+    nlohmann::json row = {
+        {"attn", r.attn},
+        {"dtype", std::string(dtype_name(r.dtype))},
+        {"key_order", key_order_name(r.key_order)},
+        {"precision", attn_precision_name(r.precision)},
+        {"context", r.context},
+        {"batch", f.batch},
+        {"us_per_step", r.median_us},
+        {"us_min", r.min_us},
+        {"us_max", r.max_us},
+        {"cache_bytes_read", r.bytes},
+        {"gb_per_s", f.gbps(r)},
+        {"bandwidth_fraction", f.gbps(r) / f.ceiling()},
+        {"memory_us", f.memory_us(r)},
+        {"compute_ns_per_token", nullptr},
+        {"compute_us", nullptr},
+        {"compute_threads_speedup", nullptr},
+        {"macs", r.macs},
+        {"roofline_us", f.roofline_us(r)},
+        {"roofline_compute_us",
+         f.roof_compute_us(r) ? nlohmann::json(*f.roof_compute_us(r)) : nlohmann::json(nullptr)},
+        {"roofline_fraction", f.roofline_us(r) / r.median_us},
+        {"bound", f.bound(r)},
+        {"time_vs_first", r.median_us / f.first_at(r).median_us},
+        {"time_vs_bf16_cache", f.bf16_of(r) != nullptr
+                                   ? nlohmann::json(r.median_us / f.bf16_of(r)->median_us)
+                                   : nlohmann::json(nullptr)},
+        {"bytes_vs_first", static_cast<double>(r.bytes) / static_cast<double>(f.first_at(r).bytes)},
+        {"layers_rotated", r.layers}};
+    if (r.compute_ns_per_token) {
+      row["compute_ns_per_token"] = *r.compute_ns_per_token;
+      row["compute_us"] = f.compute_us(r);
+      if (f.threads_speedup(r)) row["compute_threads_speedup"] = *f.threads_speedup(r);
+    }
+    doc["rows"].push_back(row);
+  }
+  out << doc.dump(2) << "\n";
+}
+
+void render_decode_table(const DecodeBenchFigures& f, const DecodeBenchPlan& plan,
+                         const std::vector<AttnPrecision>& precisions, CpuIsa isa,
+                         const BenchDecodeOptions& o, std::ostream& out) {
+  const std::vector<DType>& dtypes = plan.dtypes;
   std::string asked;
   for (AttnPrecision precision : precisions) {
     asked += (asked.empty() ? "" : ", ") + std::string(attn_precision_name(precision));
@@ -648,15 +488,15 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
       "(a long context over a few pages, read again and again; timed in the same rounds); "
       "threads ×: one thread's compute for the same tokens ÷ that; keys: the key stream's order "
       "in the pages (rows, or pairs: element pairs of 16 tokens in one vector)\n\n",
-      cpu_model_name(), cpu_isa_name(decoder.isa()), decoder.threads(), caches, o.heads, o.head_dim,
-      asked, ceiling, bandwidth_min, bandwidth_max, peak_text(peak_f32), peak_text(peak_bf16),
-      peak_text(peak_int8), o.repeats);
+      cpu_model_name(), cpu_isa_name(isa), f.threads, caches, o.heads, o.head_dim, asked,
+      f.ceiling(), min_of(f.c.bandwidth), max_of(f.c.bandwidth), peak_text(f.c.peak_f32),
+      peak_text(f.c.peak_bf16), peak_text(f.c.peak_int8), o.repeats);
   Table table({"attn",        "cache",         "keys",           "precision",
                "context",     "us/step",       "min–max us",     "cache bytes read",
                "GB/s",        "of bandwidth",  "macs",           "roofline us",
                "of roofline", "bound",         "memory us",      "kernel compute us",
                "threads ×",   "time vs first", "bytes vs first", "time vs bf16 cache"});
-  for (const DecodeRow& r : rows) {
+  for (const DecodeRow& r : f.rows) {
     table.add_row(
         {r.attn,
          std::string(dtype_name(r.dtype)),
@@ -666,22 +506,39 @@ int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
          fmt::format("{:.0f}", r.median_us),
          fmt::format("{:.0f}–{:.0f}", r.min_us, r.max_us),
          with_commas(r.bytes),
-         fmt::format("{:.2f}", gbps(r)),
-         format_percent(gbps(r) / ceiling),
+         fmt::format("{:.2f}", f.gbps(r)),
+         format_percent(f.gbps(r) / f.ceiling()),
          fmt::format("{:.3g}", r.macs),
-         fmt::format("{:.0f}", roofline_us(r)),
-         format_percent(roofline_us(r) / r.median_us),
-         bound(r),
-         fmt::format("{:.0f}", memory_us(r)),
-         r.compute_ns_per_token ? fmt::format("{:.0f}", compute_us(r)) : "-",
-         r.compute_ns_per_token && threads_speedup(r) ? fmt::format("{:.2f}", *threads_speedup(r))
-                                                      : "-",
-         fmt::format("{:.3f}", r.median_us / first_at(r).median_us),
+         fmt::format("{:.0f}", f.roofline_us(r)),
+         format_percent(f.roofline_us(r) / r.median_us),
+         f.bound(r),
+         fmt::format("{:.0f}", f.memory_us(r)),
+         r.compute_ns_per_token ? fmt::format("{:.0f}", f.compute_us(r)) : "-",
+         r.compute_ns_per_token && f.threads_speedup(r)
+             ? fmt::format("{:.2f}", *f.threads_speedup(r))
+             : "-",
+         fmt::format("{:.3f}", r.median_us / f.first_at(r).median_us),
          fmt::format("{:.3f}",
-                     static_cast<double>(r.bytes) / static_cast<double>(first_at(r).bytes)),
-         bf16_of(r) != nullptr ? fmt::format("{:.3f}", r.median_us / bf16_of(r)->median_us) : "-"});
+                     static_cast<double>(r.bytes) / static_cast<double>(f.first_at(r).bytes)),
+         f.bf16_of(r) != nullptr ? fmt::format("{:.3f}", r.median_us / f.bf16_of(r)->median_us)
+                                 : "-"});
   }
   out << table.to_markdown();
+}
+
+}  // namespace
+
+int run_bench_decode(const BenchDecodeOptions& o, std::ostream& out) {
+  const DecodeBenchPlan plan = plan_decode_bench(o);
+  FastDecoder decoder(o.threads);
+  DecodeBenchSetup setup = build_decode_rows(plan, o, decoder);
+  const DecodeBenchCeilings ceilings = measure_decode_rows(setup, o, decoder);
+  const DecodeBenchFigures figures{setup.rows, ceilings, decoder.threads(), o.batch};
+  if (o.format == "json") {
+    render_decode_json(figures, decoder.isa(), out);
+  } else {
+    render_decode_table(figures, plan, setup.precisions, decoder.isa(), o, out);
+  }
   return 0;
 }
 

@@ -18,6 +18,9 @@ struct CompareOptions {
   int64_t seeds = 0;              // 0: the suite's default (synthetic 3, lm 2, vision 2)
   std::string preset = "quick";
   std::optional<int64_t> steps;  // overrides the preset (smoke runs)
+  // lm, convert: held-out windows each run is scored on (and decoded through every cache
+  // dtype), overriding the preset's (smoke runs)
+  std::optional<int64_t> eval_windows;
   std::string out;
   int jobs = 0;                          // concurrent runs (0: one per core)
   std::string matmul_precision = "f32";  // lm: the runs' --matmul-precision

@@ -88,6 +88,7 @@ double mean_perplexity(const std::vector<double>& losses) {
 int run_compare_convert(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
   LmPreset preset = lm_preset(o.preset);
   if (o.steps) preset.steps = *o.steps;
+  if (o.eval_windows) preset.eval_windows = *o.eval_windows;
   const int64_t n_steps = std::max<int64_t>(1, preset.steps / kUptrainDivisor);
   const double uptrain_lr = preset.lr / 2;
   const ModelShape shape = lm_shape(preset);

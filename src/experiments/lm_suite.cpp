@@ -115,6 +115,7 @@ const std::vector<std::string>& lm_record_keys() {
 int run_compare_lm(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
   LmPreset preset = lm_preset(o.preset);
   if (o.steps) preset.steps = *o.steps;
+  if (o.eval_windows) preset.eval_windows = *o.eval_windows;
   std::vector<SuiteVariant> variants;
   if (o.attn.empty()) {
     variants = default_lm_variants();

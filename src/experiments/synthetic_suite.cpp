@@ -85,6 +85,7 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   CompareOptions o = options;
   if (o.seeds == 0) o.seeds = o.suite == "synthetic" ? 3 : 2;
   if (o.steps && *o.steps <= 0) throw SpecError("steps", "must be > 0");
+  if (o.eval_windows && *o.eval_windows <= 0) throw SpecError("eval-windows", "must be > 0");
   if (o.jobs < 0) throw SpecError("jobs", "must be >= 0");
   if (o.suite != "synthetic" && !o.tasks.empty()) {
     throw SpecError("tasks",
@@ -97,6 +98,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   if (o.suite != "lm" && !o.cache_dtypes.empty()) {
     throw SpecError("cache-dtype",
                     "applies to the lm suite; the " + o.suite + " suite does not decode text");
+  }
+  if (o.suite != "lm" && o.suite != "convert" && o.eval_windows) {
+    throw SpecError("eval-windows", "applies to the lm and convert suites; the " + o.suite +
+                                        " suite scores its own held-out set");
   }
   if (o.suite == "lm") return run_compare_lm(o, stop, out);
   if (o.suite == "vision") return run_compare_vision(o, stop, out);

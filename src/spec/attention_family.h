@@ -12,10 +12,16 @@ namespace kvlab {
 // What the spec layer knows of one attention family (AttnFamily): its options, defaults,
 // rules, cache layout, parameters and multiply-adds. AttentionSpec's methods forward here, so
 // a family's arithmetic is one file (spec/<family>_family.cpp) and a new family is one more
-// implementation plus its line in spec_family().
+// implementation plus its line in spec_family(), the spec layer's one table of families.
 class AttentionFamily {
  public:
   virtual ~AttentionFamily() = default;
+
+  // The family's name in messages and records ("standard", "gva", ...).
+  virtual std::string_view name() const = 0;
+  // Whether its modules can rotate by RoPE (linear attention keeps no RoPE inside its state: a
+  // model of it takes learned or no positions).
+  virtual bool takes_rope() const { return true; }
 
   // Option keys the text form accepts after the positional group count ("dr", "qnorm", ...).
   virtual std::vector<std::string_view> options(const AttentionSpec& spec) const = 0;

@@ -113,22 +113,14 @@ using family_detail::require;
 
 std::string_view attn_variant_id(AttnVariant variant) { return info_of(variant).id; }
 
-std::string_view attn_family_name(AttnFamily family) {
-  switch (family) {
-    case AttnFamily::kStandard:
-      return "standard";
-    case AttnFamily::kMla:
-      return "mla";
-    case AttnFamily::kGva:
-      return "gva";
-    case AttnFamily::kLinear:
-      return "linear";
-    case AttnFamily::kGta:
-      return "gta";
-    case AttnFamily::kGla:
-      return "gla";
+std::string_view attn_family_name(AttnFamily family) { return spec_family(family).name(); }
+
+std::optional<AttnFamily> attn_family_of(std::string_view text) {
+  const std::string_view id = trim(trim(text).substr(0, trim(text).find_first_of(":,")));
+  for (const VariantInfo& info : kVariants) {
+    if (info.id == id) return info.family;
   }
-  return "?";
+  return std::nullopt;
 }
 
 std::string_view gva_init_name(GvaInit init) {

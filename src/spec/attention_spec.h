@@ -50,6 +50,9 @@ enum class GvaInit { kBaseline, kScaleMatched, kVarianceFixed };
 
 std::string_view attn_variant_id(AttnVariant variant);
 std::string_view attn_family_name(AttnFamily family);
+// The family of the variant a spec text names (its id, before any ':' or ','), read before the
+// text is parsed against a model; none for an unknown id (parse names the known ones).
+std::optional<AttnFamily> attn_family_of(std::string_view text);
 std::string_view gva_init_name(GvaInit init);
 
 // MACs (multiply-accumulates) of one layer's attention. Element-wise work (softmax,

@@ -22,6 +22,7 @@ Exact common_projection_macs(const AttentionSpec& s) {
 
 class GlaFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "gla"; }
   std::vector<std::string_view> options(const AttentionSpec&) const override {
     return {"hc", "dc", "dr"};
   }

@@ -14,6 +14,7 @@ using family_detail::require;
 
 class GtaFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "gta"; }
   std::vector<std::string_view> options(const AttentionSpec&) const override { return {"dr"}; }
 
   void set_defaults(AttentionSpec& spec) const override {

@@ -14,6 +14,7 @@ constexpr int64_t kDefaultRopeDim = 16;  // the GVA paper's proposed d_r
 
 class GvaFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "gva"; }
   std::vector<std::string_view> options(const AttentionSpec&) const override {
     return {"dr", "dn", "init", "qnorm"};
   }

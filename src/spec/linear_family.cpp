@@ -20,6 +20,8 @@ Exact projection_macs(const AttentionSpec& s) {
 
 class LinearFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "linear"; }
+  bool takes_rope() const override { return false; }
   std::vector<std::string_view> options(const AttentionSpec&) const override { return {}; }
   void set_defaults(AttentionSpec&) const override {}
   std::vector<std::string> option_text(const AttentionSpec&) const override { return {}; }

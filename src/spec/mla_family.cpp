@@ -25,6 +25,7 @@ Exact common_projection_macs(const AttentionSpec& s) {
 
 class MlaFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "mla"; }
   std::vector<std::string_view> options(const AttentionSpec&) const override {
     return {"dc", "dr", "dn", "dv", "dq", "plainlatent"};
   }

@@ -43,6 +43,7 @@ const StandardForm& form(const AttentionSpec& spec) {
 
 class StandardFamily final : public AttentionFamily {
  public:
+  std::string_view name() const override { return "standard"; }
   std::vector<std::string_view> options(const AttentionSpec& spec) const override {
     const StandardForm& f = form(spec);
     if (f.plus) return {"m"};

@@ -785,7 +785,7 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
   }
   const std::string dir = fresh_dir("compare-lm");
   const RunResult r = run_kvlab(
-      "compare --suite lm --steps 2 --seeds 2 --attn mha "
+      "compare --suite lm --steps 2 --seeds 2 --eval-windows 16 --attn mha "
       "--attn gva:2,dr=16 --cache-dtype q8_0 --out " +
       dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -868,6 +868,8 @@ TEST(CliCompareTest, LanguageModelSuiteSmokeRun) {
            {"compare --suite lm --attn mha --attn linear --out " + dir, "linear"},
            {"compare --suite lm --cache-dtype q5_1 --out " + dir, "cache-dtype"},
            {"compare --suite synthetic --cache-dtype q8_0 --out " + dir, "cache-dtype"},
+           {"compare --suite vision --eval-windows 8 --out " + dir, "eval-windows"},
+           {"compare --suite lm --eval-windows 0 --out " + dir, "eval-windows"},
            {"eval --checkpoint " + run + " --context 0", "context"},
            {"analyze --checkpoint /nonexistent/run --out " + analysis, "nonexistent"},
            {"report /nonexistent", "dir"}}) {
@@ -883,8 +885,10 @@ TEST(CliCompareTest, ConvertSuiteSmokeRun) {
     GTEST_SKIP() << "bible-kjv is not installed (scripts/install-deps installs it)";
   }
   const std::string dir = fresh_dir("compare-convert");
-  const RunResult r =
-      run_kvlab("compare --suite convert --steps 4 --seeds 1 --attn gva:2,dr=16 --out " + dir);
+  const RunResult r = run_kvlab(
+      "compare --suite convert --steps 4 --seeds 1 --eval-windows 16 --attn gva:2,dr=16 "
+      "--out " +
+      dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
   EXPECT_EQ(results["suite"], "convert");

@@ -24,9 +24,9 @@ namespace {
 
 struct Case {
   std::vector<int64_t> lengths;  // tokens per sequence in the batch
-  int64_t heads, groups, key_width, value_width, rope_width;
-  DType dtype;
-  int64_t page;
+  int64_t heads = 0, groups = 0, key_width = 0, value_width = 0, rope_width = 0;
+  DType dtype = DType::kF32;
+  int64_t page = 16;  // tokens a cache page
   bool rope_on_read = false;
   bool norm = false;
   uint32_t seed = 1;
@@ -188,7 +188,12 @@ void awkward_shapes(const std::function<void(const Case&, bool)>& each) {
          {std::vector<int64_t>{1}, {7}, {97}, {1000, 0, 13}, {1500, 600}}) {
       for (auto [heads, groups] : {std::pair<int64_t, int64_t>{8, 8}, {6, 2}, {8, 1}}) {
         for (int64_t width : {64, 90, 128}) {
-          Case c{lengths, heads, groups, width, width, 0, dtype, 16};
+          Case c{.lengths = lengths,
+                 .heads = heads,
+                 .groups = groups,
+                 .key_width = width,
+                 .value_width = width,
+                 .dtype = dtype};
           c.seed = ++seed;
           each(c, /*one_stream=*/false);
           each(c, /*one_stream=*/true);
@@ -197,55 +202,146 @@ void awkward_shapes(const std::function<void(const Case&, bool)>& each) {
     }
     // widths of 8-lane chunks only (24, 48), of two 16-lane chunks and one (96, 200 + tail)
     for (int64_t width : {24, 48, 96, 200}) {
-      each({{37, 300}, 9, 1, width, width, 0, dtype, 16, false, false, ++seed}, false);
-      each({{300}, 6, 2, width, width, 0, dtype, 16, false, false, ++seed}, true);
+      each({.lengths = {37, 300},
+            .heads = 9,
+            .groups = 1,
+            .key_width = width,
+            .value_width = width,
+            .dtype = dtype,
+            .seed = ++seed},
+           false);
+      each({.lengths = {300},
+            .heads = 6,
+            .groups = 2,
+            .key_width = width,
+            .value_width = width,
+            .dtype = dtype,
+            .seed = ++seed},
+           true);
     }
     // gva (grouped content + shared rope stream) and absorbed mla (512 + 64)
-    each({{97, 1000}, 32, 8, 128, 128, 16, dtype, 16, false, false, ++seed}, true);
-    each({{1000, 5}, 16, 1, 512, 512, 64, dtype, 16, false, false, ++seed}, true);
+    each({.lengths = {97, 1000},
+          .heads = 32,
+          .groups = 8,
+          .key_width = 128,
+          .value_width = 128,
+          .rope_width = 16,
+          .dtype = dtype,
+          .seed = ++seed},
+         true);
+    each({.lengths = {1000, 5},
+          .heads = 16,
+          .groups = 1,
+          .key_width = 512,
+          .value_width = 512,
+          .rope_width = 64,
+          .dtype = dtype,
+          .seed = ++seed},
+         true);
     // more than 16 heads a group (the tile path takes them 16 at a time; 20 = 16 + 4)
-    each({{300, 41}, 40, 2, 64, 64, 0, dtype, 16, false, false, ++seed}, false);
-    each({{300}, 40, 2, 64, 64, 16, dtype, 16, false, false, ++seed}, true);
+    each({.lengths = {300, 41},
+          .heads = 40,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 64,
+          .dtype = dtype,
+          .seed = ++seed},
+         false);
+    each({.lengths = {300},
+          .heads = 40,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 64,
+          .rope_width = 16,
+          .dtype = dtype,
+          .seed = ++seed},
+         true);
     // rope widths that are not whole chunks
-    each({{300}, 8, 2, 64, 64, 8, dtype, 16, false, false, ++seed}, true);
-    each({{300}, 8, 2, 64, 64, 48, dtype, 16, false, false, ++seed}, true);
+    each({.lengths = {300},
+          .heads = 8,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 64,
+          .rope_width = 8,
+          .dtype = dtype,
+          .seed = ++seed},
+         true);
+    each({.lengths = {300},
+          .heads = 8,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 64,
+          .rope_width = 48,
+          .dtype = dtype,
+          .seed = ++seed},
+         true);
     // the shared K=V + RoPE layout (Lumma: 16 heads, 8 groups of 90), keys rotated on read
-    each({{97, 700}, 16, 8, 90, 90, 0, dtype, 16, true, true, ++seed}, true);
-    each({{33}, 4, 2, 64, 64, 0, dtype, 1, true, false, ++seed}, true);  // page size 1
+    each({.lengths = {97, 700},
+          .heads = 16,
+          .groups = 8,
+          .key_width = 90,
+          .value_width = 90,
+          .dtype = dtype,
+          .rope_on_read = true,
+          .norm = true,
+          .seed = ++seed},
+         true);
+    each({.lengths = {33},
+          .heads = 4,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 64,
+          .dtype = dtype,
+          .page = 1,
+          .rope_on_read = true,
+          .seed = ++seed},
+         true);  // page size 1
     // gva dr=0: keys rebuilt per head and position (d_n 64 from d_h 90; d_n = d_h = 128)
-    each({{97, 600, 0}, 6, 2, 64, 90, 0, dtype, 16, true, false, ++seed, true}, true);
-    each({{1100}, 8, 8, 128, 128, 0, dtype, 16, true, false, ++seed, true}, true);
+    each({.lengths = {97, 600, 0},
+          .heads = 6,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 90,
+          .dtype = dtype,
+          .rope_on_read = true,
+          .seed = ++seed,
+          .rebuild = true},
+         true);
+    each({.lengths = {1100},
+          .heads = 8,
+          .groups = 8,
+          .key_width = 128,
+          .value_width = 128,
+          .dtype = dtype,
+          .rope_on_read = true,
+          .seed = ++seed,
+          .rebuild = true},
+         true);
     // the same with yarn RoPE scaling: the fast kernels' rope table against the reference's
     // own frequencies and factor
-    each({{97, 700},
-          16,
-          8,
-          90,
-          90,
-          0,
-          dtype,
-          16,
-          true,
-          true,
-          ++seed,
-          false,
-          AttnPrecision::kF32,
-          true},
+    each({.lengths = {97, 700},
+          .heads = 16,
+          .groups = 8,
+          .key_width = 90,
+          .value_width = 90,
+          .dtype = dtype,
+          .rope_on_read = true,
+          .norm = true,
+          .seed = ++seed,
+          .precision = AttnPrecision::kF32,
+          .yarn = true},
          true);
-    each({{97, 600, 0},
-          6,
-          2,
-          64,
-          90,
-          0,
-          dtype,
-          16,
-          true,
-          false,
-          ++seed,
-          true,
-          AttnPrecision::kF32,
-          true},
+    each({.lengths = {97, 600, 0},
+          .heads = 6,
+          .groups = 2,
+          .key_width = 64,
+          .value_width = 90,
+          .dtype = dtype,
+          .rope_on_read = true,
+          .seed = ++seed,
+          .rebuild = true,
+          .precision = AttnPrecision::kF32,
+          .yarn = true},
          true);
   }
 }
@@ -260,7 +356,12 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
        {std::vector<int64_t>{1}, {7}, {97}, {1000, 0, 13}, {1500, 600}}) {
     for (auto [heads, groups] : {std::pair<int64_t, int64_t>{8, 8}, {6, 2}, {8, 1}}) {
       for (int64_t width : {64, 90, 128}) {
-        Case c{lengths, heads, groups, width, width, 0, DType::kBf16, 16};
+        Case c{.lengths = lengths,
+               .heads = heads,
+               .groups = groups,
+               .key_width = width,
+               .value_width = width,
+               .dtype = DType::kBf16};
         c.seed = ++seed;
         c.precision = bf16;
         each(c, /*one_stream=*/false);
@@ -269,33 +370,167 @@ void bf16_precision_shapes(const std::function<void(const Case&, bool)>& each) {
     }
   }
   for (int64_t width : {24, 48, 96, 200}) {
-    each({{37, 300}, 9, 1, width, width, 0, DType::kBf16, 16, false, false, ++seed, false, bf16},
+    each({.lengths = {37, 300},
+          .heads = 9,
+          .groups = 1,
+          .key_width = width,
+          .value_width = width,
+          .dtype = DType::kBf16,
+          .seed = ++seed,
+          .precision = bf16},
          false);
-    each({{300}, 6, 2, width, width, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
+    each({.lengths = {300},
+          .heads = 6,
+          .groups = 2,
+          .key_width = width,
+          .value_width = width,
+          .dtype = DType::kBf16,
+          .seed = ++seed,
+          .precision = bf16},
+         true);
   }
   // gva (dr 16, 8, 48), absorbed mla (512 + 64), more than 16 heads a group, page size 1
   for (int64_t rope : {16, 8, 48}) {
-    each({{97, 1000}, 32, 8, 128, 128, rope, DType::kBf16, 16, false, false, ++seed, false, bf16},
+    each({.lengths = {97, 1000},
+          .heads = 32,
+          .groups = 8,
+          .key_width = 128,
+          .value_width = 128,
+          .rope_width = rope,
+          .dtype = DType::kBf16,
+          .seed = ++seed,
+          .precision = bf16},
          true);
   }
-  each({{1000, 5}, 16, 1, 512, 512, 64, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
-  each({{300, 41}, 40, 2, 64, 64, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, false);
+  each({.lengths = {1000, 5},
+        .heads = 16,
+        .groups = 1,
+        .key_width = 512,
+        .value_width = 512,
+        .rope_width = 64,
+        .dtype = DType::kBf16,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {300, 41},
+        .heads = 40,
+        .groups = 2,
+        .key_width = 64,
+        .value_width = 64,
+        .dtype = DType::kBf16,
+        .seed = ++seed,
+        .precision = bf16},
+       false);
   // 5, 6 and 7 heads a group: one value pass of that many heads after two score passes
-  each({{300, 41}, 14, 2, 96, 96, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, false);
-  each({{97, 600}, 6, 1, 64, 64, 16, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
-  each({{1000}, 10, 2, 72, 72, 0, DType::kBf16, 16, false, false, ++seed, false, bf16}, true);
-  each({{33, 70}, 4, 2, 64, 64, 16, DType::kBf16, 1, false, false, ++seed, false, bf16}, true);
+  each({.lengths = {300, 41},
+        .heads = 14,
+        .groups = 2,
+        .key_width = 96,
+        .value_width = 96,
+        .dtype = DType::kBf16,
+        .seed = ++seed,
+        .precision = bf16},
+       false);
+  each({.lengths = {97, 600},
+        .heads = 6,
+        .groups = 1,
+        .key_width = 64,
+        .value_width = 64,
+        .rope_width = 16,
+        .dtype = DType::kBf16,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {1000},
+        .heads = 10,
+        .groups = 2,
+        .key_width = 72,
+        .value_width = 72,
+        .dtype = DType::kBf16,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {33, 70},
+        .heads = 4,
+        .groups = 2,
+        .key_width = 64,
+        .value_width = 64,
+        .rope_width = 16,
+        .dtype = DType::kBf16,
+        .page = 1,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
   // keys rotated (and normalised) on read: the shared K=V + RoPE layout (16 heads, 8 groups of
   // 90; 4 heads, 2 groups of 64 without the norm; page size 1), and q-gqa:8's shape
-  each({{97, 700}, 16, 8, 90, 90, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
-  each({{33, 300}, 4, 2, 64, 64, 0, DType::kBf16, 1, true, false, ++seed, false, bf16}, true);
-  each({{1000}, 32, 8, 128, 128, 0, DType::kBf16, 16, true, true, ++seed, false, bf16}, true);
-  each({{97, 700}, 16, 8, 90, 90, 0, DType::kBf16, 16, true, true, ++seed, false, bf16, true},
+  each({.lengths = {97, 700},
+        .heads = 16,
+        .groups = 8,
+        .key_width = 90,
+        .value_width = 90,
+        .dtype = DType::kBf16,
+        .rope_on_read = true,
+        .norm = true,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {33, 300},
+        .heads = 4,
+        .groups = 2,
+        .key_width = 64,
+        .value_width = 64,
+        .dtype = DType::kBf16,
+        .page = 1,
+        .rope_on_read = true,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {1000},
+        .heads = 32,
+        .groups = 8,
+        .key_width = 128,
+        .value_width = 128,
+        .dtype = DType::kBf16,
+        .rope_on_read = true,
+        .norm = true,
+        .seed = ++seed,
+        .precision = bf16},
+       true);
+  each({.lengths = {97, 700},
+        .heads = 16,
+        .groups = 8,
+        .key_width = 90,
+        .value_width = 90,
+        .dtype = DType::kBf16,
+        .rope_on_read = true,
+        .norm = true,
+        .seed = ++seed,
+        .precision = bf16,
+        .yarn = true},
        true);
   // where it does not apply (rebuilt keys; f32 and f16 caches): f32
-  each({{97, 600, 0}, 6, 2, 64, 90, 0, DType::kBf16, 16, true, false, ++seed, true, bf16}, true);
+  each({.lengths = {97, 600, 0},
+        .heads = 6,
+        .groups = 2,
+        .key_width = 64,
+        .value_width = 90,
+        .dtype = DType::kBf16,
+        .rope_on_read = true,
+        .seed = ++seed,
+        .rebuild = true,
+        .precision = bf16},
+       true);
   for (DType dtype : {DType::kF32, DType::kF16}) {
-    each({{97, 700}, 8, 2, 128, 128, 16, dtype, 16, false, false, ++seed, false, bf16}, true);
+    each({.lengths = {97, 700},
+          .heads = 8,
+          .groups = 2,
+          .key_width = 128,
+          .value_width = 128,
+          .rope_width = 16,
+          .dtype = dtype,
+          .seed = ++seed,
+          .precision = bf16},
+         true);
   }
 }
 
@@ -311,7 +546,13 @@ void pair_order_shapes(AttnPrecision precision,
        {std::vector<int64_t>{1}, {7}, {97}, {1000, 0, 13}, {1500, 600}}) {
     for (auto [heads, groups] : {std::pair<int64_t, int64_t>{8, 8}, {6, 2}, {8, 1}, {32, 8}}) {
       for (int64_t width : {64, 90, 128}) {
-        Case c{lengths, heads, groups, width, width, 0, bf16, width == 90 ? 32 : 16};
+        Case c{.lengths = lengths,
+               .heads = heads,
+               .groups = groups,
+               .key_width = width,
+               .value_width = width,
+               .dtype = bf16,
+               .page = width == 90 ? 32 : 16};
         c.seed = ++seed;
         c.precision = precision;
         c.key_order = KeyOrder::kTokenPairs;
@@ -320,7 +561,13 @@ void pair_order_shapes(AttnPrecision precision,
     }
   }
   for (auto [width, page] : {std::pair<int64_t, int64_t>{26, 48}, {200, 16}, {2, 16}}) {
-    Case c{{300, 41}, 40, 2, width, width, 0, bf16, page};
+    Case c{.lengths = {300, 41},
+           .heads = 40,
+           .groups = 2,
+           .key_width = width,
+           .value_width = width,
+           .dtype = bf16,
+           .page = page};
     c.seed = ++seed;
     c.precision = precision;
     c.key_order = KeyOrder::kTokenPairs;
@@ -483,7 +730,12 @@ INSTANTIATE_TEST_SUITE_P(Decode, DecodeKernelCase, testing::ValuesIn(kernel_case
 
 TEST(FastDecodeTest, Avx2RefusesBf16Precision) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C";
-  Case c{{40}, 4, 2, 64, 64, 0, DType::kBf16, 16};
+  Case c{.lengths = {40},
+         .heads = 4,
+         .groups = 2,
+         .key_width = 64,
+         .value_width = 64,
+         .dtype = DType::kBf16};
   c.precision = AttnPrecision::kBf16;
   EXPECT_THROW(check(c, false, CpuIsa::kAvx2), std::invalid_argument);
 }

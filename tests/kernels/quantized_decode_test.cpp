@@ -4,7 +4,8 @@
 // stream, RoPE and norm on read, rebuilt keys), with ragged lengths, small pages and widths that
 // end mid-block. FastDecoder (every ISA this CPU runs) is held to the same answer, and with
 // AttnPrecision::kInt8 (integer dot products against the query rounded to q8_0) to the
-// reference's int8 roundings.
+// reference's int8 roundings. One test per case and ISA, named by them:
+// --gtest_filter='*onestream_rope16_q4_0_page3_seed108_avx2' runs one alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,7 @@ const Shape kShapes[] = {
 // half_grid: every query block's largest value is 127/16, so its q8_0 scale is 1/16 exactly, and
 // the others sit on halves of that step — where rounding half away from zero (ggml's rule, the
 // reference's) and to even part: a kernel that rounds its queries otherwise moves its scores.
-void check(const Shape& s, DType dtype, int64_t page, uint32_t seed, bool half_grid = false) {
+void check(const Shape& s, DType dtype, int64_t page, uint32_t seed, bool half_grid, CpuIsa isa) {
   SCOPED_TRACE(std::string(s.name) + " " + std::string(dtype_name(dtype)) + " page " +
                std::to_string(page));
   std::mt19937 rng(seed);
@@ -156,37 +157,81 @@ void check(const Shape& s, DType dtype, int64_t page, uint32_t seed, bool half_g
     EXPECT_GT(moved, 1e-5) << "the query's rounding changes the result";
     EXPECT_LT(moved, 0.1 * largest) << "but not by much";
   }
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (!cpu_supports(isa)) continue;
-    FastDecoder decoder(2, isa);
-    const std::vector<float> fast =
-        run(qcache, dtype, rope_dtype, [&](const DecodeParams& r) { decoder.run(r); });
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_FALSE(std::isnan(fast[i])) << cpu_isa_name(isa) << " element " << i;
-      ASSERT_NEAR(fast[i], expected_int8[i], int8 ? 2e-4 : 1e-5)
-          << cpu_isa_name(isa) << " element " << i;
-    }
-    // steady state: the workspace reused gives the same answer
-    EXPECT_EQ(run(qcache, dtype, rope_dtype, [&](const DecodeParams& r) { decoder.run(r); }), fast);
+  FastDecoder decoder(2, isa);
+  const std::vector<float> fast =
+      run(qcache, dtype, rope_dtype, [&](const DecodeParams& r) { decoder.run(r); });
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_FALSE(std::isnan(fast[i])) << cpu_isa_name(isa) << " element " << i;
+    ASSERT_NEAR(fast[i], expected_int8[i], int8 ? 2e-4 : 1e-5)
+        << cpu_isa_name(isa) << " element " << i;
   }
+  // steady state: the workspace reused gives the same answer
+  EXPECT_EQ(run(qcache, dtype, rope_dtype, [&](const DecodeParams& r) { decoder.run(r); }), fast);
 }
 
-TEST(QuantizedDecodeTest, EqualsAttentionOverTheDequantizedRows) {
+struct QuantizedCase {
+  const Shape* shape = nullptr;
+  DType dtype = DType::kQ8_0;
+  int64_t page = 16;
+  uint32_t seed = 0;
+  bool half_grid = false;
+  CpuIsa isa = CpuIsa::kScalar;
+
+  std::string name() const {
+    return std::string(shape->name) + "_" + std::string(dtype_name(dtype)) + "_page" +
+           std::to_string(page) + (half_grid ? "_halfgrid" : "") + "_seed" + std::to_string(seed) +
+           "_" + std::string(cpu_isa_name(isa));
+  }
+};
+
+// gtest prints a failing case by its name, not its bytes
+void PrintTo(const QuantizedCase& c, std::ostream* os) { *os << c.name(); }
+
+// Every shape × q8_0, q4_0, fp8 × pages of 3 and 16 tokens; then the query-rounding cases
+// (half_grid) of q8_0 on the shapes whose kernels round the query (rotated and rebuilt keys run
+// the reference); each on the scalar, AVX2 and AVX-512 levels.
+std::vector<QuantizedCase> quantized_cases() {
+  std::vector<QuantizedCase> cases;
+  const CpuIsa isas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};
   uint32_t seed = 100;
   for (const Shape& s : kShapes) {
     for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kFp8}) {
-      for (int64_t page : {3, 16}) check(s, dtype, page, ++seed);
+      for (int64_t page : {3, 16}) {
+        ++seed;
+        for (CpuIsa isa : isas) {
+          cases.push_back({.shape = &s, .dtype = dtype, .page = page, .seed = seed, .isa = isa});
+        }
+      }
     }
   }
+  seed = 300;
+  for (const Shape& s : kShapes) {
+    if (s.rope_on_read) continue;
+    ++seed;
+    for (CpuIsa isa : isas) {
+      cases.push_back({.shape = &s,
+                       .dtype = DType::kQ8_0,
+                       .page = 16,
+                       .seed = seed,
+                       .half_grid = true,
+                       .isa = isa});
+    }
+  }
+  return cases;
 }
 
-TEST(QuantizedDecodeTest, KernelsRoundTheQueryHalvesAwayFromZeroAsTheReferenceDoes) {
-  uint32_t seed = 300;
-  for (const Shape& s : kShapes) {
-    if (s.rope_on_read) continue;  // rotated and rebuilt keys run the reference
-    check(s, DType::kQ8_0, 16, ++seed, /*half_grid=*/true);
-  }
+class QuantizedDecodeCase : public testing::TestWithParam<QuantizedCase> {};
+
+TEST_P(QuantizedDecodeCase, EqualsAttentionOverTheDequantizedRows) {
+  const QuantizedCase& c = GetParam();
+  if (!cpu_supports(c.isa)) GTEST_SKIP() << "this CPU cannot run " << cpu_isa_name(c.isa);
+  check(*c.shape, c.dtype, c.page, c.seed, c.half_grid, c.isa);
 }
+
+INSTANTIATE_TEST_SUITE_P(Quantized, QuantizedDecodeCase, testing::ValuesIn(quantized_cases()),
+                         [](const testing::TestParamInfo<QuantizedCase>& case_info) {
+                           return case_info.param.name();
+                         });
 
 TEST(QuantizedDecodeTest, RefusesARopePoolOfAnotherDtypeUnderAnElementCache) {
   // f32/bf16/f16 kernels read the rope pool in the cache's dtype: a different one is refused

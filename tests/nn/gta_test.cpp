@@ -16,6 +16,7 @@ using testing::affine;
 using testing::copy_into;
 using testing::kF64;
 using testing::max_abs_diff;
+using testing::rotate_halves;
 using testing::small_shape;
 using testing::spec_of;
 
@@ -59,20 +60,6 @@ TEST(GtaTest, EqualsGvaWithTheChannelSelectionAsItsKeyMaps) {
   }
 }
 
-// RoPE in the halves form, at one position, written out.
-std::vector<double> rotate(std::vector<double> v, int64_t pos, double theta) {
-  const size_t half = v.size() / 2;
-  std::vector<double> out(v.size());
-  for (size_t i = 0; i < half; ++i) {
-    const double angle =
-        static_cast<double>(pos) *
-        std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(v.size()));
-    out[i] = v[i] * std::cos(angle) - v[i + half] * std::sin(angle);
-    out[i + half] = v[i + half] * std::cos(angle) + v[i] * std::sin(angle);
-  }
-  return out;
-}
-
 // Head h (group g = h / (H/G)) scores token j by q_h^nope · s_{g,j}[0:d_n] + q_h^rope · r_j with
 // s the tied state and r the shared rotated key, over sqrt(d_h); its value is the whole s_{g,j}.
 TEST(GtaTest, MatchesThePapersFormulaComputedHere) {
@@ -88,14 +75,14 @@ TEST(GtaTest, MatchesThePapersFormulaComputedHere) {
     const double* xt = x[0][t].contiguous().data_ptr<double>();
     q[t] = affine(gta->q_proj->weight, gta->q_proj->bias, xt);      // [H·(d_n + d_r)]
     state[t] = affine(gta->v_proj->weight, gta->v_proj->bias, xt);  // [G·d_h]
-    rope[t] = rotate(affine(gta->r_proj->weight, gta->r_proj->bias, xt), start + t, theta);
+    rope[t] = rotate_halves(affine(gta->r_proj->weight, gta->r_proj->bias, xt), start + t, theta);
   }
   for (int64_t i = 0; i < T; ++i) {
     std::vector<double> attended(static_cast<size_t>(H * d), 0.0);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / G);
       const double* qh = q[i].data() + h * (dn + dr);
-      const std::vector<double> q_rope = rotate({qh + dn, qh + dn + dr}, start + i, theta);
+      const std::vector<double> q_rope = rotate_halves({qh + dn, qh + dn + dr}, start + i, theta);
       std::vector<double> scores;
       double top = -1e300;
       for (int64_t j = 0; j <= i; ++j) {

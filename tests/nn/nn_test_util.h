@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,21 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
     return std::numeric_limits<double>::infinity();
   }
   return (a - b).abs().max().item<double>();
+}
+
+// RoPE in the halves form at one position, written out: channel i < w/2 turns with channel
+// i + w/2 by pos · θ^(−2i/w).
+inline std::vector<double> rotate_halves(std::vector<double> v, int64_t pos, double theta) {
+  const size_t half = v.size() / 2;
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < half; ++i) {
+    const double angle =
+        static_cast<double>(pos) *
+        std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(v.size()));
+    out[i] = v[i] * std::cos(angle) - v[i + half] * std::sin(angle);
+    out[i + half] = v[i + half] * std::cos(angle) + v[i] * std::sin(angle);
+  }
+  return out;
 }
 
 }  // namespace kvlab::testing

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "infer/decode_attention.h"
 #include "spec/attention_spec.h"
 #include "spec/model_shape.h"
 
@@ -50,32 +52,9 @@ struct FeedForwardWeights {
   bool is_moe() const { return !router.empty(); }
 };
 
-// One attention layer. Which fields are set depends on the variant family:
-//  standard (mha ... q-mqa): query (q_proj | qk_proj | qkv_proj), key (k_proj), value
-//    (v_proj), content (kv_proj: the shared K=V stream), key_norm (knorm, or
-//    with query_norm qknorm);
-//  gva: query (q_proj, H·(d_n + d_r)), value (v_proj), rope_key (r_proj), query_norm (qnorm),
-//    key_maps M [H][d_h][d_n];
-//  mla: query (q_proj or q_b_proj), query_down (q_a_proj) + query_down_norm, latent
-//    (kv_a_proj_with_mqa), latent_norm, key_up_t = W_uk,hᵀ [H][d_c][d_n],
-//    value_up = W_uv,h [H][d_v][d_c], value_up_bias [H][d_v] (or empty);
-//  gla: as mla (full-rank query), latent (kv_a_proj) giving C rows of [c_g ; k^rope_g];
-//  gta: as gva with key_maps empty (M_h is the selection of the first d_n channels);
-//  linear: query (qkv_proj).
-// Every family: output (o_proj).
-struct AttentionWeights {
-  AttentionSpec spec;
-  DenseWeights query, key, value, content, rope_key, query_down, latent, output;
-  NormWeights key_norm, query_norm, query_down_norm, latent_norm;
-  std::vector<float> key_maps;
-  std::vector<float> key_up_t;
-  std::vector<float> value_up;
-  std::vector<float> value_up_bias;
-};
-
 struct BlockWeights {
   NormWeights input_norm;
-  AttentionWeights attention;
+  std::unique_ptr<const DecodeAttention> attention;  // the family's adapter and its weights
   NormWeights post_attention_norm;
   FeedForwardWeights mlp;
 };

@@ -1,0 +1,133 @@
+#include "infer/attention_step.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "kernels/rope.h"
+
+namespace kvlab::infer {
+namespace {
+
+using StepClock = std::chrono::steady_clock;
+
+double us_since(StepClock::time_point start) {
+  return std::chrono::duration<double, std::micro>(StepClock::now() - start).count();
+}
+
+}  // namespace
+
+void apply_norm(const NormWeights& norm, const float* x, float* y) {
+  const int64_t n = norm.width;
+  double mean = 0;
+  if (norm.kind == NormKind::kLayerNorm) {
+    for (int64_t i = 0; i < n; ++i) mean += x[i];
+    mean /= static_cast<double>(n);
+  }
+  double square = 0;
+  for (int64_t i = 0; i < n; ++i) square += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = (x[i] - mean) * inv * norm.weight[static_cast<size_t>(i)];
+    y[i] = static_cast<float>(norm.bias.empty() ? v : v + norm.bias[static_cast<size_t>(i)]);
+  }
+}
+
+AttentionStep::AttentionStep(PagedKvCache& cache, FastDecoder& decoder, int64_t d_model)
+    : cache_(cache), decoder_(decoder), d_model_(d_model) {}
+
+void AttentionStep::reserve(const ScratchWidths& w, int64_t max_batch, int64_t max_tokens) {
+  const auto rows = [max_batch](int64_t width) { return static_cast<size_t>(max_batch * width); };
+  proj_a.resize(rows(w.proj_a));
+  proj_b.resize(rows(w.proj_b));
+  proj_c.resize(rows(w.proj_c));
+  query.resize(rows(w.query));
+  query_rope.resize(rows(w.query_rope));
+  attended.resize(rows(w.attended));
+  expanded.resize(rows(w.expanded));
+  rope_row_.resize(static_cast<size_t>(w.rope + 2));
+  seqs_.reserve(static_cast<size_t>(max_batch));
+  positions_.resize(static_cast<size_t>(max_batch));
+  table_.indptr.reserve(static_cast<size_t>(max_batch + 1));
+  table_.last_page_len.reserve(static_cast<size_t>(max_batch));
+  table_.page_ids.reserve(static_cast<size_t>(
+      max_batch * ((max_tokens + cache_.page_size() - 1) / cache_.page_size())));
+}
+
+void AttentionStep::dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
+                          int64_t y_stride, int64_t n) {
+  MatVecParams p;
+  p.weight = layer.weight.data();
+  p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
+  p.x = x;
+  p.y = y;
+  p.n = n;
+  p.in = layer.in;
+  p.out = layer.out;
+  p.x_stride = x_stride;
+  p.y_stride = y_stride;
+  const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
+  decoder_.run(p);
+  if (profile_ != nullptr) profile_->dense_us += us_since(start);
+}
+
+void AttentionStep::per_head(const float* weights, const float* bias, int64_t out, int64_t in,
+                             const float* x, int64_t x_width, float* y, int64_t n, int64_t H) {
+  for (int64_t h = 0; h < H; ++h) {
+    MatVecParams m;
+    m.weight = weights + h * out * in;
+    m.bias = bias != nullptr ? bias + h * out : nullptr;
+    m.x = x + h * x_width;
+    m.x_stride = H * x_width;
+    m.y = y + h * out;
+    m.y_stride = H * out;
+    m.n = n;
+    m.in = in;
+    m.out = out;
+    const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
+    decoder_.run(m);
+    if (profile_ != nullptr) profile_->dense_us += us_since(start);
+  }
+}
+
+void AttentionStep::rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec) {
+  const int64_t half = width / 2;
+  if (pos != rope_pos_ || width != rope_width_ || spec.rope_theta != rope_theta_ ||
+      spec.rope_scaling != rope_scaling_) {
+    rope_row(pos, width, spec.rope_theta, spec.rope_scaling, rope_row_.data());
+    rope_pos_ = pos;
+    rope_width_ = width;
+    rope_theta_ = spec.rope_theta;
+    rope_scaling_ = spec.rope_scaling;
+  }
+  const float* cos = rope_row_.data();
+  const float* sin = rope_row_.data() + half;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[half + i];
+    x[i] = x1 * cos[i] - x2 * sin[i];
+    x[half + i] = x2 * cos[i] + x1 * sin[i];
+  }
+}
+
+void AttentionStep::store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width,
+                               int64_t n) {
+  const int64_t stream = cache_.stream(role);
+  for (int64_t b = 0; b < n; ++b) {
+    cache_.store_token(layer, stream, seq(b), pos(b), rows + b * width);
+  }
+}
+
+void AttentionStep::run_attention_kernel(DecodeParams& p) {
+  p.precision = attn_precision_;
+  effective_precision_ = effective_precision(p);
+  const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
+  decoder_.run(p);
+  if (profile_ != nullptr) profile_->attention_us += us_since(start);
+}
+
+void AttentionStep::run_linear_step(const LinearStepParams& p) {
+  const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
+  decoder_.run(p);
+  if (profile_ != nullptr) profile_->attention_us += us_since(start);
+}
+
+}  // namespace kvlab::infer

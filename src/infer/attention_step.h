@@ -1,0 +1,81 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/paged_cache.h"
+#include "infer/decode_weights.h"
+#include "kernels/fast_decoder.h"
+
+namespace kvlab::infer {
+
+// Where decode steps spent their time (DecodeModel::set_profile): the dense layers (matrix-vector
+// products), the attention kernels, and the whole steps; the rest is norms, RoPE, embedding
+// and cache writes. Sums over `steps` steps, in microseconds.
+struct StepProfile {
+  double dense_us = 0, attention_us = 0, step_us = 0;
+  int64_t steps = 0;
+};
+
+// x [width] -> y [width] (LayerNorm or RMSNorm); x and y may be the same array.
+void apply_norm(const NormWeights& norm, const float* x, float* y);
+
+// What a layer's decode step runs on (DecodeAttention::run): the step's batch (its sequences,
+// each new token's position, their page table), the cache, scratch arrays sized for the batch,
+// and the helpers that run dense layers, RoPE and the kernels on the model's decoder (timed
+// into the profile when one is set). DecodeModel owns it and sets the batch each step.
+class AttentionStep {
+ public:
+  AttentionStep(PagedKvCache& cache, FastDecoder& decoder, int64_t d_model);
+
+  // Sizes the scratch arrays and the batch for max_batch rows of the widest layer, and the
+  // page table for max_tokens tokens a sequence: after this the step allocates nothing.
+  void reserve(const ScratchWidths& widths, int64_t max_batch, int64_t max_tokens);
+
+  int64_t d_model() const { return d_model_; }
+  PagedKvCache& cache() { return cache_; }
+  int32_t seq(int64_t b) const { return seqs_[static_cast<size_t>(b)]; }
+  int64_t pos(int64_t b) const { return positions_[static_cast<size_t>(b)]; }
+  const PageTable& table() const { return table_; }
+
+  // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
+  void dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
+             int64_t y_stride, int64_t n);
+  // Per-head maps (gva's M_h, mla's W_uk,hᵀ and W_uv,h): y[b][h] = W_h x[b][h] (+ bias_h) for
+  // weights [H][out][in], bias [H][out] or nullptr, x [n][H][x_width] (the first `in` of each
+  // head's slice used), y [n][H][out].
+  void per_head(const float* weights, const float* bias, int64_t out, int64_t in, const float* x,
+                int64_t x_width, float* y, int64_t n, int64_t H);
+  // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
+  // (pos, width, θ, scaling) are kept, so the heads of one token share them.
+  void rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec);
+  // Rows [n][width] of the batch's new tokens into the stream of `role`.
+  void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
+  // The attention kernel in the set precision.
+  void run_attention_kernel(DecodeParams& p);
+  // Linear attention's state update.
+  void run_linear_step(const LinearStepParams& p);
+
+  // Scratch, [max_batch][the widest layer's width]
+  std::vector<float> proj_a, proj_b, proj_c;  // projections of the attention layer
+  std::vector<float> query, query_rope, attended, expanded;
+
+ private:
+  friend class DecodeModel;
+
+  PagedKvCache& cache_;
+  FastDecoder& decoder_;
+  int64_t d_model_;
+  AttnPrecision attn_precision_ = AttnPrecision::kF32;
+  AttnPrecision effective_precision_ = AttnPrecision::kF32;
+  StepProfile* profile_ = nullptr;
+  PageTable table_;
+  std::vector<int32_t> seqs_;
+  std::vector<int64_t> positions_;  // per batch row: position of its new token
+  std::vector<float> rope_row_;     // [cos ; sin] of the position rotate() last turned
+  int64_t rope_pos_ = -1, rope_width_ = 0;
+  double rope_theta_ = 0;
+  RopeScaling rope_scaling_;
+};
+
+}  // namespace kvlab::infer

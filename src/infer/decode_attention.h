@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "spec/attention_spec.h"
+
+namespace kvlab::nn {
+class AttentionImpl;
+}
+
+namespace kvlab::infer {
+
+class AttentionStep;
+
+// The scratch widths, per batch row, a layer's decode step needs (DecodeModel sizes each
+// array for the widest layer): projections, the kernel's queries and output, the absorbed
+// output's expansion, and the widest slice RoPE turns.
+struct ScratchWidths {
+  int64_t proj_a = 0, proj_b = 0, proj_c = 0;
+  int64_t query = 0, query_rope = 0, attended = 0, expanded = 0;
+  int64_t rope = 0;
+};
+
+// One layer's attention in the decode step, one implementation per family
+// (infer/<family>_decode.cpp), each holding its own weights copied out of the module as f32
+// arrays: the queries in the form the kernel takes (absorbed for gva and mla), the rows of the
+// batch's new tokens written to the cache by role, the kernel call, the output projection.
+class DecodeAttention {
+ public:
+  virtual ~DecodeAttention() = default;
+
+  virtual const AttentionSpec& spec() const = 0;
+  virtual ScratchWidths scratch_widths() const = 0;
+  // Normed inputs x [n][D] of the step's batch -> y [n][D]; allocates nothing.
+  virtual void run(AttentionStep& step, int64_t layer, const float* x, float* y,
+                   int64_t n) const = 0;
+};
+
+// The decode adapter of the module's family, its weights copied out (infer's one table of
+// families). Throws std::invalid_argument for a layer that cannot decode (the '+' variants).
+std::unique_ptr<DecodeAttention> load_decode_attention(nn::AttentionImpl& module);
+
+// The families' adapters (infer/<family>_decode.cpp), found through load_decode_attention.
+std::unique_ptr<DecodeAttention> load_standard_decode(nn::AttentionImpl& module);
+std::unique_ptr<DecodeAttention> load_gva_decode(nn::AttentionImpl& module);  // gva and gta
+std::unique_ptr<DecodeAttention> load_mla_decode(nn::AttentionImpl& module);
+std::unique_ptr<DecodeAttention> load_gla_decode(nn::AttentionImpl& module);
+std::unique_ptr<DecodeAttention> load_linear_decode(nn::AttentionImpl& module);
+
+}  // namespace kvlab::infer

@@ -1,0 +1,107 @@
+// The decode step of the standard family: mha, gqa, mqa, qk-v, q-kv, qkv1, q-gqa, q-mqa.
+#include <algorithm>
+
+#include "cache/decode_params.h"
+#include "infer/attention_step.h"
+#include "infer/decode_attention.h"
+#include "infer/weight_copy.h"
+#include "nn/standard_attention.h"
+
+namespace kvlab::infer {
+namespace {
+
+class StandardDecode final : public DecodeAttention {
+ public:
+  explicit StandardDecode(nn::StandardAttentionImpl& a) : spec_(a.spec()) {
+    if (a.pos_mix_weight.defined()) {
+      throw std::invalid_argument("the '+' variants are non-causal and cannot decode");
+    }
+    query_ = dense_weights(a.q_proj ? a.q_proj : a.qk_proj ? a.qk_proj : a.qkv_proj);
+    key_ = dense_weights(a.k_proj);
+    value_ = dense_weights(a.v_proj);
+    content_ = dense_weights(a.kv_proj);
+    key_norm_ = norm_weights(a.k_norm);
+    query_norm_ = norm_weights(a.q_norm);
+    output_ = dense_weights(a.o_proj);
+  }
+
+  const AttentionSpec& spec() const override { return spec_; }
+
+  ScratchWidths scratch_widths() const override {
+    ScratchWidths w;
+    w.proj_a = query_.out;
+    w.proj_b = std::max(key_.out, content_.out);
+    w.proj_c = value_.out;
+    w.query = w.attended = spec_.n_heads * spec_.head_dim;
+    w.rope = spec_.head_dim;
+    return w;
+  }
+
+  void run(AttentionStep& step, int64_t layer, const float* x, float* y, int64_t n) const override {
+    const AttentionSpec& s = spec_;
+    const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
+    DecodeParams p = decode_params_for(s, step.cache(), layer, step.table());
+    p.q = step.query.data();
+    p.out = step.attended.data();
+    const bool rope = s.pos == PosScheme::kRope;
+    step.dense(query_, x, D, step.proj_a.data(), H * d, n);  // [n, H, d], unrotated
+    if (s.shares_kv()) {  // one stream C: kv_proj, or the query itself (qkv1); unrotated
+      const float* content = step.proj_a.data();
+      int64_t width = H * d;
+      if (!content_.empty()) {
+        step.dense(content_, x, D, step.proj_b.data(), content_.out, n);
+        content = step.proj_b.data();
+        width = content_.out;
+      }
+      step.store_rows(layer, StreamRole::kContent, content, width, n);
+      if (step.cache().layout().norm_on_read) {
+        p.norm_weight = key_norm_.weight.data();
+        p.norm_eps = key_norm_.eps;
+      }
+    } else {
+      step.dense(value_, x, D, step.proj_c.data(), value_.out, n);
+      step.store_rows(layer, StreamRole::kValue, step.proj_c.data(), value_.out, n);
+      if (!key_.empty()) {
+        step.dense(key_, x, D, step.proj_b.data(), key_.out, n);
+        const int64_t G = key_.out / d;
+        for (int64_t b = 0; b < n; ++b) {
+          for (int64_t g = 0; g < G; ++g) {
+            float* k = step.proj_b.data() + (b * G + g) * d;
+            if (s.qk_norm) apply_norm(key_norm_, k, k);
+            if (rope) step.rotate(k, d, step.pos(b), s);
+          }
+        }
+        step.store_rows(layer, StreamRole::kKey, step.proj_b.data(), key_.out, n);
+      }
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        float* q = step.query.data() + (b * H + h) * d;
+        const float* projected = step.proj_a.data() + (b * H + h) * d;
+        std::copy(projected, projected + d, q);
+        if (s.qk_norm) apply_norm(query_norm_, q, q);
+        if (rope) step.rotate(q, d, step.pos(b), s);
+      }
+    }
+    if (key_.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys
+      step.store_rows(layer, StreamRole::kKey, step.query.data(), H * d, n);
+    }
+    step.run_attention_kernel(p);
+    step.dense(output_, step.attended.data(), H * d, y, D, n);
+  }
+
+ private:
+  AttentionSpec spec_;
+  // query (q_proj | qk_proj | qkv_proj), key (k_proj), value (v_proj), content (kv_proj: the
+  // shared K=V stream), key_norm (knorm, or with query_norm qknorm)
+  DenseWeights query_, key_, value_, content_, output_;
+  NormWeights key_norm_, query_norm_;
+};
+
+}  // namespace
+
+std::unique_ptr<DecodeAttention> load_standard_decode(nn::AttentionImpl& module) {
+  return std::make_unique<StandardDecode>(module_of<nn::StandardAttentionImpl>(module));
+}
+
+}  // namespace kvlab::infer

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "cache/decode_params.h"
 #include "kernels/rope.h"
 
 namespace kvlab::infer {
@@ -114,6 +115,19 @@ void AttentionStep::store_rows(int64_t layer, StreamRole role, const float* rows
   for (int64_t b = 0; b < n; ++b) {
     cache_.store_token(layer, stream, seq(b), pos(b), rows + b * width);
   }
+}
+
+DecodeParams AttentionStep::kernel_params(const AttentionSpec& spec, int64_t layer) {
+  DecodeParams p = decode_params_for(spec, cache_, layer, table_);
+  p.q = query.data();
+  p.out = attended.data();
+  return p;
+}
+
+void AttentionStep::expand_values(const AbsorbedUpProjections& up, int64_t value_dim,
+                                  int64_t latent_dim, int64_t row, int64_t n, int64_t H) {
+  per_head(up.value_up.data(), up.value_up_bias.empty() ? nullptr : up.value_up_bias.data(),
+           value_dim, latent_dim, attended.data(), row, expanded.data(), n, H);
 }
 
 void AttentionStep::run_attention_kernel(DecodeParams& p) {

@@ -51,6 +51,13 @@ class AttentionStep {
   void rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec);
   // Rows [n][width] of the batch's new tokens into the stream of `role`.
   void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
+  // The kernel's parameters for `layer` of a spec over the step's batch: the query from
+  // `query`, the output to `attended` (the caller sets the rest its family needs).
+  DecodeParams kernel_params(const AttentionSpec& spec, int64_t layer);
+  // mla's and gla's values from the kernel's weighted sums of latent rows, `attended`
+  // [n][H][row] (the first d_c of each used): expanded [n][H][d_v] = W_uv,h (Σ p c) + b_v,h.
+  void expand_values(const AbsorbedUpProjections& up, int64_t value_dim, int64_t latent_dim,
+                     int64_t row, int64_t n, int64_t H);
   // The attention kernel in the set precision.
   void run_attention_kernel(DecodeParams& p);
   // Linear attention's state update.

@@ -33,6 +33,14 @@ struct NormWeights {
   bool empty() const { return weight.empty(); }
 };
 
+// mla's and gla's kv_b weight [H·(d_n + d_v), d_c] (per head d_n rows of W_uk, then d_v rows of
+// W_uv) as the decode step absorbs it.
+struct AbsorbedUpProjections {
+  std::vector<float> key_up_t;       // W_uk,hᵀ: [H][d_c][d_n]
+  std::vector<float> value_up;       // W_uv,h: [H][d_v][d_c]
+  std::vector<float> value_up_bias;  // [H][d_v], or empty
+};
+
 struct MlpWeights {
   MlpKind kind = MlpKind::kGelu;
   DenseWeights gate;  // SwiGLU only

@@ -2,7 +2,6 @@
 // q̃_h = [W_uk,hᵀ q_h^nope ; q_h^rope]; W_uv,h maps the first d_c channels of the weighted sum.
 #include <algorithm>
 
-#include "cache/decode_params.h"
 #include "infer/attention_step.h"
 #include "infer/decode_attention.h"
 #include "infer/weight_copy.h"
@@ -40,9 +39,7 @@ class GlaDecode final : public DecodeAttention {
     const int64_t D = step.d_model(), H = s.n_heads, C = s.n_groups;
     const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
     const int64_t q_width = dn + dr, row = dc + dr;
-    DecodeParams p = decode_params_for(s, step.cache(), layer, step.table());
-    p.q = step.query.data();
-    p.out = step.attended.data();
+    DecodeParams p = step.kernel_params(s, layer);
     step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
     // W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n] -> expanded [n, H, d_c]
     step.per_head(up_.key_up_t.data(), nullptr, dc, dn, step.proj_a.data(), q_width,
@@ -68,9 +65,7 @@ class GlaDecode final : public DecodeAttention {
     step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), C * row, n);
     step.run_attention_kernel(p);  // attended: [n, H, d_c + d_r]
     // v_h = W_uv,h (Σ p c)[0:d_c] + b_v,h
-    step.per_head(up_.value_up.data(),
-                  up_.value_up_bias.empty() ? nullptr : up_.value_up_bias.data(), dv, dc,
-                  step.attended.data(), row, step.expanded.data(), n, H);
+    step.expand_values(up_, dv, dc, row, n, H);
     step.dense(output_, step.expanded.data(), H * dv, y, D, n);
   }
 

@@ -2,7 +2,6 @@
 // shared rope key; the query absorbed, q̃_h = M_h q_h^nope (gta: [q_h^nope ; 0]).
 #include <algorithm>
 
-#include "cache/decode_params.h"
 #include "infer/attention_step.h"
 #include "infer/decode_attention.h"
 #include "infer/weight_copy.h"
@@ -40,9 +39,7 @@ class GvaDecode final : public DecodeAttention {
   void run(AttentionStep& step, int64_t layer, const float* x, float* y, int64_t n) const override {
     const AttentionSpec& s = spec_;
     const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
-    DecodeParams p = decode_params_for(s, step.cache(), layer, step.table());
-    p.q = step.query.data();
-    p.out = step.attended.data();
+    DecodeParams p = step.kernel_params(s, layer);
     const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
     step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
     step.dense(value_, x, D, step.proj_c.data(), value_.out, n);   // [n, G·d_h]

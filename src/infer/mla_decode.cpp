@@ -2,7 +2,6 @@
 // rows; the latent c and the shared rope key cached.
 #include <algorithm>
 
-#include "cache/decode_params.h"
 #include "infer/attention_step.h"
 #include "infer/decode_attention.h"
 #include "infer/weight_copy.h"
@@ -41,9 +40,7 @@ class MlaDecode final : public DecodeAttention {
   void run(AttentionStep& step, int64_t layer, const float* x, float* y, int64_t n) const override {
     const AttentionSpec& s = spec_;
     const int64_t D = step.d_model(), H = s.n_heads;
-    DecodeParams p = decode_params_for(s, step.cache(), layer, step.table());
-    p.q = step.query.data();
-    p.out = step.attended.data();
+    DecodeParams p = step.kernel_params(s, layer);
     const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
     const int64_t q_width = dn + dr;
     if (!query_down_.empty()) {
@@ -87,9 +84,7 @@ class MlaDecode final : public DecodeAttention {
     p.q_rope = step.query_rope.data();
     step.run_attention_kernel(p);  // attended: [n, H, d_c]
     // v_h = W_uv,h (Σ p c) + b_v,h
-    step.per_head(up_.value_up.data(),
-                  up_.value_up_bias.empty() ? nullptr : up_.value_up_bias.data(), dv, dc,
-                  step.attended.data(), dc, step.expanded.data(), n, H);
+    step.expand_values(up_, dv, dc, dc, n, H);
     step.dense(output_, step.expanded.data(), H * dv, y, D, n);
   }
 

@@ -1,7 +1,6 @@
 // The decode step of the standard family: mha, gqa, mqa, qk-v, q-kv, qkv1, q-gqa, q-mqa.
 #include <algorithm>
 
-#include "cache/decode_params.h"
 #include "infer/attention_step.h"
 #include "infer/decode_attention.h"
 #include "infer/weight_copy.h"
@@ -40,9 +39,7 @@ class StandardDecode final : public DecodeAttention {
   void run(AttentionStep& step, int64_t layer, const float* x, float* y, int64_t n) const override {
     const AttentionSpec& s = spec_;
     const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
-    DecodeParams p = decode_params_for(s, step.cache(), layer, step.table());
-    p.q = step.query.data();
-    p.out = step.attended.data();
+    DecodeParams p = step.kernel_params(s, layer);
     const bool rope = s.pos == PosScheme::kRope;
     step.dense(query_, x, D, step.proj_a.data(), H * d, n);  // [n, H, d], unrotated
     if (s.shares_kv()) {  // one stream C: kv_proj, or the query itself (qkv1); unrotated

@@ -15,13 +15,7 @@ std::vector<float> floats(const torch::Tensor& t);     // empty for an undefined
 DenseWeights dense_weights(const nn::Linear& linear);  // empty for a missing layer
 NormWeights norm_weights(const nn::Norm& norm);        // empty for a missing norm
 
-// mla's and gla's kv_b weight [H·(d_n + d_v), d_c] (per head d_n rows of W_uk, then d_v rows of
-// W_uv) as the decode step absorbs it.
-struct AbsorbedUpProjections {
-  std::vector<float> key_up_t;       // W_uk,hᵀ: [H][d_c][d_n]
-  std::vector<float> value_up;       // W_uv,h: [H][d_v][d_c]
-  std::vector<float> value_up_bias;  // [H][d_v], or empty
-};
+// mla's and gla's kv_b weight as the decode step absorbs it (decode_weights.h).
 AbsorbedUpProjections absorbed_up_projections(const nn::LinearImpl& kv_b_proj,
                                               const AttentionSpec& spec);
 

@@ -77,71 +77,162 @@ bool is_shared_kv(AttnVariant v) {
   return v == AttnVariant::kQKv || v == AttnVariant::kQGqa || v == AttnVariant::kQMqa;
 }
 
+// What convert does for a target family: the checks of what it can make from a source (true
+// when the target needs a rotary selection) and the layer's conversion. One object per family,
+// found through target_family(), convert's one table of families.
+class TargetFamily {
+ public:
+  virtual ~TargetFamily() = default;
+  // Throws SpecError("attn") naming what the target cannot be made from; `name` is the
+  // target's text in quotes.
+  virtual bool check(const AttentionSpec& t, const ModelConfig& source,
+                     const std::string& name) const = 0;
+  virtual std::vector<LayerCandidate> convert(const SourceAttention& source,
+                                              const torch::Tensor& moment,
+                                              const AttentionSpec& target,
+                                              const RotarySelection& rotary) const = 0;
+  // Whether the target's key/value groups merge the source's (mla's latent is one row).
+  virtual bool merges_groups() const { return true; }
+};
+
+void require_rope_source(const ModelConfig& source, const std::string& name) {
+  if (source.shape.pos != PosScheme::kRope) {
+    throw SpecError("attn", name + " rotates keys with RoPE; the source has " +
+                                std::string(pos_scheme_name(source.shape.pos)) +
+                                " positions, so there is no rotation to keep");
+  }
+}
+
+// mha, gqa, mqa (grouped) and q-kv, q-gqa, q-mqa (shared K=V)
+class StandardTarget final : public TargetFamily {
+ public:
+  bool check(const AttentionSpec& t, const ModelConfig&, const std::string& name) const override {
+    if (!is_grouped(t.variant) && !is_shared_kv(t.variant)) {
+      throw SpecError("attn", name +
+                                  ": kvlab converts to mha, gqa, mqa, q-kv, q-gqa, q-mqa, gva "
+                                  "and gta (Q=K variants share the query, which a trained "
+                                  "model's keys do not)");
+    }
+    if (t.k_norm || t.qk_norm) {
+      throw SpecError("attn", name + ": the converted layer cannot add a norm (not linear)");
+    }
+    return false;
+  }
+  std::vector<LayerCandidate> convert(const SourceAttention& source, const torch::Tensor& moment,
+                                      const AttentionSpec& target,
+                                      const RotarySelection&) const override {
+    return is_shared_kv(target.variant) ? convert_to_shared_kv(source, moment, target)
+                                        : convert_to_grouped(source, moment, target);
+  }
+};
+
+// gva and gta (gta: M_h a channel selection)
+class GroupedValueTarget final : public TargetFamily {
+ public:
+  explicit GroupedValueTarget(bool tied) : tied_(tied) {}
+  bool check(const AttentionSpec& t, const ModelConfig& source,
+             const std::string& name) const override {
+    require_rope_source(source, name);
+    if (tied_) return true;
+    if (t.q_norm) throw SpecError("attn", name + ": qnorm is not linear; convert without it");
+    const AttentionSpec& s = source.attn;
+    if (t.nope_dim + t.rope_dim != s.head_dim) {
+      throw SpecError("attn", name + ": dn + dr must be the source's head width " +
+                                  std::to_string(s.head_dim) +
+                                  " (dn=" + std::to_string(t.nope_dim) +
+                                  ", dr=" + std::to_string(t.rope_dim) + ")");
+    }
+    return t.rope_dim > 0;
+  }
+  std::vector<LayerCandidate> convert(const SourceAttention& source, const torch::Tensor& moment,
+                                      const AttentionSpec& target,
+                                      const RotarySelection& rotary) const override {
+    return convert_to_grouped_value(source, moment, target, rotary);
+  }
+
+ private:
+  bool tied_;
+};
+
+class LatentTarget final : public TargetFamily {
+ public:
+  bool check(const AttentionSpec& t, const ModelConfig& source,
+             const std::string& name) const override {
+    require_rope_source(source, name);
+    if (!t.plain_latent) {
+      throw SpecError("attn", name +
+                                  ": a converted mla caches its latent without DeepSeek's "
+                                  "kv_a_layernorm (not linear): add plainlatent");
+    }
+    if (t.q_latent_dim != 0) {
+      throw SpecError("attn", name + ": conversion keeps the full-rank query; drop dq");
+    }
+    const AttentionSpec& s = source.attn;
+    if (t.nope_dim + t.rope_dim != s.head_dim || t.value_dim != s.head_dim) {
+      throw SpecError("attn", fmt::format("{}: dn + dr and dv must be the source's head width "
+                                          "{} (dn={}, dr={}, dv={})",
+                                          name, s.head_dim, t.nope_dim, t.rope_dim, t.value_dim));
+    }
+    return true;
+  }
+  std::vector<LayerCandidate> convert(const SourceAttention& source, const torch::Tensor& moment,
+                                      const AttentionSpec& target,
+                                      const RotarySelection& rotary) const override {
+    return convert_to_latent(source, moment, target, rotary);
+  }
+  bool merges_groups() const override { return false; }
+};
+
+// A family kvlab does not convert to, and why.
+class RefusedTarget final : public TargetFamily {
+ public:
+  explicit RefusedTarget(const char* why) : why_(why) {}
+  bool check(const AttentionSpec&, const ModelConfig&, const std::string& name) const override {
+    throw SpecError("attn", name + ": " + why_);
+  }
+  std::vector<LayerCandidate> convert(const SourceAttention&, const torch::Tensor&,
+                                      const AttentionSpec& target,
+                                      const RotarySelection&) const override {
+    throw SpecError("attn", "no conversion to '" + target.to_string() + "'");
+  }
+
+ private:
+  const char* why_;
+};
+
+const TargetFamily& target_family(AttnFamily family) {
+  static const StandardTarget standard;
+  static const GroupedValueTarget gva(/*tied=*/false), gta(/*tied=*/true);
+  static const LatentTarget mla;
+  static const RefusedTarget gla("conversion to gla is not implemented");
+  static const RefusedTarget linear("linear attention keeps no keys to convert to");
+  switch (family) {
+    case AttnFamily::kStandard:
+      return standard;
+    case AttnFamily::kGva:
+      return gva;
+    case AttnFamily::kGta:
+      return gta;
+    case AttnFamily::kMla:
+      return mla;
+    case AttnFamily::kGla:
+      return gla;
+    case AttnFamily::kLinear:
+      return linear;
+  }
+  throw std::logic_error("attention family without a conversion entry");
+}
+
 // Checks what a target can be made from this source; true when it needs a rotary selection.
 bool check_target(const AttentionSpec& t, const ModelConfig& source) {
-  const AttentionSpec& s = source.attn;
   const std::string name = fmt::format("'{}'", t.to_string());
-  const auto need_rope = [&] {
-    if (source.shape.pos != PosScheme::kRope) {
-      throw SpecError("attn", name + " rotates keys with RoPE; the source has " +
-                                  std::string(pos_scheme_name(source.shape.pos)) +
-                                  " positions, so there is no rotation to keep");
-    }
-  };
-  bool rotary = false;
-  switch (t.family()) {
-    case AttnFamily::kStandard:
-      if (!is_grouped(t.variant) && !is_shared_kv(t.variant)) {
-        throw SpecError("attn", name +
-                                    ": kvlab converts to mha, gqa, mqa, q-kv, q-gqa, q-mqa, gva "
-                                    "and gta (Q=K variants share the query, which a trained "
-                                    "model's keys do not)");
-      }
-      if (t.k_norm || t.qk_norm) {
-        throw SpecError("attn", name + ": the converted layer cannot add a norm (not linear)");
-      }
-      break;
-    case AttnFamily::kGva:
-      need_rope();
-      if (t.q_norm) throw SpecError("attn", name + ": qnorm is not linear; convert without it");
-      if (t.nope_dim + t.rope_dim != s.head_dim) {
-        throw SpecError("attn", name + ": dn + dr must be the source's head width " +
-                                    std::to_string(s.head_dim) +
-                                    " (dn=" + std::to_string(t.nope_dim) +
-                                    ", dr=" + std::to_string(t.rope_dim) + ")");
-      }
-      rotary = t.rope_dim > 0;
-      break;
-    case AttnFamily::kGta:
-      need_rope();
-      rotary = true;
-      break;
-    case AttnFamily::kMla:
-      need_rope();
-      if (!t.plain_latent) {
-        throw SpecError("attn", name +
-                                    ": a converted mla caches its latent without DeepSeek's "
-                                    "kv_a_layernorm (not linear): add plainlatent");
-      }
-      if (t.q_latent_dim != 0) {
-        throw SpecError("attn", name + ": conversion keeps the full-rank query; drop dq");
-      }
-      if (t.nope_dim + t.rope_dim != s.head_dim || t.value_dim != s.head_dim) {
-        throw SpecError("attn", fmt::format("{}: dn + dr and dv must be the source's head width "
-                                            "{} (dn={}, dr={}, dv={})",
-                                            name, s.head_dim, t.nope_dim, t.rope_dim, t.value_dim));
-      }
-      rotary = true;
-      break;
-    case AttnFamily::kGla:
-      throw SpecError("attn", name + ": conversion to gla is not implemented");
-    case AttnFamily::kLinear:
-      throw SpecError("attn", name + ": linear attention keeps no keys to convert to");
-  }
-  if (t.family() != AttnFamily::kMla && s.n_groups % t.n_groups != 0) {
+  const TargetFamily& family = target_family(t.family());
+  const bool rotary = family.check(t, source, name);
+  if (family.merges_groups() && source.attn.n_groups % t.n_groups != 0) {
     throw SpecError("attn", name + " has " + std::to_string(t.n_groups) +
                                 " key/value groups, which do not divide the source's " +
-                                std::to_string(s.n_groups) + " (groups are merged, never split)");
+                                std::to_string(source.attn.n_groups) +
+                                " (groups are merged, never split)");
   }
   return rotary;
 }
@@ -149,20 +240,7 @@ bool check_target(const AttentionSpec& t, const ModelConfig& source) {
 std::vector<LayerCandidate> convert_layer(const SourceAttention& source,
                                           const torch::Tensor& moment, const AttentionSpec& target,
                                           const RotarySelection& rotary) {
-  switch (target.family()) {
-    case AttnFamily::kStandard:
-      return is_shared_kv(target.variant) ? convert_to_shared_kv(source, moment, target)
-                                          : convert_to_grouped(source, moment, target);
-    case AttnFamily::kGva:
-    case AttnFamily::kGta:
-      return convert_to_grouped_value(source, moment, target, rotary);
-    case AttnFamily::kMla:
-      return convert_to_latent(source, moment, target, rotary);
-    case AttnFamily::kGla:
-    case AttnFamily::kLinear:
-      break;  // refused by check_target
-  }
-  throw SpecError("attn", "no conversion to '" + target.to_string() + "'");
+  return target_family(target.family()).convert(source, moment, target, rotary);
 }
 
 std::map<std::string, torch::Tensor> parameter_map(const torch::nn::Module& module) {

@@ -106,6 +106,20 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   return parts;
 }
 
+// The variant id a spec text starts with (before any ':' or ','), trimmed.
+std::string_view variant_id(std::string_view text) {
+  text = trim(text);
+  return trim(text.substr(0, text.find_first_of(":,")));
+}
+
+// kVariants' row of an id, or nullptr.
+const VariantInfo* variant_named(std::string_view id) {
+  for (const VariantInfo& info : kVariants) {
+    if (info.id == id) return &info;
+  }
+  return nullptr;
+}
+
 using family_detail::num;
 using family_detail::require;
 
@@ -116,11 +130,8 @@ std::string_view attn_variant_id(AttnVariant variant) { return info_of(variant).
 std::string_view attn_family_name(AttnFamily family) { return spec_family(family).name(); }
 
 std::optional<AttnFamily> attn_family_of(std::string_view text) {
-  const std::string_view id = trim(trim(text).substr(0, trim(text).find_first_of(":,")));
-  for (const VariantInfo& info : kVariants) {
-    if (info.id == id) return info.family;
-  }
-  return std::nullopt;
+  const VariantInfo* info = variant_named(variant_id(text));
+  return info != nullptr ? std::optional<AttnFamily>(info->family) : std::nullopt;
 }
 
 std::string_view gva_init_name(GvaInit init) {
@@ -140,11 +151,8 @@ AttentionSpec AttentionSpec::parse(std::string_view text, const ModelShape& mode
   model.validate();
   text = trim(text);
   const size_t name_end = text.find_first_of(":,");
-  const std::string_view name = trim(text.substr(0, name_end));
-  const VariantInfo* info = nullptr;
-  for (const VariantInfo& candidate : kVariants) {
-    if (candidate.id == name) info = &candidate;
-  }
+  const std::string_view name = variant_id(text);
+  const VariantInfo* info = variant_named(name);
   if (info == nullptr) {
     throw SpecError("attn", "unknown attention variant '" + std::string(name) +
                                 "' (known: " + known_variants() + ")");

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "spec/dtype.h"
 
@@ -48,10 +50,13 @@ inline float load_element(const void* row, DType dtype, int64_t i) {
       return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
     case DType::kF16:
       return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    default:
-      break;
+    case DType::kFp8:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      break;  // scaled: a row is read whole (load_rows)
   }
-  return 0.0f;
+  throw std::invalid_argument(std::string("load_element: ") + std::string(dtype_name(dtype)) +
+                              " is not an element dtype; read its rows with load_rows");
 }
 
 // fp8 e4m3 (OCP "FN": bias 7, no infinities, ±448 the largest, 0x7F/0xFF NaN).

@@ -21,8 +21,8 @@ namespace {
 }  // namespace
 
 void decode_attention_avx512(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
-                             const float* rope_table, bool amx) {
-  decode_with_simd(p, pool, work, rope_table, amx);
+                             const float* rope_table) {
+  decode_with_simd(p, pool, work, rope_table);
 }
 
 }  // namespace kvlab

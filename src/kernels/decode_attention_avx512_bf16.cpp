@@ -24,7 +24,7 @@ namespace {
 
 void decode_attention_avx512_bf16(const DecodeParams& p, ThreadPool& pool, DecodeWorkspace& work,
                                   const float* rope_table) {
-  decode_with_simd(p, pool, work, rope_table, false);
+  decode_with_simd(p, pool, work, rope_table);
 }
 
 }  // namespace kvlab

@@ -209,7 +209,7 @@ int64_t group_scratch_floats(const DecodeParams& p, int64_t blocks) {
 // first head's [max, sum, accumulator]).
 template <DType D>
 void group_tile(const Int8Context& c, int64_t b, int64_t g, const BlockRows& block, int64_t n,
-                const NextRows& next, const float* ropes, float* part, float* scratch) {
+                const FarRows& next, const float* ropes, float* part, float* scratch) {
   const DecodeParams& p = *c.p;
   const int64_t G = p.n_groups, per_group = p.n_heads / G, vw = p.value_width;
   const int64_t key_row = row_bytes(D, p.key_width), value_row = row_bytes(D, vw);

@@ -463,7 +463,7 @@ void add_values(float* part, int64_t stride, const float* alpha, const float* we
 // unit after next's key rows (next) are asked for a row at a time on the way.
 template <DType D>
 void pack_keys(const Int8Context& c, int64_t g, const BlockRows& block, int64_t n,
-               const NextRows& next, const GroupScratch& s) {
+               const FarRows& next, const GroupScratch& s) {
   const DecodeParams& p = *c.p;
   const int64_t quads = quads_of(c.blocks);
   const int64_t key_row = row_bytes(D, p.key_width);
@@ -584,7 +584,7 @@ void value_weights(const DecodeParams& p, int64_t heads, const std::byte* const*
 // (part: the group's first head's [max, sum, accumulator]).
 template <DType D>
 void group_tile(const Int8Context& c, int64_t b, int64_t g, const BlockRows& block, int64_t n,
-                const NextRows& next, const float* ropes, float* part, float* scratch) {
+                const FarRows& next, const float* ropes, float* part, float* scratch) {
   const DecodeParams& p = *c.p;
   const int64_t G = p.n_groups, heads = p.n_heads / G, vw = p.value_width;
   const int64_t vb = value_blocks(p);

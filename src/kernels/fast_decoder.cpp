@@ -236,11 +236,20 @@ void FastDecoder::run(const DecodeParams& params) {
     decode_attention_avx512_bf16(params, pool_, workspace_, rope_table_.data());
     return;
   }
-  if (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) {
-    decode_attention_avx512(params, pool_, workspace_, rope_table_.data(), isa_ == CpuIsa::kAmx);
-  } else {
-    decode_attention_avx2(params, pool_, workspace_, rope_table_.data());
+  switch (isa_) {
+    case CpuIsa::kAmx:
+      decode_attention_amx(params, pool_, workspace_, rope_table_.data());
+      return;
+    case CpuIsa::kAvx512:
+      decode_attention_avx512(params, pool_, workspace_, rope_table_.data());
+      return;
+    case CpuIsa::kAvx2:
+      decode_attention_avx2(params, pool_, workspace_, rope_table_.data());
+      return;
+    case CpuIsa::kScalar:
+      break;
   }
+  throw std::logic_error("FastDecoder: no SIMD kernel for " + std::string(cpu_isa_name(isa_)));
 }
 
 }  // namespace kvlab

@@ -112,15 +112,20 @@ class FastDecoder {
   RopeScaling rope_scaling_;
 };
 
-// The SIMD kernels: one source (decode_attention_simd.inc) built for AVX2+FMA+F16C and for
-// AVX-512. rope_table: [positions][key_width] = cos(j·θ_i) for i < key_width/2, then sin(j·θ_i).
+// The float kernels: one source (decode_attention_simd.inc) built for AVX2+FMA+F16C, for AVX-512
+// and for AVX-512 with AMX tiles. rope_table: [positions][key_width] = cos(j·θ_i) for
+// i < key_width/2, then sin(j·θ_i).
 void decode_attention_avx2(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
                            const float* rope_table);
-// amx: bf16 scores by tile multiplies where the shapes allow (the caller has the permission).
 void decode_attention_avx512(const DecodeParams& params, ThreadPool& pool,
-                             DecodeWorkspace& workspace, const float* rope_table, bool amx);
-// AttnPrecision::kInt8 over q8_0 / q4_0 caches: AVX2 + FMA + F16C (vpmaddubsw), and AVX-512
-// VNNI (vpdpbusd) where the decoder runs AVX-512 and the CPU has it.
+                             DecodeWorkspace& workspace, const float* rope_table);
+// bf16 caches' scores by tile multiplies where the shapes allow, the AVX-512 passes otherwise
+// (the caller has the kernel's permission to use the tiles).
+void decode_attention_amx(const DecodeParams& params, ThreadPool& pool, DecodeWorkspace& workspace,
+                          const float* rope_table);
+// AttnPrecision::kInt8 over q8_0 / q4_0 caches (decode_attention_int8.inc's driver, the walk shared
+// with the float kernels): AVX2 + FMA + F16C (vpmaddubsw), and AVX-512 VNNI (vpdpbusd) where the
+// decoder runs AVX-512 and the CPU has it.
 void decode_attention_int8_avx2(const DecodeParams& params, ThreadPool& pool,
                                 DecodeWorkspace& workspace);
 void decode_attention_int8_avx512(const DecodeParams& params, ThreadPool& pool,

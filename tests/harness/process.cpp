@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace kvlab::test {
 namespace {
@@ -96,8 +98,10 @@ void wait_for(pid_t pid, double timeout_s, ProcessResult& result) {
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
-template <typename RunInChild>
-ProcessResult run_in_child(const Invocation& invocation, RunInChild&& run_in_child) {
+// started(pid): in the parent, once the child is forked, before it is waited for.
+template <typename RunInChild, typename Started = void (*)(pid_t)>
+ProcessResult run_in_child(
+    const Invocation& invocation, RunInChild&& run_in_child, Started&& started = [](pid_t) {}) {
   CapturedStream out("stdout"), err("stderr");
   std::cout.flush();
   std::cerr.flush();
@@ -112,6 +116,7 @@ ProcessResult run_in_child(const Invocation& invocation, RunInChild&& run_in_chi
     }
     run_in_child();  // does not return
   }
+  started(pid);
   ProcessResult result;
   wait_for(pid, invocation.timeout_s, result);
   result.out = out.text();
@@ -119,19 +124,93 @@ ProcessResult run_in_child(const Invocation& invocation, RunInChild&& run_in_chi
   return result;
 }
 
+// In the child: the program with the invocation's words; exits with what it returned.
+[[noreturn]] void run_program(const ProgramMain& program, const std::string& name,
+                              const Invocation& invocation) {
+  std::vector<std::string> words = invocation.args;
+  std::vector<char*> argv = argv_of(name, words);
+  const int code = program(static_cast<int>(words.size() + 1), argv.data());
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 }  // namespace
 
 ProcessResult run_forked(const ProgramMain& program, const std::string& name,
                          const Invocation& invocation) {
-  return run_in_child(invocation, [&] {
-    std::vector<std::string> words = invocation.args;
-    std::vector<char*> argv = argv_of(name, words);
-    const int code = program(static_cast<int>(words.size() + 1), argv.data());
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    ::_exit(code);
-  });
+  return run_in_child(invocation, [&] { run_program(program, name, invocation); });
+}
+
+// The "State:" letter and the TracerPid of /proc/PID/status.
+static std::pair<char, long> trace_state(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  char state = '?';
+  long tracer = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("State:", 0) == 0 && line.size() > 7) state = line[7];
+    if (line.rfind("TracerPid:", 0) == 0) tracer = std::strtol(line.c_str() + 10, nullptr, 10);
+  }
+  return {state, tracer};
+}
+
+ProcessResult run_forked_traced(const ProgramMain& program, const std::string& name,
+                                const Invocation& invocation,
+                                const std::vector<std::string>& tracer) {
+  if (tracer.empty()) throw std::invalid_argument("run_forked_traced: no tracer command");
+  pid_t tracer_pid = -1;
+  ProcessResult result = run_in_child(
+      invocation,
+      [&] {
+        // stopped until the tracer holds it; any process may trace it (Yama's ptrace_scope 1
+        // otherwise allows only ancestors)
+        ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+        ::raise(SIGSTOP);
+        run_program(program, name, invocation);
+      },
+      [&](pid_t pid) {
+        int status = 0;
+        if (::waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status)) {
+          throw std::runtime_error("run_forked_traced: the child did not stop before its run");
+        }
+        std::vector<std::string> words(tracer.begin() + 1, tracer.end());
+        words.push_back("-p");
+        words.push_back(std::to_string(pid));
+        std::vector<char*> argv = argv_of(tracer.front(), words);
+        tracer_pid = ::fork();
+        if (tracer_pid < 0) fail("fork");
+        if (tracer_pid == 0) {
+          const int null = ::open("/dev/null", O_RDWR);
+          ::dup2(null, STDIN_FILENO);
+          ::dup2(null, STDOUT_FILENO);
+          ::dup2(null, STDERR_FILENO);  // its trace, unless its arguments say -o
+          ::execv(tracer.front().c_str(), argv.data());
+          ::_exit(127);
+        }
+        // Resumed only once the tracer has it in a tracing stop ('t'): from then on every system
+        // call it makes is the tracer's to see.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        for (;;) {
+          const auto [state, traced_by] = trace_state(pid);
+          if (traced_by == tracer_pid && state == 't') break;
+          int tracer_status = 0;
+          if (::waitpid(tracer_pid, &tracer_status, WNOHANG) == tracer_pid ||
+              std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::kill(tracer_pid, SIGKILL);
+            ::waitpid(tracer_pid, &tracer_status, 0);
+            throw std::runtime_error("run_forked_traced: " + tracer.front() +
+                                     " did not attach to the child (ptrace not permitted here?)");
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        ::kill(pid, SIGCONT);
+      });
+  int tracer_status = 0;
+  ::waitpid(tracer_pid, &tracer_status, 0);
+  return result;
 }
 
 ProcessResult run_exec(const std::string& binary, const Invocation& invocation) {

@@ -38,6 +38,14 @@ using ProgramMain = std::function<int(int argc, char** argv)>;
 ProcessResult run_forked(const ProgramMain& program, const std::string& name,
                          const Invocation& invocation);
 
+// run_forked with the child traced from before its first step by `tracer` (a command: its path,
+// then its arguments; "-p PID" is added), which attaches while the child waits stopped: the
+// tracer sees the program's run and not the loading of its libraries. For strace's syscall
+// counts and fault injection without a fresh exec each time.
+ProcessResult run_forked_traced(const ProgramMain& program, const std::string& name,
+                                const Invocation& invocation,
+                                const std::vector<std::string>& tracer);
+
 // Runs `binary` (a path) with the invocation's argv, stdin and folder, in this environment.
 ProcessResult run_exec(const std::string& binary, const Invocation& invocation);
 

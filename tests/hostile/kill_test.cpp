@@ -2,6 +2,9 @@
 // rename and unlink, counted by strace), then SIGKILL again at the same step of the resumed
 // process's own saves, then resume to the end: the final weights and optimizer state must be
 // byte for byte those of an uninterrupted run. Needs strace (scripts/install-deps installs it).
+// Each run is kvlab's run_kvlab() in a forked child of this test (libtorch loaded once, not once
+// a run: ~300 runs), strace attached to it before it starts; the counting run and the killed
+// runs are traced alike, so the call indices agree.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_kvlab.h"
 #include "harness/process.h"
 
 namespace {
@@ -34,39 +38,61 @@ const std::vector<std::string> kSaveSyscalls = {"write",  "fsync",    "rename",
 
 using kvlab::test::slurp;
 
-// `command` (its first word the program's path) by exec; the exit status as a shell reports it
-// (128 + N after signal N).
-int run(const std::string& command) {
-  kvlab::test::Invocation invocation = kvlab::test::parse_command_line(command);
-  const std::string binary = invocation.args.front();
-  invocation.args.erase(invocation.args.begin());
-  const kvlab::test::ProcessResult r = kvlab::test::run_exec(binary, invocation);
+int kvlab_main(int argc, char** argv) {
+  return kvlab::run_kvlab(argc, argv, std::cin, std::cout, std::cerr);
+}
+
+// The exit status as a shell reports it (128 + N after signal N).
+int status_of(const kvlab::test::ProcessResult& r) {
   return r.exit_code >= 0 ? r.exit_code : 128 - r.exit_code;
+}
+
+// `kvlab ARGS` (one line, split as sh would) in a forked child, traced by strace with
+// strace_args where there are any.
+int run(const std::string& args, const std::vector<std::string>& strace_args = {}) {
+  const kvlab::test::Invocation invocation = kvlab::test::parse_command_line(args);
+  if (strace_args.empty())
+    return status_of(kvlab::test::run_forked(kvlab_main, "kvlab", invocation));
+  std::vector<std::string> tracer = {kStrace};
+  tracer.insert(tracer.end(), strace_args.begin(), strace_args.end());
+  return status_of(kvlab::test::run_forked_traced(kvlab_main, "kvlab", invocation, tracer));
 }
 
 // kvlab under strace, killed at the `when`-th call of `syscall` (counted in this process).
 int run_killed_at(const std::string& args, const std::string& syscall, int when) {
-  return run(std::string(kStrace) + " -f -qq -e trace=" + syscall + " -e inject=" + syscall +
-             ":signal=KILL:when=" + std::to_string(when) + " " + KVLAB_BIN + " " + args);
+  return run(args, {"-f", "-qq", "-e", "trace=" + syscall, "-e",
+                    "inject=" + syscall + ":signal=KILL:when=" + std::to_string(when)});
 }
 
-// For each syscall, the 1-based indices of its calls in an uninterrupted run that touch a
-// checkpoint folder (strace -y prints the path behind every descriptor).
-std::map<std::string, std::vector<int>> save_calls(const std::string& args,
-                                                   const std::string& log) {
+// A save's calls, counted in an uninterrupted run: for each syscall, the 1-based indices of its
+// calls that touch a checkpoint folder (strace -y prints the path behind every descriptor), and
+// for each, whether the run's first save had completed before it — its last step is the rename
+// of checkpoint.tmp to checkpoint — so that a kill there must leave a checkpoint to resume.
+struct SaveCall {
+  int index = 0;
+  bool after_first_save = false;
+};
+
+std::map<std::string, std::vector<SaveCall>> save_calls(const std::string& args,
+                                                        const std::string& log) {
   std::string list;
   for (const std::string& s : kSaveSyscalls) list += (list.empty() ? "" : ",") + s;
-  run(std::string(kStrace) + " -f -qq -y -e trace=" + list + " -o " + log + " " + KVLAB_BIN + " " +
-      args);
+  run(args, {"-f", "-qq", "-y", "-e", "trace=" + list, "-o", log});
   std::map<std::string, int> seen;
-  std::map<std::string, std::vector<int>> calls;
+  std::map<std::string, std::vector<SaveCall>> calls;
+  bool first_save_done = false;
   std::istringstream lines(slurp(log));
   std::string line;
   while (std::getline(lines, line)) {
     for (const std::string& s : kSaveSyscalls) {
       if (line.find(" " + s + "(") == std::string::npos) continue;
       const int index = ++seen[s];
-      if (line.find("/checkpoint") != std::string::npos) calls[s].push_back(index);
+      if (line.find("/checkpoint") != std::string::npos) {
+        calls[s].push_back({index, first_save_done});
+      }
+      if (s == "rename" && line.find("/checkpoint\") = 0") != std::string::npos) {
+        first_save_done = true;
+      }
     }
   }
   return calls;
@@ -91,10 +117,10 @@ TEST(CheckpointCrashSafety, KilledTwiceAtEveryStepOfASaveResumesToTheSameRun) {
   fs::remove_all(root);
   fs::create_directories(root);
   const std::string reference = root + "/reference";
-  ASSERT_EQ(run(std::string(KVLAB_BIN) + " " + kTrain + " --out " + reference), 0);
+  ASSERT_EQ(run(kTrain + " --out " + reference), 0);
   const std::string expected = final_state(reference);
   ASSERT_FALSE(expected.empty());
-  const std::map<std::string, std::vector<int>> calls =
+  const std::map<std::string, std::vector<SaveCall>> calls =
       save_calls(kTrain + " --out " + root + "/counted", root + "/strace.log");
   ASSERT_GE(calls.at("rename").size(), 9u);  // two saves of four or five renames each
 
@@ -104,16 +130,20 @@ TEST(CheckpointCrashSafety, KilledTwiceAtEveryStepOfASaveResumesToTheSameRun) {
   struct Kill {
     std::string syscall;
     int first, second;
+    bool after_first_save;  // a complete checkpoint existed before the first kill
   };
   std::vector<Kill> plan;
-  for (const auto& [syscall, indices] : calls) {
-    for (const int when : indices) plan.push_back({syscall, when, when});
+  for (const auto& [syscall, list] : calls) {
+    for (const SaveCall& c : list) plan.push_back({syscall, c.index, c.index, c.after_first_save});
   }
-  for (const int when : calls.at("rename")) {
+  for (const SaveCall& c : calls.at("rename")) {
     for (int again = 1; again <= 8; ++again) {
-      if (again != when) plan.push_back({"rename", when, again});
+      if (again != c.index) plan.push_back({"rename", c.index, again, c.after_first_save});
     }
   }
+  int late_kills = 0;
+  for (const Kill& k : plan) late_kills += k.after_first_save;
+  ASSERT_GT(late_kills, 30) << "the second save's calls were not told apart from the first's";
   // KVLAB_KILL_SHARD=i/n runs every n-th kill of the plan from the i-th (ctest runs the
   // shards side by side)
   int shard = 0, shards = 1;
@@ -133,13 +163,15 @@ TEST(CheckpointCrashSafety, KilledTwiceAtEveryStepOfASaveResumesToTheSameRun) {
     ASSERT_EQ(first, 128 + SIGKILL) << "the first kill did not happen";
     ++kills;
     if (!any_complete_checkpoint(dir)) {
-      // killed before the first save completed: nothing to resume, and resume says so
-      EXPECT_EQ(run(std::string(KVLAB_BIN) + " train --resume " + dir), 2);
+      // killed before the first save completed: nothing to resume, and resume says so; a kill
+      // after it must not have lost it
+      EXPECT_FALSE(k.after_first_save) << "no complete checkpoint left after the first save";
+      EXPECT_EQ(run("train --resume " + dir), 2);
       continue;
     }
     // the resumed process killed again: a second crash in a row
     run_killed_at("train --resume " + dir + " --no-progress", k.syscall, k.second);
-    ASSERT_EQ(run(std::string(KVLAB_BIN) + " train --resume " + dir + " --no-progress"), 0)
+    ASSERT_EQ(run("train --resume " + dir + " --no-progress"), 0)
         << "resume failed after two kills";
     EXPECT_EQ(final_state(dir), expected) << "the resumed run differs from the uninterrupted one";
   }

@@ -107,9 +107,10 @@ TEST(GemmLinearTest, Bf16PrecisionIsTheProductOfRoundedOperandsWithF32Sums) {
     EXPECT_LT(error(y.detach(), expected), 2e-6);
     EXPECT_LT(error(x.grad(), expected_dx), 2e-6);
     EXPECT_LT(error(w.grad(), expected_dw), 2e-6);
-    if (bias)
+    if (bias) {
       EXPECT_LT(error(b.grad(), upstream.sum(std::vector<int64_t>{0, 1}).to(torch::kFloat64)),
                 2e-6);
+    }
     // the f32 path is not within this bound of the rounded operands' product
     EXPECT_GT(error(linear(x, w, b).detach(), expected), 2e-4);
   }

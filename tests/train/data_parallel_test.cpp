@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
+#include "harness/process.h"
 #include "nn/checkpoint.h"
 
 namespace kvlab::train {
@@ -30,17 +30,14 @@ std::string fresh_dir(const std::string& name) {
 // A port per test and process, so parallel ctest runs do not meet at one TCPStore.
 int test_port(int offset) { return 30000 + static_cast<int>(::getpid() % 5000) * 4 + offset; }
 
+// The launcher's command lines redirect and chain: they go through sh (the harness's real exec).
 int shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  test::Invocation sh;
+  sh.args = {"-c", command};
+  return test::run_exec("/bin/sh", sh).exit_code;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test::slurp;
 
 double max_parameter_difference(const std::string& a, const std::string& b) {
   nn::TransformerModel x = nn::load_model(a + "/checkpoint");
@@ -148,15 +145,11 @@ TEST(DataParallelTest, BadEnvironmentNamesTheVariable) {
       {"WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999", "MASTER_PORT"},
   };
   for (const auto& [env, field] : cases) {
-    FILE* pipe = ::popen((env + " " + k + train).c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char buffer[512];
-    size_t n;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    EXPECT_EQ(WEXITSTATUS(status), 2) << env;
-    EXPECT_NE(out.find(field), std::string::npos) << env << ": " << out;
+    test::Invocation sh;
+    sh.args = {"-c", env + " " + k + train};
+    const test::ProcessResult run = test::run_exec("/bin/sh", sh);
+    EXPECT_EQ(run.exit_code, 2) << env;
+    EXPECT_NE(run.out.find(field), std::string::npos) << env << ": " << run.out;
   }
   // launch forwards a rank's failure
   EXPECT_EQ(shell(k + " launch --nproc 2 --master-port " + std::to_string(test_port(2)) +

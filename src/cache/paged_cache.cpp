@@ -110,6 +110,10 @@ int64_t PagedKvCache::append(int32_t seq, int64_t n_tokens) {
   }
   const int64_t needed =
       (s.length + n_tokens + page_size_ - 1) / page_size_ - static_cast<int64_t>(s.pages.size());
+  if (external_pages_ && needed > 0) {
+    throw CacheError("sequence " + std::to_string(seq) + " needs " + std::to_string(needed) +
+                     " more pages than set_pages gave it");
+  }
   if (needed > free_pages()) {
     throw CacheError("cache full: sequence " + std::to_string(seq) + " needs " +
                      std::to_string(needed) + " more pages, " + std::to_string(free_pages()) +
@@ -132,10 +136,55 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
   }
   const size_t keep = static_cast<size_t>((n_tokens + page_size_ - 1) / page_size_);
   while (s.pages.size() > keep) {
-    free_pages_.push_back(s.pages.back());
+    if (!external_pages_) free_pages_.push_back(s.pages.back());
     s.pages.pop_back();
   }
   s.length = n_tokens;
+}
+
+void PagedKvCache::use_external_pages() {
+  for (const Sequence& s : seqs_) {
+    if (s.live && !s.pages.empty()) {
+      throw CacheError("use_external_pages: sequences already hold the cache's own pages");
+    }
+  }
+  free_pages_.clear();
+  external_pages_ = true;
+}
+
+void PagedKvCache::set_pages(int32_t seq, const std::vector<int32_t>& pages, int64_t length) {
+  live(seq);
+  if (!external_pages_) throw CacheError("set_pages needs use_external_pages() first");
+  for (const int32_t page : pages) {
+    if (page < 0 || page >= max_pages_) {
+      throw CacheError("set_pages: page " + std::to_string(page) + " is not one of the " +
+                       std::to_string(max_pages_));
+    }
+  }
+  if (length < 0 || length > static_cast<int64_t>(pages.size()) * page_size_) {
+    throw CacheError("set_pages: " + std::to_string(length) + " tokens do not fit " +
+                     std::to_string(pages.size()) + " pages");
+  }
+  Sequence& s = seqs_[static_cast<size_t>(seq)];
+  s.pages.assign(pages.begin(), pages.end());
+  s.length = length;
+}
+
+void PagedKvCache::copy_page(int32_t from, int32_t to) {
+  if (from < 0 || from >= max_pages_ || to < 0 || to >= max_pages_) {
+    throw CacheError("copy_page: pages " + std::to_string(from) + " → " + std::to_string(to) +
+                     " out of range");
+  }
+  for (int64_t layer = 0; layer < n_layers_; ++layer) {
+    for (size_t stream = 0; stream < layout_.streams.size(); ++stream) {
+      // a page is one block of every head's rows (page_layout.h), in either key order
+      const int64_t page_bytes = page_size_ * layout_.token_row_bytes(layout_.streams[stream]);
+      std::byte* base = memory_.get() +
+                        pool_offset_[static_cast<size_t>(layer) * layout_.streams.size() + stream];
+      std::memcpy(base + to * page_bytes, base + from * page_bytes,
+                  static_cast<size_t>(page_bytes));
+    }
+  }
 }
 
 int64_t PagedKvCache::length(int32_t seq) const { return live(seq).length; }

@@ -52,6 +52,18 @@ class PagedKvCache {
   void truncate(int32_t seq, int64_t n_tokens);
   int64_t length(int32_t seq) const;
 
+  // Pages owned by the caller (a serving engine's page pool, serve/block_pool.h) from here on:
+  // the cache's own free list is emptied; set_pages() gives a sequence its pages, which may be
+  // shared with other sequences; append() then only counts tokens into the pages it was given
+  // (CacheError where they do not cover them), and truncate() and free_sequence() only drop
+  // pages from the sequence, never to a free list.
+  void use_external_pages();
+  bool external_pages() const { return external_pages_; }
+  // Sequence seq holds `pages` (in token order) and its first `length` tokens are in them.
+  void set_pages(int32_t seq, const std::vector<int32_t>& pages, int64_t length);
+  // Page `to` becomes a copy of page `from`, in every layer and stream.
+  void copy_page(int32_t from, int32_t to);
+
   // Head `head`'s row of `stream` in `layer` for token `pos` of `seq` (pos < length(seq)):
   // layout().head_row_bytes(stream) bytes. A token's heads are not adjacent (page_layout.h).
   // Throws CacheError for the key stream of a cache ordered by pairs (its rows are not
@@ -106,6 +118,7 @@ class PagedKvCache {
   int64_t state_offset_ = 0;          // states: [layer][seq][state_scalars] f32
   std::vector<int32_t> free_pages_;
   std::vector<Sequence> seqs_;
+  bool external_pages_ = false;
 };
 
 }  // namespace kvlab

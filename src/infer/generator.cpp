@@ -21,7 +21,7 @@ nn::TransformerBlockImpl& block(nn::TransformerModel& model, int64_t layer) {
 
 Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
                      int64_t max_seqs, int threads, std::optional<DType> rope_dtype,
-                     std::optional<KeyOrder> key_order)
+                     std::optional<KeyOrder> key_order, int64_t max_pages)
     : model_(std::move(model)),
       layout_([&] {
         if (!model_->config().shape.causal()) {
@@ -39,7 +39,7 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         return layout;
       }()),
       cache_(layout_, model_->config().shape.n_layers, 16,
-             max_seqs * ((max_tokens_per_seq + 15) / 16), max_seqs),
+             max_pages > 0 ? max_pages : max_seqs * ((max_tokens_per_seq + 15) / 16), max_seqs),
       decode_(load_decode_weights(model_), cache_, threads, max_seqs, max_tokens_per_seq) {}
 
 int32_t Generator::add_sequence() { return cache_.add_sequence(); }

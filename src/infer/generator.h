@@ -25,10 +25,11 @@ class Generator {
   // rope_dtype: the rope stream's dtype where it is not the spec's default (bf16 under q8_0,
   // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype). key_order: the key stream's order
   // (throws SpecError where the cache cannot take it); unset, fastest_key_order (the decoder's
-  // ISA) picks it.
+  // ISA) picks it. max_pages: the cache's pages of 16 tokens (0: enough for every sequence at
+  // max_tokens_per_seq; a serving engine sizes it from its memory budget).
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
             int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt,
-            std::optional<KeyOrder> key_order = std::nullopt);
+            std::optional<KeyOrder> key_order = std::nullopt, int64_t max_pages = 0);
 
   int32_t add_sequence();
   void free_sequence(int32_t seq);
@@ -42,6 +43,8 @@ class Generator {
   int64_t length(int32_t seq) const { return cache_.length(seq); }
   int64_t vocab_size() const { return decode_.vocab_size(); }
   const PagedKvCache& cache() const { return cache_; }
+  // The cache itself, for a caller that owns its pages (PagedKvCache::use_external_pages).
+  PagedKvCache& cache() { return cache_; }
   // The decode step's attention arithmetic and profiling (see DecodeModel); prompts run
   // through libtorch in f32 whatever the precision.
   DecodeModel& decode_model() { return decode_; }

@@ -72,8 +72,8 @@ class BlockPool {
   int64_t page_size_;
   bool prefix_caching_;
   std::vector<Page> pages_;
-  std::vector<int32_t> free_;      // neither held nor cached
-  std::list<int32_t> evictable_;   // cached, not held: least recently released first
+  std::vector<int32_t> free_;     // neither held nor cached
+  std::list<int32_t> evictable_;  // cached, not held: least recently released first
   std::unordered_map<uint64_t, int32_t> by_hash_;
 };
 

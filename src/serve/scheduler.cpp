@@ -25,7 +25,9 @@ int64_t StepPlan::tokens() const {
 
 namespace {
 
-int64_t pages_for(int64_t tokens, int64_t page_size) { return (tokens + page_size - 1) / page_size; }
+int64_t pages_for(int64_t tokens, int64_t page_size) {
+  return (tokens + page_size - 1) / page_size;
+}
 
 void check_config(const SchedulerConfig& c) {
   auto positive = [](int64_t v, const char* name) {

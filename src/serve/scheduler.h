@@ -17,10 +17,10 @@ namespace kvlab::serve {
 using RequestId = uint64_t;
 
 struct SchedulerConfig {
-  int64_t n_pages = 0;     // KV pages in the pool
-  int64_t page_size = 16;  // tokens a page
-  int64_t max_model_len = 0;       // prompt + generated tokens of one request, at most
-  int64_t max_num_seqs = 256;      // running sequences, at most
+  int64_t n_pages = 0;              // KV pages in the pool
+  int64_t page_size = 16;           // tokens a page
+  int64_t max_model_len = 0;        // prompt + generated tokens of one request, at most
+  int64_t max_num_seqs = 256;       // running sequences, at most
   int64_t max_batch_tokens = 2048;  // tokens computed in one step, at most
   bool prefix_caching = true;
 };
@@ -31,8 +31,8 @@ enum class FinishReason { kStop, kLength, kCancelled };
 const char* finish_reason_name(FinishReason reason);
 
 struct RequestLimits {
-  int64_t max_tokens = 16;                // generated tokens, at most (>= 1)
-  std::vector<int64_t> stop_token_ids;    // generation ends after any of these (it is returned)
+  int64_t max_tokens = 16;              // generated tokens, at most (>= 1)
+  std::vector<int64_t> stop_token_ids;  // generation ends after any of these (it is returned)
 };
 
 // A request that can never run: it is refused when submitted, not queued.

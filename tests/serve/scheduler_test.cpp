@@ -3,6 +3,8 @@
 // pages and derives the next token from the tokens it reads back through them, so a page table
 // that loses, mixes or overwrites a row changes the output; the reference is the same function
 // of the plain token list.
+#include "serve/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <set>
 
 #include "serve/block_pool.h"
-#include "serve/scheduler.h"
 
 namespace kvlab::serve {
 namespace {
@@ -60,7 +61,9 @@ class FakeModel {
       // a running request's chunks follow one another: no token computed twice, none skipped
       // (its first chunk after admission starts after its cached prefix)
       const auto next = next_first_.find(chunk.id);
-      if (next != next_first_.end()) EXPECT_EQ(chunk.first, next->second) << chunk.id;
+      if (next != next_first_.end()) {
+        EXPECT_EQ(chunk.first, next->second) << chunk.id;
+      }
       next_first_[chunk.id] = chunk.first + chunk.count;
       for (int64_t j = chunk.first; j < chunk.first + chunk.count; ++j) {
         const int32_t page = pages.at(static_cast<size_t>(j / P));
@@ -72,7 +75,8 @@ class FakeModel {
       if (!chunk.samples) continue;
       std::vector<int64_t> seen;
       for (int64_t j = 0; j < chunk.first + chunk.count; ++j) {
-        seen.push_back(slots_[static_cast<size_t>(pages.at(static_cast<size_t>(j / P)) * P + j % P)]);
+        seen.push_back(
+            slots_[static_cast<size_t>(pages.at(static_cast<size_t>(j / P)) * P + j % P)]);
       }
       sampled.push_back(next_token(seen));
     }
@@ -102,8 +106,8 @@ TEST(BlockPoolTest, EvictsTheLeastRecentlyReleasedCachedPage) {
   pool.release(pa);
   pool.release(pc);  // not cached: free
   EXPECT_EQ(pool.available(), 3);
-  EXPECT_EQ(*pool.allocate(), pc);  // free pages before cached ones
-  EXPECT_EQ(*pool.allocate(), pb);  // then the least recently released
+  EXPECT_EQ(*pool.allocate(), pc);                  // free pages before cached ones
+  EXPECT_EQ(*pool.allocate(), pb);                  // then the least recently released
   EXPECT_TRUE(pool.match_prefix(b).pages.empty());  // evicted: gone from the cache
   const BlockPool::Match m = pool.match_prefix(a);
   ASSERT_EQ(m.pages, std::vector<int32_t>{pa});
@@ -278,7 +282,8 @@ TEST(SchedulerTest, RandomLoadOnATinyPoolAnswersEveryRequestOnce) {
         }
       }
       if (uniform(0, 40) == 0 && !submitted.empty()) {
-        const RequestId victim = static_cast<RequestId>(uniform(1, static_cast<int64_t>(next_id) - 1));
+        const RequestId victim =
+            static_cast<RequestId>(uniform(1, static_cast<int64_t>(next_id) - 1));
         s.cancel(victim);  // may be finished already: ignored
         cancel_asked.insert(victim);
       }
@@ -316,9 +321,9 @@ TEST(SchedulerTest, RandomLoadOnATinyPoolAnswersEveryRequestOnce) {
     EXPECT_GT(refused.size(), 0u);
     EXPECT_GT(s.preemptions(), 0);
     std::cout << submitted.size() << " requests in " << steps << " steps: " << refused.size()
-              << " refused, " << cancelled << " cancelled, " << s.preemptions()
-              << " preemptions, " << s.prefix_hit_tokens() << " of "
-              << s.prefix_queried_tokens() << " prompt tokens from the prefix cache\n";
+              << " refused, " << cancelled << " cancelled, " << s.preemptions() << " preemptions, "
+              << s.prefix_hit_tokens() << " of " << s.prefix_queried_tokens()
+              << " prompt tokens from the prefix cache\n";
     if (prefix_caching) {
       EXPECT_GT(s.prefix_hit_tokens(), 0);
     } else {

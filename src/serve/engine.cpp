@@ -1,0 +1,147 @@
+#include "serve/engine.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "spec/spec_error.h"
+
+namespace kvlab::serve {
+namespace {
+
+int64_t model_len(const nn::TransformerModel& model, const EngineOptions& o) {
+  if (o.max_model_len > 0) return o.max_model_len;
+  const int64_t context = model->config().shape.max_context;
+  if (context <= 0) {
+    throw SpecError("max-model-len", "the model states no context length: give one");
+  }
+  return context;
+}
+
+SchedulerConfig scheduler_config(const infer::Generator& gen, const EngineOptions& o,
+                                 int64_t max_model_len) {
+  SchedulerConfig c;
+  c.n_pages = o.n_pages;
+  c.page_size = gen.cache().page_size();
+  c.max_model_len = max_model_len;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_batch_tokens = o.max_batch_tokens;
+  c.prefix_caching = o.prefix_caching;
+  if (o.prefix_caching && gen.cache().layout().state_scalars > 0) {
+    throw SpecError("prefix-cache",
+                    "linear attention keeps a recurrent state, not rows per token: pages of a "
+                    "prefix cannot be shared (use --no-prefix-cache)");
+  }
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(nn::TransformerModel model, const EngineOptions& options)
+    : generator_(model, options.cache_dtype, model_len(model, options), options.max_num_seqs,
+                 options.threads, std::nullopt, std::nullopt, options.n_pages),
+      scheduler_(scheduler_config(generator_, options, model_len(model, options))) {
+  generator_.cache().use_external_pages();
+  logits_.resize(static_cast<size_t>(options.max_num_seqs * generator_.vocab_size()));
+}
+
+void Engine::submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
+                    RequestSampling sampling) {
+  for (const int64_t token : prompt) {
+    if (token < 0 || token >= generator_.vocab_size()) {
+      throw RequestRefused("prompt token " + std::to_string(token) +
+                           " is outside the vocabulary of " +
+                           std::to_string(generator_.vocab_size()));
+    }
+  }
+  scheduler_.submit(id, std::move(prompt), std::move(limits));
+  sampling_.emplace(id, std::make_pair(sampling.sampling, std::mt19937_64(sampling.seed)));
+}
+
+void Engine::cancel(RequestId id) { scheduler_.cancel(id); }
+
+int32_t Engine::slot_of(RequestId id) {
+  const auto found = slots_.find(id);
+  if (found != slots_.end()) return found->second;
+  const int32_t slot = generator_.add_sequence();
+  slots_.emplace(id, slot);
+  return slot;
+}
+
+void Engine::drop(RequestId id) {
+  const auto found = slots_.find(id);
+  if (found == slots_.end()) return;
+  generator_.free_sequence(found->second);
+  slots_.erase(found);
+}
+
+Engine::StepResult Engine::step() {
+  StepResult result;
+  const StepPlan plan = scheduler_.schedule();
+  for (const RequestId id : plan.cancelled) {
+    drop(id);
+    sampling_.erase(id);
+  }
+  for (const RequestId id : plan.preempted) drop(id);  // recomputed from scratch when re-admitted
+  PagedKvCache& cache = generator_.cache();
+  for (const PageCopy& copy : plan.copies) cache.copy_page(copy.from, copy.to);
+
+  // every chunk's sequence holds its pages, with the tokens before the chunk in them
+  std::vector<int32_t> decode_slots;
+  std::vector<int64_t> decode_tokens;
+  std::vector<size_t> decode_chunks;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const Chunk& chunk = plan.chunks[i];
+    const int32_t slot = slot_of(chunk.id);
+    cache.set_pages(slot, scheduler_.pages(chunk.id), chunk.first);
+    if (chunk.count == 1) {
+      decode_slots.push_back(slot);
+      decode_tokens.push_back(scheduler_.tokens(chunk.id)[static_cast<size_t>(chunk.first)]);
+      decode_chunks.push_back(i);
+    }
+  }
+  const int64_t V = generator_.vocab_size();
+  // the logits of each sampling chunk, in plan order
+  std::vector<const float*> chunk_logits(plan.chunks.size(), nullptr);
+  if (!decode_slots.empty()) {
+    generator_.step(decode_slots.data(), decode_tokens.data(),
+                    static_cast<int64_t>(decode_slots.size()), logits_.data());
+    for (size_t k = 0; k < decode_chunks.size(); ++k) {
+      chunk_logits[decode_chunks[k]] = logits_.data() + static_cast<int64_t>(k) * V;
+    }
+  }
+  std::vector<torch::Tensor> prompt_logits;  // keeps the prefill passes' logits alive
+  prompt_logits.reserve(plan.chunks.size());
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const Chunk& chunk = plan.chunks[i];
+    if (chunk.count == 1) continue;
+    const std::vector<int64_t>& tokens = scheduler_.tokens(chunk.id);
+    const std::vector<int64_t> part(tokens.begin() + chunk.first,
+                                    tokens.begin() + chunk.first + chunk.count);
+    prompt_logits.push_back(generator_.feed(slots_.at(chunk.id), part));
+    chunk_logits[i] = prompt_logits.back().data_ptr<float>();
+  }
+  std::vector<int64_t> sampled;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const Chunk& chunk = plan.chunks[i];
+    result.computed_tokens += chunk.count;
+    if (!chunk.samples) continue;
+    auto& [options, rng] = sampling_.at(chunk.id);
+    if (options.temperature < infer::kGreedyBelowTemperature) {
+      sampled.push_back(infer::greedy_token(chunk_logits[i], V));
+    } else {
+      const torch::Tensor logits = torch::from_blob(const_cast<float*>(chunk_logits[i]), {V});
+      sampled.push_back(infer::sample(logits, options, rng));
+    }
+  }
+  result.events = scheduler_.complete(plan, sampled);
+  for (const TokenEvent& e : result.events) {
+    if (!e.finished) continue;
+    drop(e.id);
+    sampling_.erase(e.id);
+  }
+  result.cancelled = plan.cancelled;
+  result.preempted = plan.preempted;
+  return result;
+}
+
+}  // namespace kvlab::serve

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "infer/generator.h"
+#include "nn/transformer.h"
+#include "serve/scheduler.h"
+#include "spec/dtype.h"
+
+namespace kvlab::serve {
+
+struct EngineOptions {
+  int64_t n_pages = 0;        // KV pages of the cache (page_size tokens each)
+  int64_t max_model_len = 0;  // 0: the model's context
+  int64_t max_num_seqs = 256;
+  int64_t max_batch_tokens = 2048;
+  bool prefix_caching = true;
+  DType cache_dtype = DType::kBf16;
+  int threads = 1;
+};
+
+// A request's sampling, as the OpenAI API states it (temperature below
+// infer::kGreedyBelowTemperature: greedy); seed: its own generator, so a seeded request's tokens
+// do not depend on what else is in the batch.
+struct RequestSampling {
+  infer::SamplingOptions sampling;
+  uint64_t seed = 0;
+};
+
+// The serving engine: a Scheduler's steps run on a Generator whose cache pages the scheduler's
+// pool owns (PagedKvCache::use_external_pages). Each step copies the pages the plan copies, runs
+// the decoding sequences as one batched decode step and each prompt chunk as one prefill pass,
+// samples every sampling chunk's next token with its request's own generator, and hands them to
+// the scheduler. A sequence slot of the Generator is held while a request runs; preemption frees
+// it (a recurrent layout's state is rebuilt with the rest on re-admission).
+class Engine {
+ public:
+  Engine(nn::TransformerModel model, const EngineOptions& options);
+
+  // See Scheduler::submit (RequestRefused) and Scheduler::cancel.
+  void submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
+              RequestSampling sampling = {});
+  void cancel(RequestId id);
+  // One iteration: the tokens it produced (and the requests it ended), in plan order.
+  struct StepResult {
+    std::vector<TokenEvent> events;
+    std::vector<RequestId> cancelled, preempted;
+    int64_t computed_tokens = 0;
+  };
+  StepResult step();
+
+  bool idle() const { return scheduler_.idle(); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const infer::Generator& generator() const { return generator_; }
+  int64_t page_size() const { return generator_.cache().page_size(); }
+
+ private:
+  int32_t slot_of(RequestId id);
+  void drop(RequestId id);
+
+  infer::Generator generator_;
+  Scheduler scheduler_;
+  std::map<RequestId, int32_t> slots_;
+  std::map<RequestId, std::pair<infer::SamplingOptions, std::mt19937_64>> sampling_;
+  std::vector<float> logits_;
+};
+
+}  // namespace kvlab::serve

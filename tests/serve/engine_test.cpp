@@ -30,25 +30,27 @@ struct Submitted {
 };
 
 // What generate_text_tokens makes of the request alone, with the engine's cache dtype.
-std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r) {
+std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r, DType dtype) {
   infer::TextGenerationOptions o;
   o.max_tokens = r.limits.max_tokens;
   o.sampling = r.sampling.sampling;
   o.seed = r.sampling.seed;
-  o.cache_dtype = DType::kF32;
+  o.cache_dtype = dtype;
   const infer::TextGenerationResult result = infer::generate_text_tokens(model, r.prompt, o, {});
   return {result.tokens.begin(), result.tokens.end()};
 }
 
-void run_load(const char* attn, PosScheme pos, bool prefix_caching) {
-  SCOPED_TRACE(std::string(attn) + (prefix_caching ? ", prefix caching" : ""));
+void run_load(const char* attn, PosScheme pos, bool prefix_caching,
+              DType dtype = DType::kF32) {
+  SCOPED_TRACE(std::string(attn) + (prefix_caching ? ", prefix caching, " : ", ") +
+               std::string(dtype_name(dtype)));
   const nn::TransformerModel model = engine_model(attn, pos);
   EngineOptions o;
   o.n_pages = 6;  // 96 tokens: fewer than the requests below hold at once
   o.max_num_seqs = 5;
   o.max_batch_tokens = 24;
   o.prefix_caching = prefix_caching;
-  o.cache_dtype = DType::kF32;
+  o.cache_dtype = dtype;
   Engine engine(model, o);
   std::mt19937_64 rng(7);
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -86,7 +88,7 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching) {
     for (const TokenEvent& e : result.events) out[e.id].push_back(e.token);
   }
   for (const auto& [id, r] : requests) {
-    EXPECT_EQ(out[id], alone(model, r)) << "request " << id;
+    EXPECT_EQ(out[id], alone(model, r, dtype)) << "request " << id;
   }
   EXPECT_GT(preemptions, 0);
   if (prefix_caching) {
@@ -100,6 +102,9 @@ TEST(EngineTest, EachRequestGetsWhatItGetsAloneUnderLoad) {
   run_load("gqa:2", PosScheme::kRope, false);
   run_load("gva:2,dr=4", PosScheme::kRope, true);
   run_load("mla", PosScheme::kRope, true);
+  // rounded cache rows: prompts read back what decode will read, in the engine as alone
+  run_load("gqa:2", PosScheme::kRope, true, DType::kBf16);
+  run_load("gva:2,dr=4", PosScheme::kRope, true, DType::kQ8_0);
 }
 
 TEST(EngineTest, LinearAttentionServesWithoutPrefixCaching) {

@@ -53,8 +53,10 @@ void Engine::submit(RequestId id, std::vector<int64_t> prompt, RequestLimits lim
                            std::to_string(generator_.vocab_size()));
     }
   }
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
   scheduler_.submit(id, std::move(prompt), std::move(limits));
   sampling_.emplace(id, std::make_pair(sampling.sampling, std::mt19937_64(sampling.seed)));
+  timing_[id] = Timing{Clock::now(), {}, prompt_tokens, 0};
 }
 
 void Engine::cancel(RequestId id) { scheduler_.cancel(id); }
@@ -80,6 +82,7 @@ Engine::StepResult Engine::step() {
   for (const RequestId id : plan.cancelled) {
     drop(id);
     sampling_.erase(id);
+    record(id, FinishReason::kCancelled, false, Clock::now());
   }
   for (const RequestId id : plan.preempted) drop(id);  // recomputed from scratch when re-admitted
   PagedKvCache& cache = generator_.cache();
@@ -134,7 +137,9 @@ Engine::StepResult Engine::step() {
     }
   }
   result.events = scheduler_.complete(plan, sampled);
+  const Clock::time_point now = Clock::now();
   for (const TokenEvent& e : result.events) {
+    record(e.id, e.finished, true, now);
     if (!e.finished) continue;
     drop(e.id);
     sampling_.erase(e.id);
@@ -142,6 +147,42 @@ Engine::StepResult Engine::step() {
   result.cancelled = plan.cancelled;
   result.preempted = plan.preempted;
   return result;
+}
+
+void Engine::record(RequestId id, std::optional<FinishReason> finished, bool token,
+                    Clock::time_point now) {
+  const auto found = timing_.find(id);
+  if (found == timing_.end()) return;
+  Timing& t = found->second;
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  if (token) {
+    if (t.tokens == 0) {
+      metrics_.time_to_first_token_seconds.observe(seconds(now - t.arrival));
+      metrics_.prompt_tokens += t.prompt_tokens;
+    } else {
+      metrics_.inter_token_latency_seconds.observe(seconds(now - t.last_token));
+    }
+    t.last_token = now;
+    ++t.tokens;
+    ++metrics_.generation_tokens;
+  }
+  if (finished) {
+    ++metrics_.request_success[finish_reason_name(*finished)];
+    metrics_.e2e_request_latency_seconds.observe(seconds(now - t.arrival));
+    timing_.erase(found);
+  }
+}
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m = metrics_;
+  m.num_requests_running = scheduler_.n_running();
+  m.num_requests_waiting = scheduler_.n_waiting();
+  m.kv_cache_usage_perc = static_cast<double>(scheduler_.pool().in_use()) /
+                          static_cast<double>(scheduler_.pool().n_pages());
+  m.prefix_cache_queries = scheduler_.prefix_queried_tokens();
+  m.prefix_cache_hits = scheduler_.prefix_hit_tokens();
+  m.num_preemptions = scheduler_.preemptions();
+  return m;
 }
 
 }  // namespace kvlab::serve

@@ -1,12 +1,15 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "infer/generator.h"
 #include "nn/transformer.h"
+#include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "spec/dtype.h"
 
@@ -53,6 +56,8 @@ class Engine {
   StepResult step();
 
   bool idle() const { return scheduler_.idle(); }
+  // The counters and histograms so far, with the gauges as they stand now.
+  EngineMetrics metrics() const;
   const Scheduler& scheduler() const { return scheduler_; }
   const infer::Generator& generator() const { return generator_; }
   int64_t page_size() const { return generator_.cache().page_size(); }
@@ -60,12 +65,22 @@ class Engine {
  private:
   int32_t slot_of(RequestId id);
   void drop(RequestId id);
+  using Clock = std::chrono::steady_clock;
+  struct Timing {
+    Clock::time_point arrival, last_token;
+    int64_t prompt_tokens = 0, tokens = 0;
+  };
+  // a token's latencies, and the request's end where it ended
+  void record(RequestId id, std::optional<FinishReason> finished, bool token,
+              Clock::time_point now);
 
   infer::Generator generator_;
   Scheduler scheduler_;
   std::map<RequestId, int32_t> slots_;
   std::map<RequestId, std::pair<infer::SamplingOptions, std::mt19937_64>> sampling_;
   std::vector<float> logits_;
+  std::map<RequestId, Timing> timing_;
+  EngineMetrics metrics_;
 };
 
 }  // namespace kvlab::serve

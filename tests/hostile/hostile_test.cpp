@@ -953,7 +953,21 @@ bool blocked_in_open(pid_t pid) {
   return slurp("/proc/" + std::to_string(pid) + "/wchan") == "wait_for_partner";
 }
 
-// delay_s < 0: signal once the process blocks in open() (at most 60 s), not after a delay.
+// Whether the process catches `signal` (its handler installed: /proc/PID/status's SigCgt mask).
+bool catches(pid_t pid, int signal) {
+  std::istringstream status(slurp("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) == 0) {
+      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+      return (mask >> (signal - 1)) & 1;
+    }
+  }
+  return false;
+}
+
+// The signal delay_s after the program has installed its handler for it (a loaded machine can
+// take seconds to load libtorch under the sanitizers first; sent earlier, the default action
+// ends the process); delay_s < 0: once the process blocks in open() (at most 60 s).
 Interrupted interrupt_after(const std::string& args, int signal, double delay_s) {
   std::vector<std::string> words;
   std::istringstream in(args);
@@ -973,6 +987,11 @@ Interrupted interrupt_after(const std::string& args, int signal, double delay_s)
     ::_exit(127);
   }
   if (delay_s >= 0) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!catches(pid, signal) &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
   } else {
     const auto start = std::chrono::steady_clock::now();

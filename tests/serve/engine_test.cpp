@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -40,8 +41,7 @@ std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r
   return {result.tokens.begin(), result.tokens.end()};
 }
 
-void run_load(const char* attn, PosScheme pos, bool prefix_caching,
-              DType dtype = DType::kF32) {
+void run_load(const char* attn, PosScheme pos, bool prefix_caching, DType dtype = DType::kF32) {
   SCOPED_TRACE(std::string(attn) + (prefix_caching ? ", prefix caching, " : ", ") +
                std::string(dtype_name(dtype)));
   const nn::TransformerModel model = engine_model(attn, pos);
@@ -74,7 +74,7 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching,
     requests[id] = r;
   }
   std::map<RequestId, std::vector<int64_t>> out;
-  int64_t steps = 0, preemptions = 0;
+  int64_t steps = 0, preemptions = 0, running_peak = 0;
   RequestId next = 1;
   while (next <= requests.size() || !engine.idle()) {
     ASSERT_LT(++steps, 2000);
@@ -85,6 +85,7 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching,
     }
     const Engine::StepResult result = engine.step();
     preemptions += static_cast<int64_t>(result.preempted.size());
+    running_peak = std::max(running_peak, engine.metrics().num_requests_running);
     for (const TokenEvent& e : result.events) out[e.id].push_back(e.token);
   }
   for (const auto& [id, r] : requests) {
@@ -95,6 +96,27 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching,
     EXPECT_GT(engine.scheduler().prefix_hit_tokens(), 0);
   }
   EXPECT_EQ(engine.scheduler().pool().in_use(), 0);
+  // the metrics count what happened
+  const EngineMetrics m = engine.metrics();
+  int64_t tokens = 0, prompt_tokens = 0;
+  for (const auto& [id, r] : requests) {
+    tokens += static_cast<int64_t>(out[id].size());
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  }
+  EXPECT_EQ(m.generation_tokens, tokens);
+  EXPECT_EQ(m.prompt_tokens, prompt_tokens);
+  EXPECT_EQ(m.request_success.at("length") +
+                (m.request_success.count("stop") ? m.request_success.at("stop") : 0),
+            static_cast<int64_t>(requests.size()));
+  EXPECT_EQ(m.time_to_first_token_seconds.count(), static_cast<int64_t>(requests.size()));
+  EXPECT_EQ(m.inter_token_latency_seconds.count(), tokens - static_cast<int64_t>(requests.size()));
+  EXPECT_EQ(m.e2e_request_latency_seconds.count(), static_cast<int64_t>(requests.size()));
+  EXPECT_EQ(m.num_preemptions, preemptions);
+  EXPECT_EQ(m.num_requests_running, 0);
+  EXPECT_EQ(m.num_requests_waiting, 0);
+  EXPECT_EQ(m.kv_cache_usage_perc, 0.0);
+  EXPECT_GT(running_peak, 1);
+  EXPECT_LE(running_peak, o.max_num_seqs);
 }
 
 TEST(EngineTest, EachRequestGetsWhatItGetsAloneUnderLoad) {

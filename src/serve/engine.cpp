@@ -45,7 +45,11 @@ Engine::Engine(nn::TransformerModel model, const EngineOptions& options)
 }
 
 void Engine::submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
-                    RequestSampling sampling) {
+                    RequestSampling sampling, double timeout_s) {
+  if (!(timeout_s >= 0) || timeout_s > 1e9) {
+    throw RequestRefused("timeout must be 0 (none) or a positive number of seconds, got " +
+                         std::to_string(timeout_s));
+  }
   for (const int64_t token : prompt) {
     if (token < 0 || token >= generator_.vocab_size()) {
       throw RequestRefused("prompt token " + std::to_string(token) +
@@ -56,7 +60,12 @@ void Engine::submit(RequestId id, std::vector<int64_t> prompt, RequestLimits lim
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
   scheduler_.submit(id, std::move(prompt), std::move(limits));
   sampling_.emplace(id, std::make_pair(sampling.sampling, std::mt19937_64(sampling.seed)));
-  timing_[id] = Timing{Clock::now(), {}, prompt_tokens, 0};
+  const Clock::time_point now = Clock::now();
+  Timing& t = timing_[id] = Timing{now, {}, {}, prompt_tokens, 0};
+  if (timeout_s > 0) {
+    t.deadline =
+        now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  }
 }
 
 void Engine::cancel(RequestId id) { scheduler_.cancel(id); }
@@ -78,6 +87,10 @@ void Engine::drop(RequestId id) {
 
 Engine::StepResult Engine::step() {
   StepResult result;
+  const Clock::time_point start = Clock::now();
+  for (const auto& [id, t] : timing_) {
+    if (t.deadline && start >= *t.deadline) scheduler_.cancel(id);
+  }
   const StepPlan plan = scheduler_.schedule();
   for (const RequestId id : plan.cancelled) {
     drop(id);

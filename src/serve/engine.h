@@ -43,9 +43,10 @@ class Engine {
  public:
   Engine(nn::TransformerModel model, const EngineOptions& options);
 
-  // See Scheduler::submit (RequestRefused) and Scheduler::cancel.
+  // See Scheduler::submit (RequestRefused) and Scheduler::cancel. timeout_s > 0: the request is
+  // cancelled at the first step that starts that long after it arrived (0: no limit).
   void submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
-              RequestSampling sampling = {});
+              RequestSampling sampling = {}, double timeout_s = 0);
   void cancel(RequestId id);
   // One iteration: the tokens it produced (and the requests it ended), in plan order.
   struct StepResult {
@@ -68,6 +69,7 @@ class Engine {
   using Clock = std::chrono::steady_clock;
   struct Timing {
     Clock::time_point arrival, last_token;
+    std::optional<Clock::time_point> deadline;
     int64_t prompt_tokens = 0, tokens = 0;
   };
   // a token's latencies, and the request's end where it ended

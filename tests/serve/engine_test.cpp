@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "infer/text_generation.h"
 #include "nn/nn_test_util.h"
@@ -141,6 +142,36 @@ TEST(EngineTest, LinearAttentionServesWithoutPrefixCaching) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("recurrent"), std::string::npos) << e.what();
   }
+}
+
+TEST(EngineTest, ARequestPastItsTimeoutIsCancelledAndFreesItsPages) {
+  const nn::TransformerModel model = engine_model("gqa:2", PosScheme::kRope);
+  EngineOptions o;
+  o.n_pages = 8;
+  o.cache_dtype = DType::kF32;
+  Engine engine(model, o);
+  engine.submit(1, {1, 2, 3}, RequestLimits{50, {}}, {}, /*timeout_s=*/0.05);
+  engine.submit(2, {4, 5, 6}, RequestLimits{5, {}});
+  std::vector<RequestId> cancelled;
+  std::map<RequestId, int64_t> tokens;
+  const auto start = std::chrono::steady_clock::now();
+  bool slept = false;
+  while (!engine.idle()) {
+    if (tokens[1] == 2 && !slept) {  // request 1 is running: its time passes before its third token
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      slept = true;
+    }
+    const Engine::StepResult r = engine.step();
+    cancelled.insert(cancelled.end(), r.cancelled.begin(), r.cancelled.end());
+    for (const TokenEvent& e : r.events) ++tokens[e.id];
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  }
+  EXPECT_EQ(cancelled, std::vector<RequestId>{1});
+  EXPECT_LT(tokens[1], 50);
+  EXPECT_EQ(tokens[2], 5);
+  EXPECT_EQ(engine.scheduler().pool().in_use(), 0);
+  EXPECT_EQ(engine.metrics().request_success.at("cancelled"), 1);
+  EXPECT_THROW(engine.submit(3, {1}, RequestLimits{1, {}}, {}, -1), RequestRefused);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "cli/analyze_command.h"
 #include "cli/bench_command.h"
+#include "cli/bench_serve_command.h"
 #include "cli/cache_command.h"
 #include "cli/compare_command.h"
 #include "cli/convert_command.h"
@@ -16,6 +17,7 @@
 #include "cli/generate_command.h"
 #include "cli/interrupt.h"
 #include "cli/launch_command.h"
+#include "cli/serve_command.h"
 #include "cli/summary_command.h"
 #include "cli/tokenize_command.h"
 #include "cli/train_command.h"
@@ -94,6 +96,12 @@ int run_kvlab(int argc, char** argv, std::istream& in, std::ostream& out, std::o
       add_bench_commands(app, bench_train_options, bench_memory_options, bench_compute_options,
                          bench_decode_options, bench_model_options);
 
+  ServeOptions serve_options;
+  CLI::App* serve = add_serve_command(app, serve_options);
+  BenchServeOptions bench_serve_options;
+  CLI::App* bench_serve =
+      add_bench_serve_command(*app.get_subcommand("bench"), bench_serve_options);
+
   check_numeric_flags(app);
 
   install_interrupt_handlers();
@@ -165,6 +173,13 @@ int run_kvlab(int argc, char** argv, std::istream& in, std::ostream& out, std::o
     } else if (bench.compute->parsed()) {
       command = "kvlab bench compute";
       return run_bench_compute(bench_compute_options, out);
+    } else if (serve->parsed()) {
+      command = "kvlab serve";
+      const DeferredInterrupt draining_on_stop;  // the server ends its requests, then exits 0
+      return run_serve(serve_options, *stop, err);
+    } else if (bench_serve->parsed()) {
+      command = "kvlab bench serve";
+      return run_bench_serve(bench_serve_options, out, err);
     } else if (bench.memory->parsed()) {
       command = "kvlab bench memory";
       return run_bench_memory(bench_memory_options, out);

@@ -68,7 +68,11 @@ void Engine::submit(RequestId id, std::vector<int64_t> prompt, RequestLimits lim
   }
 }
 
-void Engine::cancel(RequestId id) { scheduler_.cancel(id); }
+void Engine::cancel(RequestId id, FinishReason reason) {
+  if (timing_.count(id) == 0) return;  // finished, or never submitted
+  cancel_reasons_[id] = reason;
+  scheduler_.cancel(id);
+}
 
 int32_t Engine::slot_of(RequestId id) {
   const auto found = slots_.find(id);
@@ -95,7 +99,10 @@ Engine::StepResult Engine::step() {
   for (const RequestId id : plan.cancelled) {
     drop(id);
     sampling_.erase(id);
-    record(id, FinishReason::kCancelled, false, Clock::now());
+    const auto reason = cancel_reasons_.find(id);
+    record(id, reason == cancel_reasons_.end() ? FinishReason::kCancelled : reason->second, false,
+           Clock::now());
+    if (reason != cancel_reasons_.end()) cancel_reasons_.erase(reason);
   }
   for (const RequestId id : plan.preempted) drop(id);  // recomputed from scratch when re-admitted
   PagedKvCache& cache = generator_.cache();
@@ -156,6 +163,7 @@ Engine::StepResult Engine::step() {
     if (!e.finished) continue;
     drop(e.id);
     sampling_.erase(e.id);
+    cancel_reasons_.erase(e.id);  // a cancel that came too late for it
   }
   result.cancelled = plan.cancelled;
   result.preempted = plan.preempted;

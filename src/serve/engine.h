@@ -47,7 +47,8 @@ class Engine {
   // cancelled at the first step that starts that long after it arrived (0: no limit).
   void submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
               RequestSampling sampling = {}, double timeout_s = 0);
-  void cancel(RequestId id);
+  // reason: what the metrics count it as (kStop: the server found a stop string in its text).
+  void cancel(RequestId id, FinishReason reason = FinishReason::kCancelled);
   // One iteration: the tokens it produced (and the requests it ended), in plan order.
   struct StepResult {
     std::vector<TokenEvent> events;
@@ -82,6 +83,7 @@ class Engine {
   std::map<RequestId, std::pair<infer::SamplingOptions, std::mt19937_64>> sampling_;
   std::vector<float> logits_;
   std::map<RequestId, Timing> timing_;
+  std::map<RequestId, FinishReason> cancel_reasons_;
   EngineMetrics metrics_;
 };
 

@@ -166,13 +166,13 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
     model_name = std::filesystem::path(o.checkpoint).lexically_normal().filename().string();
     if (model_name.empty()) model_name = std::filesystem::path(dir).filename().string();
   }
-  log << "kvlab serve: " << model_name << " (" << config.attn.to_string() << ", "
-      << config.shape.n_layers << " layers, " << config.shape.vocab_size << " tokens, cache "
-      << dtype_name(dtype) << ", " << threads << " threads, chat template "
-      << serve::chat_format_name(chat.format) << ")\n";
-  for (const std::string& line : serve::describe_kv_budget(budget)) {
-    log << "kvlab serve: " << line << "\n";
-  }
+  // the startup lines, printed once the socket is bound (an error is the first line otherwise)
+  std::vector<std::string> startup = {
+      model_name + " (" + config.attn.to_string() + ", " + std::to_string(config.shape.n_layers) +
+      " layers, " + std::to_string(config.shape.vocab_size) + " tokens, cache " +
+      std::string(dtype_name(dtype)) + ", " + std::to_string(threads) + " threads, chat template " +
+      serve::chat_format_name(chat.format) + ")"};
+  for (const std::string& line : serve::describe_kv_budget(budget)) startup.push_back(line);
   serve::Engine engine(std::move(model), engine_options);
 
   serve::ServerOptions server_options;
@@ -187,6 +187,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   server_options.shutdown_timeout_s = o.shutdown_timeout_s;
   serve::ApiServer server(engine, std::move(codec), chat, server_options, log);
   server.bind();
+  for (const std::string& line : startup) log << "kvlab serve: " << line << "\n";
   // a client that goes away mid-response is a failed write, not the end of the server
   std::signal(SIGPIPE, SIG_IGN);
   log << "kvlab serve: listening on http://" << o.host << ":" << server.port()

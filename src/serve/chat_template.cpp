@@ -46,10 +46,16 @@ std::string llama2(const ChatTemplate& chat, const std::vector<ChatMessage>& mes
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "user") {
-      out +=
-          chat.bos_token + "[INST] " + (i == first ? system : "") + strip(m.content) + " [/INST]";
+      out += chat.bos_token;
+      out += "[INST] ";
+      if (i == first) out += system;
+      out += strip(m.content);
+      out += " [/INST]";
     } else if (m.role == "assistant") {
-      out += " " + strip(m.content) + " " + chat.eos_token;
+      out += ' ';
+      out += strip(m.content);
+      out += ' ';
+      out += chat.eos_token;
     } else {
       throw SpecError("messages", "the llama2 chat format has a system message first only");
     }

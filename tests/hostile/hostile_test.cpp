@@ -465,6 +465,42 @@ std::vector<HostileCase> cases() {
   add("Generate_missing_checkpoint", "generate --checkpoint {d}/none --prompt x", "checkpoint");
   add("Generate_threads_negative", gen + "--threads -2", "--threads");
 
+  // --- serve: every case fails before the server listens
+  const std::string serve = "serve --checkpoint {ckpt} --port 0 ";
+  add("Serve_missing_checkpoint", "serve --checkpoint {d}/none", "checkpoint");
+  add("Serve_synthetic_checkpoint", "serve --checkpoint {syn} --port 0", "checkpoint");
+  add("Serve_kv_memory_zero", serve + "--kv-cache-memory 0", "kv-cache-memory");
+  add("Serve_kv_memory_words", serve + "--kv-cache-memory lots", "kv-cache-memory");
+  add("Serve_kv_memory_huge", serve + "--kv-cache-memory 100TiB", "kv-cache-memory");
+  add("Serve_kv_memory_too_small", serve + "--kv-cache-memory 1", "kv-cache-memory");
+  add("Serve_kv_memory_nan", serve + "--kv-cache-memory nan", "kv-cache-memory");
+  add("Serve_port_out_of_range", serve + "--port 70000", "--port");
+  add("Serve_host_not_here",
+      "serve --checkpoint {ckpt} --port 0 --kv-cache-memory 1MiB --host 203.0.113.9", "port");
+  add("Serve_cache_dtype", serve + "--cache-dtype q3", "cache-dtype");
+  add("Serve_chat_template", serve + "--chat-template vicuna", "chat-template");
+  add("Serve_max_body_tiny", serve + "--max-body 10", "max-body");
+  add("Serve_max_model_len_negative", serve + "--max-model-len -5", "--max-model-len");
+  add("Serve_max_num_seqs_zero", serve + "--max-num-seqs 0", "--max-num-seqs");
+  add("Serve_read_timeout_nan", serve + "--read-timeout nan", "--read-timeout");
+  add("Serve_http_threads_zero", serve + "--http-threads 0", "--http-threads");
+  const std::string bench_serve = "bench serve --url http://127.0.0.1:1 ";
+  add("BenchServe_url_scheme", "bench serve --url ftp://example", "url");
+  add("BenchServe_unreachable", bench_serve + "--num-prompts 2", "url");
+  for (const char* value : {"-1", "0", "nan", "fast"}) {
+    add(std::string("BenchServe_request_rate_") + value, bench_serve + "--request-rate " + value,
+        "request-rate");
+  }
+  add("BenchServe_num_prompts_zero", bench_serve + "--num-prompts 0", "--num-prompts");
+  add("BenchServe_prefix_longer_than_input", bench_serve + "--input-len 8 --prefix-len 9",
+      "prefix-len");
+  add("BenchServe_format", bench_serve + "--format xml", "format");
+  add("BenchServe_dataset_missing", bench_serve + "--dataset {d}/none.jsonl", "dataset");
+  add("BenchServe_dataset_not_json", bench_serve + "--dataset {d}/d.jsonl", "dataset",
+      file("d.jsonl", "{\"prompt\": \"a\"}\nnot json\n"));
+  add("BenchServe_dataset_max_tokens", bench_serve + "--dataset {d}/d.jsonl", "dataset",
+      file("d.jsonl", "{\"prompt\": \"a\", \"max_tokens\": -4}\n"));
+
   // --- cache and summary with a Hugging Face config
   add("HfConfig_deep", "cache --hf-config {d}/config.json", "hf-config",
       file("config.json", "{\"hidden_size\": " + deep_json(100000) + "}"));

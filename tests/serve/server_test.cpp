@@ -180,8 +180,10 @@ std::map<std::string, double> metrics(int port) {
   for (std::string line; std::getline(lines, line);) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
-    std::string name = line.substr(0, space);
-    values[name.substr(0, name.find('{'))] += std::stod(line.substr(space + 1));
+    const std::string name = line.substr(0, space);
+    const double value = std::stod(line.substr(space + 1));
+    values[name.substr(0, name.find('{'))] += value;  // summed over labels
+    if (name.find('{') != std::string::npos) values[name] = value;
   }
   return values;
 }
@@ -435,6 +437,9 @@ TEST(ServerTest, HostileClientsLeaveTheServerServingAndLeakNothing) {
         metrics(port).at("kvlab:request_success_total") - before.at("kvlab:request_success_total");
   }
   EXPECT_EQ(ended, 24 + 2);
+  // the dropped streams were cancelled (their sequences freed), not run to their end
+  const std::string cancelled = "kvlab:request_success_total{finished_reason=\"cancelled\"}";
+  EXPECT_EQ(metrics(port)[cancelled] - before.at(cancelled), 24);
   ASSERT_TRUE(server_drained(port)) << "requests or pages left after the clients went away";
   // and the server still answers right
   const json again =

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "nn/checkpoint.h"
@@ -185,6 +186,19 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   server_options.read_timeout_s = o.read_timeout_s;
   server_options.request_timeout_s = o.request_timeout_s;
   server_options.shutdown_timeout_s = o.shutdown_timeout_s;
+  server_options.info_json = nlohmann::json{
+      {"model", model_name},
+      {"attn", config.attn.to_string()},
+      {"layers", config.shape.n_layers},
+      {"cache_dtype", std::string(dtype_name(dtype))},
+      {"bytes_per_token", budget.bytes_per_token},
+      {"page_size", budget.page_size},
+      {"pages", engine_options.n_pages},
+      {"tokens", budget.tokens},
+      {"budget_bytes", budget.budget_bytes},
+      {"max_model_len", max_model_len},
+      {"max_concurrency",
+       budget.max_concurrency}}.dump();
   serve::ApiServer server(engine, std::move(codec), chat, server_options, log);
   server.bind();
   for (const std::string& line : startup) log << "kvlab serve: " << line << "\n";

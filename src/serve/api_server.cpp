@@ -9,6 +9,7 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 
+#include "serve/page.h"
 #include "serve/text_stream.h"
 #include "spec/spec_error.h"
 
@@ -42,7 +43,9 @@ constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
                              {"/v1/chat/completions", "POST"},
                              {"/v1/models", "GET"},
                              {"/health", "GET"},
-                             {"/metrics", "GET"}};
+                             {"/metrics", "GET"},
+                             {"/info", "GET"},
+                             {"/", "GET"}};
 
 }  // namespace
 
@@ -199,6 +202,13 @@ void ApiServer::route(httplib::Server& http) {
                     "application/json");
   });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  http.Get("/info", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(options_.info_json, "application/json");
+  });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    const std::string_view page = index_html();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     EngineMetrics snapshot;
     {

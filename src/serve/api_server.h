@@ -38,6 +38,8 @@ struct ServerOptions {
   double request_timeout_s = 0;               // 0: none; else ended as "abort" when it runs over
   double shutdown_timeout_s = 10;             // in-flight requests get this long, then "abort"
   int64_t default_max_tokens = 16;            // completions without max_tokens (OpenAI's 16)
+  // GET /info's JSON object: the model, its attention and cache arithmetic (the page shows it)
+  std::string info_json = "{}";
 };
 
 // The served model's text: text -> tokens (with or without its special tokens) and back.
@@ -49,9 +51,10 @@ struct TextCodec {
 
 // The OpenAI-compatible HTTP API over an Engine: POST /v1/completions and /v1/chat/completions
 // (streamed as Server-Sent Events with stream: true), GET /v1/models, /health and /metrics
-// (Prometheus text). HTTP/1.1 is cpp-httplib's: a fixed pool of http_threads threads, one a
-// connection while it is served. The engine runs on the thread that calls serve(); handlers hand
-// it requests through an inbox and wait for their tokens, so the engine is never shared.
+// (Prometheus text); GET / is a page over them (serve/page.h), GET /info its numbers. HTTP/1.1 is
+// cpp-httplib's: a fixed pool of http_threads threads, one a connection while it is served. The
+// engine runs on the thread that calls serve(); handlers hand it requests through an inbox and wait
+// for their tokens, so the engine is never shared.
 class ApiServer {
  public:
   ApiServer(Engine& engine, TextCodec codec, ChatTemplate chat, ServerOptions options,

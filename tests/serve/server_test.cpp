@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -355,9 +356,10 @@ TEST(ServerTest, BadRequestsGetOpenAiErrorsAndTheirStatus) {
        "messages[0].content[0]"},
       {"POST", "/v1/completions", "{" + ok + ", \"model\": \"gpt-9\"}", 404, "model"},
       {"GET", "/v1/nothing", "", 404, ""},
-      {"GET", "/", "", 404, ""},
+      {"GET", "/index.html", "", 404, ""},
       {"GET", "/v1/completions", "", 405, ""},
       {"DELETE", "/metrics", "", 405, ""},
+      {"POST", "/", "{}", 405, ""},
       {"PUT", "/v1/chat/completions", "{}", 405, ""},
       {"POST", "/v1/completions", std::string(5 << 20, ' '), 413, ""},
   };
@@ -519,6 +521,33 @@ TEST(ServerTest, OfficialOpenAiClientAndPrometheusParser) {
   const ProcessResult r = kvlab::test::run_exec("/usr/bin/node", node);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("checks passed"), std::string::npos) << r.out;
+}
+
+TEST(ServerTest, ThePageInARealBrowser) {
+  const char* oracles = std::getenv("KVLAB_ORACLES");
+  if (oracles == nullptr) GTEST_SKIP() << "KVLAB_ORACLES is not set (run through ctest)";
+  const std::string unavailable = std::string(oracles) + "/UNAVAILABLE";
+  if (std::filesystem::exists(unavailable)) {
+    GTEST_SKIP() << "npm oracles unavailable: " << kvlab::test::slurp(unavailable);
+  }
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) GTEST_SKIP() << "Debian's chromium is not installed";
+  const std::string screenshot = std::string(KVLAB_BUILD_DIR) + "/serve-page.png";
+  const json config = {{"url", fixture->server.url()},
+                       {"chromium", chromium},
+                       {"screenshot", screenshot},
+                       {"prompt", "in the beginning"},
+                       {"max_tokens", 40},
+                       {"expected", fixture->expected.at("in the beginning")}};
+  const std::string path = work_dir() + "/page_check.json";
+  kvlab::test::write_file(path, config.dump());
+  Invocation node;
+  node.args = {std::string(KVLAB_ORACLE_SCRIPTS) + "/page_check.mjs", oracles, path};
+  node.timeout_s = 180;
+  const ProcessResult r = kvlab::test::run_exec("/usr/bin/node", node);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::file_size(screenshot) > 1000) << screenshot;
+  std::cout << r.out;
 }
 
 TEST(ServerTest, BenchServeLoadsTheServer) {

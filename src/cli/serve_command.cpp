@@ -9,6 +9,7 @@
 #include "nn/threads.h"
 #include "report/units.h"
 #include "serve/api_server.h"
+#include "serve/engine.h"
 #include "serve/kv_budget.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"

@@ -10,6 +10,7 @@
 
 #include "cache/paged_cache.h"
 #include "infer/decode_model.h"
+#include "infer/sampling_options.h"
 #include "nn/transformer.h"
 
 namespace kvlab::infer {
@@ -62,16 +63,6 @@ class Generator {
   DecodeModel decode_;
 };
 
-// Temperatures below this sample greedily: softmax(l / T) tends to the argmax as T → 0, and
-// from here on the division stays finite for every float logit (|l| / 1e-5 < 4e43), where
-// l / 1e-320 is infinite and the softmax NaN. vLLM draws the same line (its _SAMPLING_EPS).
-inline constexpr double kGreedyBelowTemperature = 1e-5;
-
-struct SamplingOptions {
-  double temperature = 0.0;  // below kGreedyBelowTemperature (0 included): greedy
-  int64_t top_k = 0;         // 0: off
-  double top_p = 1.0;        // 1: off
-};
 // The most likely token of logits [n] (the first of ties), allocation-free.
 int64_t greedy_token(const float* logits, int64_t n);
 // Picks the next token from logits [V].

@@ -82,7 +82,7 @@ struct ApiServer::Submission {
   std::shared_ptr<Pending> pending;
 };
 
-ApiServer::ApiServer(Engine& engine, TextCodec codec, ChatTemplate chat, ServerOptions options,
+ApiServer::ApiServer(StepEngine& engine, TextCodec codec, ChatTemplate chat, ServerOptions options,
                      std::ostream& log)
     : engine_(engine),
       codec_(std::move(codec)),
@@ -91,8 +91,8 @@ ApiServer::ApiServer(Engine& engine, TextCodec codec, ChatTemplate chat, ServerO
       log_(log),
       http_(std::make_unique<Http>()),
       seeds_(std::random_device{}()) {
-  max_model_len_ = engine_.scheduler().config().max_model_len;
-  vocab_size_ = engine_.generator().vocab_size();
+  max_model_len_ = engine_.max_model_len();
+  vocab_size_ = engine_.vocab_size();
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
@@ -469,7 +469,7 @@ void ApiServer::serve(const std::atomic<bool>& stop) {
                            [&] { return !submissions_.empty() || !cancels_.empty(); });
         continue;
       }
-      const Engine::StepResult step = engine_.step();
+      const StepResult step = engine_.step();
       for (const TokenEvent& e : step.events) {
         const auto found = live_.find(e.id);
         if (found == live_.end()) continue;

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "serve/chat_template.h"
-#include "serve/engine.h"
 #include "serve/openai_api.h"
+#include "serve/step_engine.h"
 
 namespace httplib {
 class Server;
@@ -49,15 +49,15 @@ struct TextCodec {
   std::optional<int64_t> eos_id;
 };
 
-// The OpenAI-compatible HTTP API over an Engine: POST /v1/completions and /v1/chat/completions
-// (streamed as Server-Sent Events with stream: true), GET /v1/models, /health and /metrics
-// (Prometheus text); GET / is a page over them (serve/page.h), GET /info its numbers. HTTP/1.1 is
-// cpp-httplib's: a fixed pool of http_threads threads, one a connection while it is served. The
-// engine runs on the thread that calls serve(); handlers hand it requests through an inbox and wait
-// for their tokens, so the engine is never shared.
+// The OpenAI-compatible HTTP API over a StepEngine (serve/engine.h's Engine): POST /v1/completions
+// and /v1/chat/completions (streamed as Server-Sent Events with stream: true), GET /v1/models,
+// /health and /metrics (Prometheus text); GET / is a page over them (serve/page.h), GET /info its
+// numbers. HTTP/1.1 is cpp-httplib's: a fixed pool of http_threads threads, one a connection while
+// it is served. The engine runs on the thread that calls serve(); handlers hand it requests through
+// an inbox and wait for their tokens, so the engine is never shared.
 class ApiServer {
  public:
-  ApiServer(Engine& engine, TextCodec codec, ChatTemplate chat, ServerOptions options,
+  ApiServer(StepEngine& engine, TextCodec codec, ChatTemplate chat, ServerOptions options,
             std::ostream& log);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
@@ -82,7 +82,7 @@ class ApiServer {
   void take_inbox(bool aborting);
   void publish_metrics();
 
-  Engine& engine_;
+  StepEngine& engine_;
   TextCodec codec_;
   ChatTemplate chat_;
   ServerOptions options_;

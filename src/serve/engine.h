@@ -11,6 +11,7 @@
 #include "nn/transformer.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
+#include "serve/step_engine.h"
 #include "spec/dtype.h"
 
 namespace kvlab::serve {
@@ -25,41 +26,31 @@ struct EngineOptions {
   int threads = 1;
 };
 
-// A request's sampling, as the OpenAI API states it (temperature below
-// infer::kGreedyBelowTemperature: greedy); seed: its own generator, so a seeded request's tokens
-// do not depend on what else is in the batch.
-struct RequestSampling {
-  infer::SamplingOptions sampling;
-  uint64_t seed = 0;
-};
-
 // The serving engine: a Scheduler's steps run on a Generator whose cache pages the scheduler's
 // pool owns (PagedKvCache::use_external_pages). Each step copies the pages the plan copies, runs
 // the decoding sequences as one batched decode step and each prompt chunk as one prefill pass,
 // samples every sampling chunk's next token with its request's own generator, and hands them to
 // the scheduler. A sequence slot of the Generator is held while a request runs; preemption frees
 // it (a recurrent layout's state is rebuilt with the rest on re-admission).
-class Engine {
+class Engine : public StepEngine {
  public:
   Engine(nn::TransformerModel model, const EngineOptions& options);
 
   // See Scheduler::submit (RequestRefused) and Scheduler::cancel. timeout_s > 0: the request is
   // cancelled at the first step that starts that long after it arrived (0: no limit).
   void submit(RequestId id, std::vector<int64_t> prompt, RequestLimits limits,
-              RequestSampling sampling = {}, double timeout_s = 0);
+              RequestSampling sampling = {}, double timeout_s = 0) override;
   // reason: what the metrics count it as (kStop: the server found a stop string in its text).
-  void cancel(RequestId id, FinishReason reason = FinishReason::kCancelled);
+  void cancel(RequestId id, FinishReason reason = FinishReason::kCancelled) override;
+  using StepResult = serve::StepResult;
   // One iteration: the tokens it produced (and the requests it ended), in plan order.
-  struct StepResult {
-    std::vector<TokenEvent> events;
-    std::vector<RequestId> cancelled, preempted;
-    int64_t computed_tokens = 0;
-  };
-  StepResult step();
+  StepResult step() override;
 
-  bool idle() const { return scheduler_.idle(); }
+  bool idle() const override { return scheduler_.idle(); }
   // The counters and histograms so far, with the gauges as they stand now.
-  EngineMetrics metrics() const;
+  EngineMetrics metrics() const override;
+  int64_t max_model_len() const override { return scheduler_.config().max_model_len; }
+  int64_t vocab_size() const override { return generator_.vocab_size(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const infer::Generator& generator() const { return generator_; }
   int64_t page_size() const { return generator_.cache().page_size(); }

@@ -22,8 +22,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "serve",
       "Serve a checkpoint over an OpenAI-compatible HTTP API (POST /v1/completions, "
-      "/v1/chat/completions; GET /v1/models, /health, /metrics) with continuous batching, "
-      "prefix caching and preemption. Stops on Ctrl-C or SIGTERM, ending requests in flight");
+      "/v1/chat/completions; GET /v1/models, /health, /metrics; a page at /) with continuous "
+      "batching, prefix caching and preemption. Stops on Ctrl-C or SIGTERM, ending requests in "
+      "flight");
   cmd->add_option("--checkpoint", o.checkpoint,
                   "A kvlab checkpoint or run folder, or a Hugging Face folder (config.json, "
                   "model.safetensors, tokenizer.json)")

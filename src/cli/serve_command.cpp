@@ -145,7 +145,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
     throw SpecError("max-model-len", "the model has " + std::to_string(config.shape.max_context) +
                                          " learned positions");
   }
-  constexpr int64_t kPageSize = 16;  // the Generator's cache pages
+  constexpr int64_t kPageSize = infer::Generator::kPageSize;
   const serve::KvBudget budget =
       serve::plan_kv_budget(layout, config.shape.n_layers, budget_bytes, kPageSize, max_model_len);
 

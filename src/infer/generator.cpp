@@ -38,8 +38,10 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         }
         return layout;
       }()),
-      cache_(layout_, model_->config().shape.n_layers, 16,
-             max_pages > 0 ? max_pages : max_seqs * ((max_tokens_per_seq + 15) / 16), max_seqs),
+      cache_(
+          layout_, model_->config().shape.n_layers, kPageSize,
+          max_pages > 0 ? max_pages : max_seqs * ((max_tokens_per_seq + kPageSize - 1) / kPageSize),
+          max_seqs),
       decode_(load_decode_weights(model_), cache_, threads, max_seqs, max_tokens_per_seq) {}
 
 int32_t Generator::add_sequence() { return cache_.add_sequence(); }

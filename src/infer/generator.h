@@ -23,11 +23,13 @@ namespace kvlab::infer {
 // rounded rows decode will); linear attention steps its constant-size state token by token.
 class Generator {
  public:
+  // Tokens a page of its cache holds (a serving engine sizes its pool in these).
+  static constexpr int64_t kPageSize = 16;
   // rope_dtype: the rope stream's dtype where it is not the spec's default (bf16 under q8_0,
   // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype). key_order: the key stream's order
   // (throws SpecError where the cache cannot take it); unset, fastest_key_order (the decoder's
-  // ISA) picks it. max_pages: the cache's pages of 16 tokens (0: enough for every sequence at
-  // max_tokens_per_seq; a serving engine sizes it from its memory budget).
+  // ISA) picks it. max_pages: the cache's pages of kPageSize tokens (0: enough for every sequence
+  // at max_tokens_per_seq; a serving engine sizes it from its memory budget).
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
             int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt,
             std::optional<KeyOrder> key_order = std::nullopt, int64_t max_pages = 0);

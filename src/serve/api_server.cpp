@@ -18,16 +18,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The API's finish_reason: vLLM's "abort" for a request the server ended (the metrics' label
+// for it is "cancelled").
 const char* finish_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "abort";
-  }
-  return "abort";
+  return reason == FinishReason::kCancelled ? "abort" : finish_reason_name(reason);
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {

@@ -154,6 +154,18 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
                    "f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (q8_0/q4_0 decode in int8 with "
                    "--attn-precision auto or int8; fp8 with the scalar reference)")
       ->capture_default_str();
+  generate
+      ->add_option("--weight-dtype", b.weight_dtypes,
+                   "The decode step's dense-layer matrices, a row each: comma list of f32 | bf16 | "
+                   "f16 | q8_0 | q4_0 | auto (bf16 where the decoder has SIMD kernels)")
+      ->delimiter(',')
+      ->capture_default_str();
+  generate
+      ->add_option("--batch", b.decode_batch,
+                   "Sequences decoded together in one step, a row each (comma list, e.g. "
+                   "1,4,16,64): the weights are read once a step for all of them")
+      ->delimiter(',')
+      ->capture_default_str();
   generate->add_option("--repeats", b.repeats, "Timed generations per row after one warm-up")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

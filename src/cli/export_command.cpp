@@ -35,8 +35,10 @@ CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
                   "hf: folder to create (must not exist, or be empty); gguf: the file to write "
                   "(must not exist)")
       ->required();
-  cmd->add_option("--dtype", o.dtype, "gguf: f32 | f16 | bf16 for the matrices (norms stay f32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+  cmd->add_option("--dtype", o.dtype,
+                  "gguf: f32 | f16 | bf16 | q8_0 for the matrices (norms stay f32; under q8_0 a "
+                  "matrix whose rows are not whole blocks of 32 is written f16)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
       ->capture_default_str();
   return cmd;
 }
@@ -56,9 +58,10 @@ int run_export(const ExportOptions& o, std::ostream& out) {
     throw SpecError("checkpoint", dir + " is not a decoder (only language models are exported)");
   }
   if (o.format == "gguf") {
-    const GgmlType type = o.dtype == "f32"   ? GgmlType::kF32
-                          : o.dtype == "f16" ? GgmlType::kF16
-                                             : GgmlType::kBF16;
+    const GgmlType type = o.dtype == "f32"    ? GgmlType::kF32
+                          : o.dtype == "f16"  ? GgmlType::kF16
+                          : o.dtype == "q8_0" ? GgmlType::kQ8_0
+                                              : GgmlType::kBF16;
     const GgufWriter file = nn::gguf_for(*model, type);
     file.write(o.out);
     std::string arch;

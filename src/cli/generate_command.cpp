@@ -10,6 +10,7 @@
 #include "infer/text_generation.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
+#include "report/units.h"
 #include "spec/memory_budget.h"
 #include "spec/spec_error.h"
 #include "tokenizer/tokenizer.h"
@@ -52,6 +53,13 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                   "int8 (q8_0/q4_0 caches: the query rounded to q8_0, integer dot products) or "
                   "auto (int8 on q8_0/q4_0 caches, else bf16 where the CPU has it)")
       ->capture_default_str();
+  cmd->add_option(
+         "--weight-dtype", o.weight_dtype,
+         "How the cached decode stores the dense layers' matrices: f32 | bf16 | f16 | q8_0 "
+         "| q4_0 (ggml's blocks; the activations rounded to q8_0 per block) | auto (bf16 "
+         "where the decoder has SIMD kernels, else f32); norms, biases and embeddings stay "
+         "f32, and the prompt's batched pass uses the model's f32 weights")
+      ->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
   cmd->add_flag("--timings", o.timings,
                 "Print the load time, the prompt's and the generated tokens' times and tokens/s "
@@ -75,6 +83,7 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   } catch (const SpecError& e) {
     throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
   }
+  const DType weight_dtype = parse_weight_dtype_flag(o.weight_dtype);
   const int threads = nn::set_threads(o.threads);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
@@ -129,6 +138,7 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
   generation.cache_dtype = dtype;
   generation.rope_dtype = rope_dtype;
   generation.attn_precision = o.precision;
+  generation.weight_dtype = weight_dtype;
   generation.threads = threads;
   const infer::TextGenerationResult result =
       infer::generate_text_tokens(model, tokens, generation, stopped);
@@ -144,6 +154,10 @@ int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::o
     const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
     // loading includes building the decode engine (weights repacked, cache allocated)
     const double engine_load_s = load_s + result.setup_s;
+    if (!o.no_cache) {
+      std::cerr << "weights " << dtype_name(weight_dtype) << ", "
+                << format_bytes(result.weight_bytes, ByteUnits::kIec) << " read a token; ";
+    }
     std::cerr << std::fixed << std::setprecision(2) << "load " << engine_load_s << " s; prompt "
               << prompt_tokens << " tokens " << result.prompt_s << " s ("
               << (result.prompt_s > 0 ? static_cast<double>(prompt_tokens) / result.prompt_s : 0.0)

@@ -16,6 +16,7 @@ struct GenerateOptions {
   double top_p = 1.0;
   uint64_t seed = 0;
   std::string cache_dtype = "f32";
+  std::string weight_dtype = "auto";
   std::string rope_dtype;         // the cache's rope stream, where not bf16 under q8_0/q4_0/fp8
   std::string precision = "f32";  // attention arithmetic of the decode step
   bool no_cache = false;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "experiments/eval_decode.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/units.h"
@@ -54,6 +55,12 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--cache-dtype", o.cache_dtype,
                   "KV cache dtype: f32 | bf16 | f16 | q8_0 | q4_0 | fp8")
       ->capture_default_str();
+  cmd->add_option(
+         "--weight-dtype", o.weight_dtype,
+         "The decode step's dense-layer matrices: f32 | bf16 | f16 | q8_0 | q4_0 | auto "
+         "(bf16 where the decoder has SIMD kernels, else f32); prompts run the model's f32 "
+         "weights")
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
@@ -94,6 +101,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   } catch (const SpecError& e) {
     throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
   }
+  const DType weight_dtype = parse_weight_dtype_flag(o.weight_dtype);
   const int64_t budget_bytes = serve::parse_memory_budget(o.kv_cache_memory, "kv-cache-memory");
   require_memory_bytes("kv-cache-memory", "a KV cache of " + o.kv_cache_memory,
                        Exact(budget_bytes));
@@ -155,6 +163,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   engine_options.max_batch_tokens = o.max_batch_tokens;
   engine_options.prefix_caching = !o.no_prefix_cache;
   engine_options.cache_dtype = dtype;
+  engine_options.weight_dtype = weight_dtype;
   engine_options.threads = threads;
   if (budget.bytes_per_token > 0) {
     engine_options.n_pages = budget.pages;
@@ -177,6 +186,9 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
       serve::chat_format_name(chat.format) + ")"};
   for (const std::string& line : serve::describe_kv_budget(budget)) startup.push_back(line);
   serve::Engine engine(std::move(model), engine_options);
+  const int64_t weight_bytes = engine.generator().decode_model().weights().bytes_read_per_token();
+  startup.push_back("weights " + std::string(dtype_name(weight_dtype)) + ": " +
+                    format_bytes(weight_bytes, ByteUnits::kIec) + " read by a decode step");
 
   serve::ServerOptions server_options;
   server_options.host = o.host;
@@ -193,6 +205,8 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
       {"attn", config.attn.to_string()},
       {"layers", config.shape.n_layers},
       {"cache_dtype", std::string(dtype_name(dtype))},
+      {"weight_dtype", std::string(dtype_name(weight_dtype))},
+      {"weight_bytes", weight_bytes},
       {"bytes_per_token", budget.bytes_per_token},
       {"page_size", budget.page_size},
       {"pages", engine_options.n_pages},

@@ -17,6 +17,7 @@ struct ServeOptions {
   int64_t max_batch_tokens = 2048;
   bool no_prefix_cache = false;
   std::string cache_dtype = "bf16";
+  std::string weight_dtype = "auto";
   int threads = 0;
   std::string served_model_name;
   std::string api_key;

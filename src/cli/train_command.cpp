@@ -386,6 +386,12 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "With --cache-dtype q8_0 | q4_0 | fp8: the dtype of that cache's rope stream "
                   "(gva with dr > 0, gta, mla), f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (default "
                   "bf16: a narrow key every head scores against, where quantizing saves little)");
+  cmd->add_option("--weight-dtype", o.weight_dtypes,
+                  "Text tasks: evaluate through the decode path with the dense layers' matrices "
+                  "stored in each of these dtypes (comma list of bf16 | f16 | q8_0 | q4_0 | auto) "
+                  "against f32 weights, over one cache (--cache-dtype, default f32) in f32 "
+                  "arithmetic: the quality cost of the weight dtype")
+      ->delimiter(',');
   return cmd;
 }
 
@@ -516,14 +522,16 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (!o.rope_dtype.empty() && o.cache_dtype.empty()) {
     throw SpecError("rope-dtype", "needs --cache-dtype (the cache whose rope stream it sets)");
   }
-  if (!o.precision.empty() || !o.cache_dtype.empty()) {
+  if (!o.precision.empty() || !o.cache_dtype.empty() || !o.weight_dtypes.empty()) {
     if (!o.contexts.empty()) {
       throw SpecError("context", std::string("--context and --") +
-                                     (o.precision.empty() ? "cache-dtype" : "attn-precision") +
+                                     (!o.weight_dtypes.empty() ? "weight-dtype"
+                                      : o.precision.empty()    ? "cache-dtype"
+                                                               : "attn-precision") +
                                      " exclude each other");
     }
-    return run_eval_decode(o.precision, o.cache_dtype, o.rope_dtype, o.threads, *task, seed, model,
-                           o.format, out);
+    return run_eval_decode(o.precision, o.cache_dtype, o.rope_dtype, o.weight_dtypes, o.threads,
+                           *task, seed, model, o.format, out);
   }
   if (!o.contexts.empty()) {
     if (task->metric() != data::Metric::kPerplexity) {

@@ -54,8 +54,9 @@ struct EvalCommandOptions {
   std::string precision;    // set: evaluate through the decode path in f32 and this precision
   std::string cache_dtype;  // set: evaluate through the decode path with this cache
   std::string rope_dtype;   // set: that cache's rope stream in this dtype
-  int64_t stride = 0;       // model folders without a task: window step (0: context / 2)
-  int64_t batch = 1;        // and windows per forward pass
+  std::vector<std::string> weight_dtypes;  // set: f32 weights against each of these
+  int64_t stride = 0;  // model folders without a task: window step (0: context / 2)
+  int64_t batch = 1;   // and windows per forward pass
 };
 CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& options);
 int run_eval(const EvalCommandOptions& options, std::ostream& out);

@@ -16,12 +16,14 @@
 #include <string_view>
 #include <thread>
 
+#include "experiments/eval_decode.h"
 #include "experiments/op_profile.h"
 #include "experiments/source_dir.h"
 #include "infer/generator.h"
 #include "io/json_document.h"
 #include "kernels/attn_precision.h"
 #include "kernels/compute_peak.h"
+#include "kernels/fast_decoder.h"
 #include "kernels/gemm.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/process_memory.h"
@@ -159,6 +161,15 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   if (b.attn.empty() && b.checkpoints.empty()) {
     throw SpecError("attn", "give at least one --attn or --checkpoint");
   }
+  if (b.decode_batch.empty()) throw SpecError("batch", "give at least one batch size");
+  for (int64_t batch : b.decode_batch) {
+    if (batch < 1 || batch > 4096) throw SpecError("batch", "batch sizes must be in 1..4096");
+  }
+  const int64_t max_batch = *std::max_element(b.decode_batch.begin(), b.decode_batch.end());
+  std::vector<DType> weight_dtypes;
+  for (const std::string& text : b.weight_dtypes)
+    weight_dtypes.push_back(parse_weight_dtype_flag(text));
+  if (weight_dtypes.empty()) throw SpecError("weight-dtype", "give at least one weight dtype");
   const DType dtype = parse_dtype(b.cache_dtype);
   std::optional<KeyOrder> asked_order;  // none: auto
   if (b.key_order != "auto") {
@@ -170,14 +181,21 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     asked_order = order;
   }
   const int threads = nn::set_threads(b.threads);
-  // the ceiling of a step that reads every weight and the cache once: measured here, with the
-  // decoder's thread count
+  // the ceilings of a step: every weight and every sequence's cache read once at the measured
+  // bandwidth, and its multiply-adds at the measured f32 FMA peak (the dense kernels widen every
+  // float weight dtype to f32; q8_0/q4_0 run integer dot products, whose peak is not this one)
   const BandwidthResult bandwidth = measure_read_bandwidth(int64_t{1} << 30, threads, 5);
   const double gb_per_s = bandwidth.median();
+  const double f32_gmacs = [&] {
+    ThreadPool pool(threads);
+    const std::optional<ComputePeak> peak = measure_compute_peak(MacKind::kF32, pool, 3);
+    return peak.has_value() ? peak->median() : 0.0;
+  }();
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"attn", "precision", "keys", "prompt", "generated", "prefill tok/s", "decode tok/s",
-               "ms/token", "min–max ms", "roofline ms", "of roofline", "dense ms", "attention ms",
-               "other ms", "cache bytes"});
+  Table table({"attn", "weights", "batch", "precision", "keys", "prompt", "generated",
+               "prefill tok/s", "decode tok/s", "ms/step", "min–max ms", "roofline ms",
+               "of roofline", "dense ms", "attention ms", "other ms", "weight bytes",
+               "cache bytes"});
   std::vector<int64_t> prompts = {b.prompt};
   if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
   std::string precision_used;
@@ -202,118 +220,142 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
         model = nn::TransformerModel(bench_model(b, source, prompt + b.generate), torch::kFloat32);
       }
       const ModelConfig& config = model->config();
-      require_memory(
-          "prompt",
-          "a cache for --prompt + --generate = " + std::to_string(prompt + b.generate) + " tokens",
-          [&] { return config.cache_bytes(prompt + b.generate, 1); });
+      require_memory("prompt",
+                     "caches for --batch " + std::to_string(max_batch) + " × (--prompt + " +
+                         "--generate = " + std::to_string(prompt + b.generate) + ") tokens",
+                     [&] { return config.cache_bytes(prompt + b.generate, max_batch); });
       std::optional<KeyOrder> key_order = asked_order;
       if (key_order == KeyOrder::kTokenPairs) {  // pairs where the cache takes it
         AttentionSpec spec = config.attn;
         spec.cache_dtype = dtype;
         if (!spec.cache_layout().takes_key_pairs()) key_order = KeyOrder::kRows;
       }
-      infer::Generator gen(model, dtype, prompt + b.generate, 1, threads, std::nullopt, key_order);
-      const char* keys_used = key_order_name(gen.cache().layout().key_order);
-      infer::DecodeModel& decode = gen.decode_model();
-      decode.set_attn_precision(
-          resolve_attn_precision(b.precision, decode.supports_bf16_precision(), dtype));
-      precision_used = attn_precision_name(decode.attn_precision());
-      std::vector<int64_t> tokens(static_cast<size_t>(prompt));
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        tokens[i] = static_cast<int64_t>(i * 7 % static_cast<size_t>(config.shape.vocab_size));
-      }
-      std::vector<float> logits(static_cast<size_t>(gen.vocab_size()));
-      // one generation: prefill then `generate` greedy steps through the raw decode step
-      // (allocation-free); returns {prefill s, decode s}
-      auto generation = [&]() {
-        const int32_t seq = gen.add_sequence();
-        const auto t0 = std::chrono::steady_clock::now();
-        const torch::Tensor prompt_logits = gen.feed(seq, tokens);
-        const auto t1 = std::chrono::steady_clock::now();
-        int64_t next = infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
-        for (int64_t i = 0; i < b.generate; ++i) {
-          gen.step(&seq, &next, 1, logits.data());
-          next = infer::greedy_token(logits.data(), gen.vocab_size());
+      for (DType weight_dtype : weight_dtypes) {
+        infer::Generator gen(model, dtype, prompt + b.generate, max_batch, threads, std::nullopt,
+                             key_order, 0, weight_dtype);
+        const char* keys_used = key_order_name(gen.cache().layout().key_order);
+        infer::DecodeModel& decode = gen.decode_model();
+        decode.set_attn_precision(
+            resolve_attn_precision(b.precision, decode.supports_bf16_precision(), dtype));
+        precision_used = attn_precision_name(decode.attn_precision());
+        const int64_t weight_bytes = decode.weights().bytes_read_per_token();
+        std::vector<int64_t> tokens(static_cast<size_t>(prompt));
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = static_cast<int64_t>(i * 7 % static_cast<size_t>(config.shape.vocab_size));
         }
-        const auto t2 = std::chrono::steady_clock::now();
-        gen.free_sequence(seq);
-        return std::pair<double, double>{std::chrono::duration<double>(t1 - t0).count(),
-                                         std::chrono::duration<double>(t2 - t1).count()};
-      };
-      generation();  // warm-up: caches, pages, the pool's threads
-      std::vector<double> prefill_s, decode_s;
-      for (int r = 0; r < b.repeats; ++r) {
-        const auto [p, d] = generation();
-        prefill_s.push_back(p);
-        decode_s.push_back(d);
-      }
-      // where a step's time goes: one more generation with the kernels timed (not in the
-      // medians: the clock reads cost a little)
-      infer::StepProfile profile;
-      decode.set_profile(&profile);
-      generation();
-      decode.set_profile(nullptr);
-      const double prefill_median = median_of(prefill_s);
-      const double decode_median = median_of(decode_s);
-      const double steps = static_cast<double>(b.generate);
-      const double ms_per_token = 1e3 * decode_median / steps;
-      // the roofline: every parameter (f32) and the cache at the run's mean context, read once
-      // per token at the measured bandwidth
-      const double weight_bytes = static_cast<double>(config.param_count().value()) * 4.0;
-      const int64_t cache_bytes = [&] {  // one sequence's cache at the end of a run
-        const int32_t seq = gen.add_sequence();
-        gen.feed(seq, tokens);
-        for (int64_t i = 0; i < b.generate; ++i) {
-          int64_t next = 0;
-          gen.step(&seq, &next, 1, logits.data());
+        std::vector<float> logits(static_cast<size_t>(max_batch * gen.vocab_size()));
+        for (int64_t batch : b.decode_batch) {
+          std::vector<int32_t> seqs(static_cast<size_t>(batch));
+          std::vector<int64_t> next(static_cast<size_t>(batch));
+          // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
+          // through the raw decode step (allocation-free); returns {prefill s, decode s}
+          auto generation = [&]() {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int64_t s = 0; s < batch; ++s) {
+              seqs[static_cast<size_t>(s)] = gen.add_sequence();
+              const torch::Tensor prompt_logits = gen.feed(seqs[static_cast<size_t>(s)], tokens);
+              next[static_cast<size_t>(s)] =
+                  infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
+            }
+            const auto t1 = std::chrono::steady_clock::now();
+            for (int64_t i = 0; i < b.generate; ++i) {
+              gen.step(seqs.data(), next.data(), batch, logits.data());
+              for (int64_t s = 0; s < batch; ++s) {
+                next[static_cast<size_t>(s)] =
+                    infer::greedy_token(logits.data() + s * gen.vocab_size(), gen.vocab_size());
+              }
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            const int64_t cache_bytes = gen.cache().bytes_in_use();
+            for (int32_t seq : seqs) gen.free_sequence(seq);
+            return std::tuple<double, double, int64_t>{
+                std::chrono::duration<double>(t1 - t0).count(),
+                std::chrono::duration<double>(t2 - t1).count(), cache_bytes};
+          };
+          generation();  // warm-up: caches, pages, the pool's threads
+          std::vector<double> prefill_s, decode_s;
+          int64_t cache_bytes = 0;  // every sequence's cache at the end of a run
+          for (int r = 0; r < b.repeats; ++r) {
+            const auto [p, d, bytes] = generation();
+            prefill_s.push_back(p);
+            decode_s.push_back(d);
+            cache_bytes = bytes;
+          }
+          // where a step's time goes: one more generation with the kernels timed (not in the
+          // medians: the clock reads cost a little)
+          infer::StepProfile profile;
+          decode.set_profile(&profile);
+          generation();
+          decode.set_profile(nullptr);
+          const double prefill_median = median_of(prefill_s);
+          const double decode_median = median_of(decode_s);
+          const double steps = static_cast<double>(b.generate);
+          const double ms_per_step = 1e3 * decode_median / steps;
+          // the roofline: the weights once and every sequence's cache at the run's mean
+          // context per step at the measured bandwidth, or the step's dense multiply-adds
+          // (a weight's one per sequence) at the f32 peak, whichever is longer
+          const double mean_cache_bytes = static_cast<double>(cache_bytes) *
+                                          (static_cast<double>(prompt) + steps / 2) /
+                                          static_cast<double>(prompt + b.generate);
+          const double memory_ms =
+              (static_cast<double>(weight_bytes) + mean_cache_bytes) / (gb_per_s * 1e6);
+          const double macs = static_cast<double>(batch) *
+                              static_cast<double>(config.param_count().value() -
+                                                  config.shape.vocab_size * config.shape.d_model);
+          const double compute_ms =
+              is_element_dtype(weight_dtype) && f32_gmacs > 0 ? macs / (f32_gmacs * 1e6) : 0.0;
+          const double roofline_ms = std::max(memory_ms, compute_ms);
+          const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
+          const double dense_ms = profile.dense_us / per_step / 1e3;
+          const double attention_ms = profile.attention_us / per_step / 1e3;
+          const double other_ms =
+              (profile.step_us - profile.dense_us - profile.attention_us) / per_step / 1e3;
+          const double tokens_per_s = steps * static_cast<double>(batch) / decode_median;
+          rows.push_back(
+              {{"attn", config.attn.to_string()},
+               {"checkpoint", is_checkpoint ? source : ""},
+               {"weight_dtype", dtype_name(weight_dtype)},
+               {"batch", batch},
+               {"attn_precision", precision_used},
+               {"key_order", keys_used},
+               {"prompt", prompt},
+               {"generated", b.generate},
+               {"repeats", b.repeats},
+               {"prefill_tokens_per_s", static_cast<double>(prompt * batch) / prefill_median},
+               {"decode_tokens_per_s", tokens_per_s},
+               {"ms_per_step", ms_per_step},
+               {"ms_per_step_min", 1e3 * min_of(decode_s) / steps},
+               {"ms_per_step_max", 1e3 * max_of(decode_s) / steps},
+               {"weight_bytes", weight_bytes},
+               {"mean_cache_bytes", mean_cache_bytes},
+               {"memory_roofline_ms", memory_ms},
+               {"compute_roofline_ms",
+                compute_ms > 0 ? nlohmann::json(compute_ms) : nlohmann::json(nullptr)},
+               {"roofline_ms", roofline_ms},
+               {"roofline_fraction", roofline_ms / ms_per_step},
+               {"profile_dense_ms", dense_ms},
+               {"profile_attention_ms", attention_ms},
+               {"profile_other_ms", other_ms},
+               {"cache_bytes", cache_bytes}});
+          table.add_row(
+              {is_checkpoint ? source : config.attn.to_string(),
+               std::string(dtype_name(weight_dtype)), std::to_string(batch), precision_used,
+               keys_used, std::to_string(prompt), std::to_string(b.generate),
+               fmt::format("{:.0f}", static_cast<double>(prompt * batch) / prefill_median),
+               fmt::format("{:.0f}", tokens_per_s), fmt::format("{:.3f}", ms_per_step),
+               fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
+                           1e3 * max_of(decode_s) / steps),
+               fmt::format("{:.3f}{}", roofline_ms, compute_ms > memory_ms ? " (c)" : ""),
+               format_percent(roofline_ms / ms_per_step), fmt::format("{:.3f}", dense_ms),
+               fmt::format("{:.3f}", attention_ms), fmt::format("{:.3f}", other_ms),
+               with_commas(weight_bytes), with_commas(cache_bytes)});
         }
-        const int64_t bytes = gen.cache().bytes_in_use();
-        gen.free_sequence(seq);
-        return bytes;
-      }();
-      const double mean_cache_bytes = static_cast<double>(cache_bytes) *
-                                      (static_cast<double>(prompt) + steps / 2) /
-                                      static_cast<double>(prompt + b.generate);
-      const double roofline_ms = (weight_bytes + mean_cache_bytes) / (gb_per_s * 1e6);
-      const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
-      const double dense_ms = profile.dense_us / per_step / 1e3;
-      const double attention_ms = profile.attention_us / per_step / 1e3;
-      const double other_ms =
-          (profile.step_us - profile.dense_us - profile.attention_us) / per_step / 1e3;
-      rows.push_back({{"attn", config.attn.to_string()},
-                      {"checkpoint", is_checkpoint ? source : ""},
-                      {"attn_precision", precision_used},
-                      {"key_order", keys_used},
-                      {"prompt", prompt},
-                      {"generated", b.generate},
-                      {"repeats", b.repeats},
-                      {"prefill_tokens_per_s", static_cast<double>(prompt) / prefill_median},
-                      {"decode_tokens_per_s", steps / decode_median},
-                      {"ms_per_token", ms_per_token},
-                      {"ms_per_token_min", 1e3 * min_of(decode_s) / steps},
-                      {"ms_per_token_max", 1e3 * max_of(decode_s) / steps},
-                      {"weight_bytes", weight_bytes},
-                      {"mean_cache_bytes", mean_cache_bytes},
-                      {"roofline_ms", roofline_ms},
-                      {"roofline_fraction", roofline_ms / ms_per_token},
-                      {"profile_dense_ms", dense_ms},
-                      {"profile_attention_ms", attention_ms},
-                      {"profile_other_ms", other_ms},
-                      {"cache_bytes", cache_bytes}});
-      table.add_row({is_checkpoint ? source : config.attn.to_string(), precision_used, keys_used,
-                     std::to_string(prompt), std::to_string(b.generate),
-                     fmt::format("{:.0f}", static_cast<double>(prompt) / prefill_median),
-                     fmt::format("{:.0f}", steps / decode_median),
-                     fmt::format("{:.3f}", ms_per_token),
-                     fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
-                                 1e3 * max_of(decode_s) / steps),
-                     fmt::format("{:.3f}", roofline_ms), format_percent(roofline_ms / ms_per_token),
-                     fmt::format("{:.3f}", dense_ms), fmt::format("{:.3f}", attention_ms),
-                     fmt::format("{:.3f}", other_ms), with_commas(cache_bytes)});
+      }
     }
   }
   if (b.format == "json") {
     out << nlohmann::json{{"bandwidth_gb_per_s", gb_per_s},
+                          {"f32_peak_gmacs", f32_gmacs},
                           {"threads", threads},
                           {"cpu", cpu_model_name()},
                           {"rows", rows}}
@@ -329,14 +371,17 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
     }
     out << fmt::format(
-               "bench generate: {}; {}; {} cache, {} threads; the prompt "
-               "runs as one batched pass (libtorch modules over the cache's rows), decode "
-               "through the raw step (dense layers and attention kernels); one warm-up "
-               "generation, then the median of {} (min–max); roofline: every f32 parameter "
-               "and the cache at the mean context read once per token at {:.2f} GB/s (bench "
-               "memory's probe, measured now); dense / attention / other: one more generation "
-               "with the kernels timed; keys: the cache's key order (--key-order)\n\n",
-               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s)
+               "bench generate: {}; {}; {} cache, {} threads; each batch's prompts run as "
+               "batched passes (libtorch modules over the cache's rows, f32 weights), decode "
+               "through the raw step (dense layers in the row's weight dtype, attention kernels), "
+               "all the batch's sequences in one step; one warm-up generation, then the median "
+               "of {} (min–max); roofline: the weights a step reads (weight bytes) and every "
+               "sequence's cache at the mean context once per step at {:.2f} GB/s (bench "
+               "memory's probe, measured now), or, where longer (c), one multiply-add per "
+               "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes "
+               "only); dense / attention / other: one more generation with the kernels timed; "
+               "keys: the cache's key order (--key-order)\n\n",
+               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s, f32_gmacs)
         << table.to_markdown();
   }
   return 0;

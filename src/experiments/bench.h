@@ -72,7 +72,10 @@ struct BenchModelOptions {
   // instead of, or beside, the random-weight models of --attn
   std::vector<std::string> checkpoints;
   int64_t layers = 4, d_model = 256, heads = 8;
-  std::vector<int64_t> batch = {1, 4, 16};
+  std::vector<int64_t> batch = {1, 4, 16};  // prefill
+  std::vector<int64_t> decode_batch = {1};  // generate: sequences decoded in one step
+  // generate: the dense layers' weight dtypes (parse_weight_dtype_flag), a row each
+  std::vector<std::string> weight_dtypes = {"auto"};
   std::vector<int64_t> length = {1024, 2048};
   int64_t prompt = 128, generate = 128, long_prompt = 2048;
   std::string cache_dtype = "bf16";

@@ -1,7 +1,8 @@
-// `kvlab eval --attn-precision P` / `--cache-dtype DT`: a text checkpoint's held-out data through
-// the decode path, token by token over a paged cache, in a reference set-up and in the asked one
-// side by side; loss, perplexity, the KL divergence of the asked set-up's next-token
-// distributions from the reference's, and how often both pick the same greedy token.
+// `kvlab eval --attn-precision P` / `--cache-dtype DT` / `--weight-dtype W,...`: a text
+// checkpoint's held-out data through the decode path, token by token over a paged cache, in a
+// reference set-up and in the asked one side by side; loss, perplexity, the KL divergence of the
+// asked set-up's next-token distributions from the reference's, and how often both pick the same
+// greedy token.
 #include "experiments/eval_decode.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,8 @@
 
 #include "infer/generator.h"
 #include "kernels/attn_precision.h"
+#include "kernels/fast_decoder.h"
+#include "kernels/matvec.h"
 #include "report/table.h"
 #include "report/units.h"
 #include "spec/spec_error.h"
@@ -50,7 +53,8 @@ std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
   std::vector<DecodeEval> results(setups.size());
   for (size_t r = 0; r < setups.size(); ++r) {
     gens.push_back(std::make_unique<infer::Generator>(model, setups[r].cache_dtype, T, B, threads,
-                                                      setups[r].rope_dtype));
+                                                      setups[r].rope_dtype, std::nullopt, 0,
+                                                      setups[r].weight_dtype));
     gens.back()->decode_model().set_attn_precision(setups[r].precision);
   }
   const int64_t V = gens.front()->vocab_size();
@@ -130,6 +134,23 @@ std::optional<DType> rope_stream_dtype(const CacheLayout& layout) {
 
 }  // namespace
 
+DType parse_weight_dtype_flag(const std::string& text) {
+  if (text == "auto") return default_weight_dtype();
+  DType dtype;
+  try {
+    dtype = parse_dtype(text);
+  } catch (const SpecError& e) {
+    throw SpecError("weight-dtype",
+                    std::string(e.what()).substr(e.field().size() + 2) + " (or auto)");
+  }
+  if (!matvec_supports(dtype)) {
+    throw SpecError("weight-dtype",
+                    "the dense layers take f32, bf16, f16, q8_0, q4_0 or auto, not " +
+                        std::string(dtype_name(dtype)));
+  }
+  return dtype;
+}
+
 std::optional<DType> parse_rope_dtype_flag(const std::string& text, const AttentionSpec& attn,
                                            DType cache_dtype) {
   if (text.empty()) return std::nullopt;
@@ -153,6 +174,7 @@ std::optional<DType> parse_rope_dtype_flag(const std::string& text, const Attent
 
 nlohmann::json decode_eval_json(const DecodeEvalRow& r) {
   return {{"cache_dtype", dtype_name(r.setup.cache_dtype)},
+          {"weight_dtype", dtype_name(r.setup.weight_dtype)},
           {"rope_dtype", r.rope_stream.has_value() ? nlohmann::json(dtype_name(*r.rope_stream))
                                                    : nlohmann::json(nullptr)},
           {"attn_precision", attn_precision_name(r.setup.precision)},
@@ -206,17 +228,25 @@ std::string cache_text(const DecodeSetup& s) {
 }
 
 std::string setup_text(const DecodeSetup& s) {
-  return fmt::format("{} cache, {} arithmetic", cache_text(s), attn_precision_name(s.precision));
+  return fmt::format("{} weights, {} cache, {} arithmetic", dtype_name(s.weight_dtype),
+                     cache_text(s), attn_precision_name(s.precision));
 }
 
 }  // namespace
 
 int run_eval_decode(const std::string& precision_text, const std::string& cache_dtype_text,
-                    const std::string& rope_dtype_text, int threads, const data::Task& task,
-                    uint64_t seed, nn::TransformerModel& model, const std::string& format,
-                    std::ostream& out) {
+                    const std::string& rope_dtype_text,
+                    const std::vector<std::string>& weight_dtype_texts, int threads,
+                    const data::Task& task, uint64_t seed, nn::TransformerModel& model,
+                    const std::string& format, std::ostream& out) {
   const bool by_precision = !precision_text.empty();
-  const char* flag = by_precision ? "attn-precision" : "cache-dtype";
+  const bool by_weights = !weight_dtype_texts.empty();
+  const char* flag = by_weights ? "weight-dtype" : by_precision ? "attn-precision" : "cache-dtype";
+  if (by_weights && by_precision) {
+    throw SpecError("weight-dtype",
+                    "--weight-dtype and --attn-precision exclude each other (the "
+                    "weights are compared in f32 arithmetic)");
+  }
   if (task.metric() != data::Metric::kPerplexity) {
     throw SpecError(
         flag,
@@ -224,14 +254,22 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
   }
   // --attn-precision P: f32 against P on one cache (f32 unless --cache-dtype says); otherwise
   // --cache-dtype DT against the bf16 cache (the f32 cache when DT is bf16), both in f32
-  DType cache_dtype = by_precision ? DType::kF32 : DType::kBf16;
+  DType cache_dtype = by_precision || by_weights ? DType::kF32 : DType::kBf16;
   if (!cache_dtype_text.empty()) cache_dtype = parse_cache_dtype_flag(cache_dtype_text);
   const std::optional<DType> rope_dtype =
       parse_rope_dtype_flag(rope_dtype_text, model->config().attn, cache_dtype);
   std::vector<DecodeSetup> setups;
   std::vector<DecodeEvalRow> runs;
   try {
-    if (by_precision) {
+    if (by_weights) {
+      setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype, DType::kF32});
+      for (const std::string& text : weight_dtype_texts) {
+        const DType weights = parse_weight_dtype_flag(text);
+        if (weights != DType::kF32) {
+          setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype, weights});
+        }
+      }
+    } else if (by_precision) {
       setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype});
       const bool bf16_ok = [&] {
         infer::Generator probe(model, cache_dtype, 1, 1, 1, rope_dtype);
@@ -263,13 +301,15 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
     throw SpecError("checkpoint", std::string("cannot decode this model: ") + e.what());
   }
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"cache", "attn precision", "keys", "cache bytes/token", "loss (nats/byte)",
-               "perplexity", "vs first row", "KL from first row", "greedy agreement", "positions"});
+  Table table({"weights", "cache", "attn precision", "keys", "cache bytes/token",
+               "loss (nats/byte)", "perplexity", "vs first row", "KL from first row",
+               "greedy agreement", "positions"});
   for (const DecodeEvalRow& r : runs) {
     rows.push_back(decode_eval_json(r));
-    table.add_row({cache_text(r.setup), attn_precision_name(r.setup.precision),
-                   key_order_name(r.key_order), with_commas(r.cache_bytes_per_token),
-                   fmt::format("{:.5f}", r.loss), fmt::format("{:.4f}", r.perplexity),
+    table.add_row({std::string(dtype_name(r.setup.weight_dtype)), cache_text(r.setup),
+                   attn_precision_name(r.setup.precision), key_order_name(r.key_order),
+                   with_commas(r.cache_bytes_per_token), fmt::format("{:.5f}", r.loss),
+                   fmt::format("{:.4f}", r.perplexity),
                    fmt::format("{:+.4f}%", 100 * (r.perplexity_vs_reference - 1)),
                    fmt::format("{:.3g}", r.kl_from_reference), format_percent(r.greedy_agreement),
                    with_commas(r.positions)});

@@ -14,11 +14,13 @@
 
 namespace kvlab {
 
-// One way of decoding: the cache's dtype and the attention's arithmetic.
+// One way of decoding: the cache's dtype, the attention's arithmetic and the dense layers'
+// weights.
 struct DecodeSetup {
   DType cache_dtype = DType::kF32;
   AttnPrecision precision = AttnPrecision::kF32;
   std::optional<DType> rope_dtype;  // the rope stream's, where not the spec's default
+  DType weight_dtype = DType::kF32;
 };
 
 // The held-out text through the decode path with one set-up, compared with the first set-up's.
@@ -37,6 +39,10 @@ struct DecodeEvalRow {
 
 // A --cache-dtype value; throws SpecError("cache-dtype") naming the problem.
 DType parse_cache_dtype_flag(const std::string& text);
+
+// A --weight-dtype value: f32 | bf16 | f16 | q8_0 | q4_0, or auto (default_weight_dtype: bf16
+// where the decoder has SIMD kernels). Throws SpecError("weight-dtype") naming the problem.
+DType parse_weight_dtype_flag(const std::string& text);
 
 // A --rope-dtype value for a model with attention `attn` and a `cache_dtype` cache (none when
 // `text` is empty); throws SpecError("rope-dtype") for an unknown dtype, a variant that keeps no
@@ -61,9 +67,13 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
 // it): the rope stream of the `cache_dtype` cache. Per row: loss, perplexity, its change, the mean
 // KL divergence from the first row's next-token distributions, greedy agreement. `seed`: the run's,
 // as plain eval uses (the same held-out windows).
+//
+// With `weight_dtypes` (--weight-dtype, a list): f32 weights against each of them, all over one
+// cache (`cache_dtype`, f32 when empty) in f32 arithmetic: the quality cost of storing the dense
+// layers' matrices in that dtype.
 int run_eval_decode(const std::string& precision, const std::string& cache_dtype,
-                    const std::string& rope_dtype, int threads, const data::Task& task,
-                    uint64_t seed, nn::TransformerModel& model, const std::string& format,
-                    std::ostream& out);
+                    const std::string& rope_dtype, const std::vector<std::string>& weight_dtypes,
+                    int threads, const data::Task& task, uint64_t seed, nn::TransformerModel& model,
+                    const std::string& format, std::ostream& out);
 
 }  // namespace kvlab

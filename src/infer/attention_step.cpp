@@ -57,7 +57,8 @@ void AttentionStep::reserve(const ScratchWidths& w, int64_t max_batch, int64_t m
 void AttentionStep::dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
                           int64_t y_stride, int64_t n) {
   MatVecParams p;
-  p.weight = layer.weight.data();
+  p.weight = layer.data();
+  p.weight_dtype = layer.dtype;
   p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
   p.x = x;
   p.y = y;

@@ -6,6 +6,7 @@
 
 #include "infer/decode_attention.h"
 #include "spec/attention_spec.h"
+#include "spec/dtype.h"
 #include "spec/model_shape.h"
 
 namespace kvlab::infer {
@@ -14,14 +15,31 @@ namespace kvlab::infer {
 // DecodeModel needs and nothing of libtorch. Filled from the modules by
 // load_decode_weights() (infer/load_decode_weights.h).
 
-// y = W x + b, W [out][in] row-major (torch's Linear layout).
+inline int64_t float_bytes(const std::vector<float>& v) {
+  return static_cast<int64_t>(v.size() * sizeof(float));
+}
+
+// y = W x + b, W [out][in] row-major (torch's Linear layout), stored in `dtype`: f32 in
+// `weight`, any other dtype as rows in `packed` (row_bytes(dtype, in) bytes each, as
+// kernels/matvec.h reads them); the bias stays f32.
 struct DenseWeights {
-  std::vector<float> weight;  // [out][in]
-  std::vector<float> bias;    // [out], or empty
+  std::vector<float> weight;      // [out][in] when dtype is f32
+  std::vector<std::byte> packed;  // [out] rows of the other dtypes
+  std::vector<float> bias;        // [out], or empty
+  DType dtype = DType::kF32;
   int64_t in = 0;
   int64_t out = 0;
-  bool empty() const { return weight.empty(); }
+  bool empty() const { return out == 0; }
+  const void* data() const {
+    return dtype == DType::kF32 ? static_cast<const void*>(weight.data()) : packed.data();
+  }
+  int64_t bytes() const;  // weights and bias
 };
+
+// Stores the f32 weights of `dense` in `dtype` (rounded, or quantized per block of 32 as the
+// cache does), releasing the f32 copy. Throws std::invalid_argument for fp8, which the
+// matrix-vector kernels do not take.
+void convert_dense(DenseWeights& dense, DType dtype);
 
 // LayerNorm (weight, bias) or RMSNorm (weight) over `width`.
 struct NormWeights {
@@ -31,6 +49,7 @@ struct NormWeights {
   float eps = 1e-5f;
   int64_t width = 0;
   bool empty() const { return weight.empty(); }
+  int64_t bytes() const { return float_bytes(weight) + float_bytes(bias); }
 };
 
 // mla's and gla's kv_b weight [H·(d_n + d_v), d_c] (per head d_n rows of W_uk, then d_v rows of
@@ -39,6 +58,9 @@ struct AbsorbedUpProjections {
   std::vector<float> key_up_t;       // W_uk,hᵀ: [H][d_c][d_n]
   std::vector<float> value_up;       // W_uv,h: [H][d_v][d_c]
   std::vector<float> value_up_bias;  // [H][d_v], or empty
+  int64_t bytes() const {
+    return float_bytes(key_up_t) + float_bytes(value_up) + float_bytes(value_up_bias);
+  }
 };
 
 struct MlpWeights {
@@ -46,6 +68,7 @@ struct MlpWeights {
   DenseWeights gate;  // SwiGLU only
   DenseWeights up;
   DenseWeights down;
+  int64_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
 };
 
 // Dense MLP, or DeepSeek's mixture: the router, top-k routed experts chosen and weighted as
@@ -74,6 +97,11 @@ struct DecodeWeights {
   std::vector<BlockWeights> layers;
   NormWeights final_norm;
   DenseWeights lm_head;  // [V][D]: the embedding itself when tied
+
+  // The bytes of weights one token's decode step reads: every layer's (of a mixture, the
+  // router, the shared experts and experts_per_token routed ones of mean size), the norms,
+  // the LM head, and one row of each embedding table.
+  int64_t bytes_read_per_token() const;
 };
 
 }  // namespace kvlab::infer

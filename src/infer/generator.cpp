@@ -21,7 +21,7 @@ nn::TransformerBlockImpl& block(nn::TransformerModel& model, int64_t layer) {
 
 Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
                      int64_t max_seqs, int threads, std::optional<DType> rope_dtype,
-                     std::optional<KeyOrder> key_order, int64_t max_pages)
+                     std::optional<KeyOrder> key_order, int64_t max_pages, DType weight_dtype)
     : model_(std::move(model)),
       layout_([&] {
         if (!model_->config().shape.causal()) {
@@ -42,7 +42,8 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
           layout_, model_->config().shape.n_layers, kPageSize,
           max_pages > 0 ? max_pages : max_seqs * ((max_tokens_per_seq + kPageSize - 1) / kPageSize),
           max_seqs),
-      decode_(load_decode_weights(model_), cache_, threads, max_seqs, max_tokens_per_seq) {}
+      decode_(load_decode_weights(model_, weight_dtype), cache_, threads, max_seqs,
+              max_tokens_per_seq) {}
 
 int32_t Generator::add_sequence() { return cache_.add_sequence(); }
 

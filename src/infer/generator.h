@@ -29,10 +29,13 @@ class Generator {
   // q4_0 and fp8 caches; AttentionSpec::rope_cache_dtype). key_order: the key stream's order
   // (throws SpecError where the cache cannot take it); unset, fastest_key_order (the decoder's
   // ISA) picks it. max_pages: the cache's pages of kPageSize tokens (0: enough for every sequence
-  // at max_tokens_per_seq; a serving engine sizes it from its memory budget).
+  // at max_tokens_per_seq; a serving engine sizes it from its memory budget). weight_dtype: how
+  // the decode step stores the dense layers' matrices (load_decode_weights); the prompt's
+  // batched pass runs the modules' own f32 weights.
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
             int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt,
-            std::optional<KeyOrder> key_order = std::nullopt, int64_t max_pages = 0);
+            std::optional<KeyOrder> key_order = std::nullopt, int64_t max_pages = 0,
+            DType weight_dtype = DType::kF32);
 
   int32_t add_sequence();
   void free_sequence(int32_t seq);
@@ -51,6 +54,7 @@ class Generator {
   // The decode step's attention arithmetic and profiling (see DecodeModel); prompts run
   // through libtorch in f32 whatever the precision.
   DecodeModel& decode_model() { return decode_; }
+  const DecodeModel& decode_model() const { return decode_; }
 
  private:
   void write_rows(int64_t layer, int32_t seq, int64_t first_pos,

@@ -12,15 +12,19 @@ namespace {
 
 class GlaDecode final : public DecodeAttention {
  public:
-  explicit GlaDecode(nn::GlaAttentionImpl& m) : spec_(m.spec()) {
-    query_ = dense_weights(m.q_proj);
-    latent_ = dense_weights(m.kv_a_proj);  // C·(d_c + d_r)
+  GlaDecode(nn::GlaAttentionImpl& m, DType weight_dtype) : spec_(m.spec()) {
+    query_ = dense_weights(m.q_proj, weight_dtype);
+    latent_ = dense_weights(m.kv_a_proj, weight_dtype);  // C·(d_c + d_r)
     latent_norm_ = norm_weights(m.kv_a_layernorm);
     up_ = absorbed_up_projections(*m.kv_b_proj, spec_);
-    output_ = dense_weights(m.o_proj);
+    output_ = dense_weights(m.o_proj, weight_dtype);
   }
 
   const AttentionSpec& spec() const override { return spec_; }
+
+  int64_t weight_bytes() const override {
+    return query_.bytes() + latent_.bytes() + output_.bytes() + latent_norm_.bytes() + up_.bytes();
+  }
 
   ScratchWidths scratch_widths() const override {
     const AttentionSpec& s = spec_;
@@ -78,8 +82,8 @@ class GlaDecode final : public DecodeAttention {
 
 }  // namespace
 
-std::unique_ptr<DecodeAttention> load_gla_decode(nn::AttentionImpl& module) {
-  return std::make_unique<GlaDecode>(module_of<nn::GlaAttentionImpl>(module));
+std::unique_ptr<DecodeAttention> load_gla_decode(nn::AttentionImpl& module, DType weight_dtype) {
+  return std::make_unique<GlaDecode>(module_of<nn::GlaAttentionImpl>(module), weight_dtype);
 }
 
 }  // namespace kvlab::infer

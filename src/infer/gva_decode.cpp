@@ -12,16 +12,21 @@ namespace {
 
 class GvaDecode final : public DecodeAttention {
  public:
-  explicit GvaDecode(nn::GvaAttentionImpl& g) : spec_(g.spec()) {
-    query_ = dense_weights(g.q_proj);  // H·(d_n + d_r)
-    value_ = dense_weights(g.v_proj);  // G·d_h
-    rope_key_ = dense_weights(g.r_proj);
+  GvaDecode(nn::GvaAttentionImpl& g, DType weight_dtype) : spec_(g.spec()) {
+    query_ = dense_weights(g.q_proj, weight_dtype);  // H·(d_n + d_r)
+    value_ = dense_weights(g.v_proj, weight_dtype);  // G·d_h
+    rope_key_ = dense_weights(g.r_proj, weight_dtype);
     query_norm_ = norm_weights(g.q_norm);
     key_maps_ = floats(g.key_maps);  // M [H][d_h][d_n]; empty for gta (a fixed selection)
-    output_ = dense_weights(g.o_proj);
+    output_ = dense_weights(g.o_proj, weight_dtype);
   }
 
   const AttentionSpec& spec() const override { return spec_; }
+
+  int64_t weight_bytes() const override {
+    return query_.bytes() + value_.bytes() + rope_key_.bytes() + output_.bytes() +
+           query_norm_.bytes() + float_bytes(key_maps_);
+  }
 
   ScratchWidths scratch_widths() const override {
     const AttentionSpec& s = spec_;
@@ -89,8 +94,8 @@ class GvaDecode final : public DecodeAttention {
 
 }  // namespace
 
-std::unique_ptr<DecodeAttention> load_gva_decode(nn::AttentionImpl& module) {
-  return std::make_unique<GvaDecode>(module_of<nn::GvaAttentionImpl>(module));
+std::unique_ptr<DecodeAttention> load_gva_decode(nn::AttentionImpl& module, DType weight_dtype) {
+  return std::make_unique<GvaDecode>(module_of<nn::GvaAttentionImpl>(module), weight_dtype);
 }
 
 }  // namespace kvlab::infer

@@ -9,12 +9,14 @@ namespace {
 
 class LinearDecode final : public DecodeAttention {
  public:
-  explicit LinearDecode(nn::LinearAttentionImpl& l) : spec_(l.spec()) {
-    query_ = dense_weights(l.qkv_proj);
-    output_ = dense_weights(l.o_proj);
+  LinearDecode(nn::LinearAttentionImpl& l, DType weight_dtype) : spec_(l.spec()) {
+    query_ = dense_weights(l.qkv_proj, weight_dtype);
+    output_ = dense_weights(l.o_proj, weight_dtype);
   }
 
   const AttentionSpec& spec() const override { return spec_; }
+
+  int64_t weight_bytes() const override { return query_.bytes() + output_.bytes(); }
 
   ScratchWidths scratch_widths() const override {
     ScratchWidths w;
@@ -46,8 +48,8 @@ class LinearDecode final : public DecodeAttention {
 
 }  // namespace
 
-std::unique_ptr<DecodeAttention> load_linear_decode(nn::AttentionImpl& module) {
-  return std::make_unique<LinearDecode>(module_of<nn::LinearAttentionImpl>(module));
+std::unique_ptr<DecodeAttention> load_linear_decode(nn::AttentionImpl& module, DType weight_dtype) {
+  return std::make_unique<LinearDecode>(module_of<nn::LinearAttentionImpl>(module), weight_dtype);
 }
 
 }  // namespace kvlab::infer

@@ -12,17 +12,22 @@ namespace {
 
 class MlaDecode final : public DecodeAttention {
  public:
-  explicit MlaDecode(nn::MlaAttentionImpl& m) : spec_(m.spec()) {
-    query_ = dense_weights(m.q_proj ? m.q_proj : m.q_b_proj);
-    query_down_ = dense_weights(m.q_a_proj);
+  MlaDecode(nn::MlaAttentionImpl& m, DType weight_dtype) : spec_(m.spec()) {
+    query_ = dense_weights(m.q_proj ? m.q_proj : m.q_b_proj, weight_dtype);
+    query_down_ = dense_weights(m.q_a_proj, weight_dtype);
     query_down_norm_ = norm_weights(m.q_a_layernorm);
-    latent_ = dense_weights(m.kv_a_proj_with_mqa);  // d_c + d_r
-    latent_norm_ = norm_weights(m.kv_a_layernorm);  // empty with plainlatent
+    latent_ = dense_weights(m.kv_a_proj_with_mqa, weight_dtype);  // d_c + d_r
+    latent_norm_ = norm_weights(m.kv_a_layernorm);                // empty with plainlatent
     up_ = absorbed_up_projections(*m.kv_b_proj, spec_);
-    output_ = dense_weights(m.o_proj);
+    output_ = dense_weights(m.o_proj, weight_dtype);
   }
 
   const AttentionSpec& spec() const override { return spec_; }
+
+  int64_t weight_bytes() const override {
+    return query_.bytes() + query_down_.bytes() + latent_.bytes() + output_.bytes() +
+           query_down_norm_.bytes() + latent_norm_.bytes() + up_.bytes();
+  }
 
   ScratchWidths scratch_widths() const override {
     const AttentionSpec& s = spec_;
@@ -98,8 +103,8 @@ class MlaDecode final : public DecodeAttention {
 
 }  // namespace
 
-std::unique_ptr<DecodeAttention> load_mla_decode(nn::AttentionImpl& module) {
-  return std::make_unique<MlaDecode>(module_of<nn::MlaAttentionImpl>(module));
+std::unique_ptr<DecodeAttention> load_mla_decode(nn::AttentionImpl& module, DType weight_dtype) {
+  return std::make_unique<MlaDecode>(module_of<nn::MlaAttentionImpl>(module), weight_dtype);
 }
 
 }  // namespace kvlab::infer

@@ -11,20 +11,25 @@ namespace {
 
 class StandardDecode final : public DecodeAttention {
  public:
-  explicit StandardDecode(nn::StandardAttentionImpl& a) : spec_(a.spec()) {
+  StandardDecode(nn::StandardAttentionImpl& a, DType weight_dtype) : spec_(a.spec()) {
     if (a.pos_mix_weight.defined()) {
       throw std::invalid_argument("the '+' variants are non-causal and cannot decode");
     }
-    query_ = dense_weights(a.q_proj ? a.q_proj : a.qk_proj ? a.qk_proj : a.qkv_proj);
-    key_ = dense_weights(a.k_proj);
-    value_ = dense_weights(a.v_proj);
-    content_ = dense_weights(a.kv_proj);
+    query_ = dense_weights(a.q_proj ? a.q_proj : a.qk_proj ? a.qk_proj : a.qkv_proj, weight_dtype);
+    key_ = dense_weights(a.k_proj, weight_dtype);
+    value_ = dense_weights(a.v_proj, weight_dtype);
+    content_ = dense_weights(a.kv_proj, weight_dtype);
     key_norm_ = norm_weights(a.k_norm);
     query_norm_ = norm_weights(a.q_norm);
-    output_ = dense_weights(a.o_proj);
+    output_ = dense_weights(a.o_proj, weight_dtype);
   }
 
   const AttentionSpec& spec() const override { return spec_; }
+
+  int64_t weight_bytes() const override {
+    return query_.bytes() + key_.bytes() + value_.bytes() + content_.bytes() + output_.bytes() +
+           key_norm_.bytes() + query_norm_.bytes();
+  }
 
   ScratchWidths scratch_widths() const override {
     ScratchWidths w;
@@ -97,8 +102,10 @@ class StandardDecode final : public DecodeAttention {
 
 }  // namespace
 
-std::unique_ptr<DecodeAttention> load_standard_decode(nn::AttentionImpl& module) {
-  return std::make_unique<StandardDecode>(module_of<nn::StandardAttentionImpl>(module));
+std::unique_ptr<DecodeAttention> load_standard_decode(nn::AttentionImpl& module,
+                                                      DType weight_dtype) {
+  return std::make_unique<StandardDecode>(module_of<nn::StandardAttentionImpl>(module),
+                                          weight_dtype);
 }
 
 }  // namespace kvlab::infer

@@ -48,7 +48,9 @@ TextGenerationResult generate_text_tokens(nn::TransformerModel model,
   }
   const int64_t total = static_cast<int64_t>(prompt_tokens.size()) + options.max_tokens;
   auto start = Clock::now();
-  Generator gen(model, options.cache_dtype, total, 1, options.threads, options.rope_dtype);
+  Generator gen(model, options.cache_dtype, total, 1, options.threads, options.rope_dtype,
+                std::nullopt, 0, options.weight_dtype);
+  result.weight_bytes = gen.decode_model().weights().bytes_read_per_token();
   const AttnPrecision precision = resolve_attn_precision(
       options.attn_precision, gen.decode_model().supports_bf16_precision(), options.cache_dtype);
   if (precision == AttnPrecision::kBf16 && options.cache_dtype != DType::kBf16 &&

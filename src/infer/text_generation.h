@@ -23,6 +23,7 @@ struct TextGenerationOptions {
   DType cache_dtype = DType::kF32;
   std::optional<DType> rope_dtype;     // see Generator
   std::string attn_precision = "f32";  // "f32", "bf16" or "auto" (resolve_attn_precision)
+  DType weight_dtype = DType::kF32;    // the decode step's dense layers (see Generator)
   int threads = 1;
 };
 
@@ -35,6 +36,9 @@ struct TextGenerationResult {
   // Decode steps run: with the cache, the last token's logits come with the one before it, so
   // n tokens cost n − 1 steps; without it, every token is one full forward.
   int64_t decode_steps = 0;
+  // The bytes of weights a decode step reads (DecodeWeights::bytes_read_per_token); 0 without
+  // the cache.
+  int64_t weight_bytes = 0;
 };
 
 // Continues prompt_tokens [T >= 1] of model with up to options.max_tokens tokens, sampled with

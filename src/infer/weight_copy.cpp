@@ -8,13 +8,14 @@ std::vector<float> floats(const torch::Tensor& t) {
   return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
 }
 
-DenseWeights dense_weights(const nn::Linear& linear) {
+DenseWeights dense_weights(const nn::Linear& linear, DType weight_dtype) {
   DenseWeights d;
   if (!linear) return d;
   d.weight = floats(linear->weight);
   d.bias = floats(linear->bias);
   d.out = linear->weight.size(0);
   d.in = linear->weight.size(1);
+  convert_dense(d, weight_dtype);
   return d;
 }
 

@@ -11,9 +11,10 @@
 namespace kvlab::infer {
 
 // A module's tensors copied out as the f32 arrays the decode step reads.
-std::vector<float> floats(const torch::Tensor& t);     // empty for an undefined tensor
-DenseWeights dense_weights(const nn::Linear& linear);  // empty for a missing layer
-NormWeights norm_weights(const nn::Norm& norm);        // empty for a missing norm
+std::vector<float> floats(const torch::Tensor& t);  // empty for an undefined tensor
+// A Linear's weights stored in weight_dtype (convert_dense), empty for a missing layer.
+DenseWeights dense_weights(const nn::Linear& linear, DType weight_dtype = DType::kF32);
+NormWeights norm_weights(const nn::Norm& norm);  // empty for a missing norm
 
 // mla's and gla's kv_b weight as the decode step absorbs it (decode_weights.h).
 AbsorbedUpProjections absorbed_up_projections(const nn::LinearImpl& kv_b_proj,

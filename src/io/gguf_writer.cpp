@@ -46,7 +46,27 @@ struct ValueWriter {
 
 }  // namespace
 
-int64_t ggml_type_bytes(GgmlType type) { return type == GgmlType::kF32 ? 4 : 2; }
+int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (const int64_t d : shape) numel *= d;
+  switch (type) {
+    case GgmlType::kF32:
+      return numel * 4;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return numel * 2;
+    case GgmlType::kQ8_0: {
+      const int64_t inner = shape.empty() ? 1 : shape.back();
+      if (inner % 32 != 0) {
+        throw std::invalid_argument(
+            "q8_0 needs the innermost dimension to be a multiple of 32, not " +
+            std::to_string(inner));
+      }
+      return numel / 32 * 34;
+    }
+  }
+  throw std::invalid_argument("unknown GGML type " + std::to_string(static_cast<uint32_t>(type)));
+}
 
 uint32_t gguf_type_id(const GgufValue& value) {
   constexpr uint32_t kIds[] = {4, 5, 6, 7, 8, 10, 9, 9};
@@ -58,9 +78,7 @@ void GgufWriter::add(const std::string& key, GgufValue value) {
 }
 
 void GgufWriter::add_tensor(GgufTensor tensor) {
-  int64_t numel = 1;
-  for (const int64_t d : tensor.shape) numel *= d;
-  if (static_cast<int64_t>(tensor.bytes.size()) != numel * ggml_type_bytes(tensor.type)) {
+  if (static_cast<int64_t>(tensor.bytes.size()) != ggml_tensor_bytes(tensor.type, tensor.shape)) {
     throw std::invalid_argument("GGUF tensor '" + tensor.name +
                                 "': " + std::to_string(tensor.bytes.size()) +
                                 " bytes do not match its shape and type");

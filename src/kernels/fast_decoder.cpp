@@ -152,6 +152,10 @@ bool cpu_has_avx512_vnni() {
   return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vnni");
 }
 
+DType default_weight_dtype(CpuIsa isa) {
+  return isa == CpuIsa::kScalar ? DType::kF32 : DType::kBf16;
+}
+
 KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa) {
   return layout.takes_key_pairs() && isa != CpuIsa::kAmx ? KeyOrder::kTokenPairs : KeyOrder::kRows;
 }
@@ -180,9 +184,16 @@ void FastDecoder::run(const LinearStepParams& params) {
 void FastDecoder::run(const MatVecParams& params) {
   if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
+  } else if (matvec_runs_avx512(params.weight_dtype)) {
+    matvec_avx512(params, pool_, matvec_scratch_);
   } else {
-    matvec_avx2(params, pool_);
+    matvec_avx2(params, pool_, matvec_scratch_);
   }
+}
+
+bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {
+  return (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) &&
+         (is_element_dtype(weight_dtype) || cpu_has_avx512_vnni());
 }
 
 void FastDecoder::prepare_rope(int64_t tokens, int64_t width, double theta,

@@ -18,8 +18,8 @@ enum class CpuIsa { kScalar, kAvx2, kAvx512, kAmx };
 // The ISA decode runs on, best first: AMX (tile multiplies for bf16 scores, on top of AVX-512;
 // needs the kernel's permission for tile state), AVX-512 (F, BW, VL, DQ), AVX2+FMA+F16C, the
 // scalar reference. The environment variable KVLAB_CPU_ISA=scalar|avx2|avx512 caps it (tests
-// run every path in one binary). Dense layers and linear attention use the AVX2 kernels on
-// every SIMD level; only decode attention has AVX-512 and AMX builds. Any other value of the
+// run every path in one binary). Dense layers have AVX2 and AVX-512 builds, linear attention
+// AVX2 only; decode attention AVX2, AVX-512 and AMX builds. Any other value of the
 // variable throws std::invalid_argument naming it.
 CpuIsa detect_cpu_isa();
 // What this CPU can run, ignoring KVLAB_CPU_ISA.
@@ -29,6 +29,11 @@ std::string_view cpu_isa_name(CpuIsa isa);
 bool cpu_has_avx512_bf16();
 // AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
 bool cpu_has_avx512_vnni();
+// How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
+// SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
+// token reads), f32 on the scalar reference.
+DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
+
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
 // takes them (CacheLayout::takes_key_pairs), except with AMX, whose tile path reads key rows
 // (pairs measured faster with AVX-512 and AVX2, not yet on an AMX host:
@@ -87,8 +92,10 @@ class FastDecoder {
   bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
-  // The dense layers around attention (projections, MLP, LM head).
+  // The dense layers around attention (projections, MLP, LM head): the AVX-512 kernels where
+  // matvec_runs_avx512 says, else AVX2 (the scalar reference on kScalar).
   void run(const MatVecParams& params);
+  bool matvec_runs_avx512(DType weight_dtype) const;
   // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
   // that calls this once with its longest context never grows it between steps.
   void prepare_rope(int64_t tokens, int64_t width, double theta, const RopeScaling& scaling);
@@ -104,6 +111,7 @@ class FastDecoder {
   CpuIsa isa_;
   ThreadPool pool_;
   DecodeWorkspace workspace_;
+  MatVecScratch matvec_scratch_;
   // RoPE on read: cos/sin per cached position, extended (doubling) as contexts grow
   HugePageFloats rope_table_;  // read every step for every cached row: on huge pages
   int64_t rope_positions_ = 0;

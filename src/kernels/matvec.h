@@ -1,33 +1,59 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/thread_pool.h"
+#include "spec/dtype.h"
 
 namespace kvlab {
 
 // The dense layers of a decode step: y_b = W x_b (+ bias) for a small batch of rows x_b, with
-// W stored [out][in] row-major (torch's Linear layout), every operand f32. At batch sizes of
-// decode this is a matrix-vector product bound by reading W: each weight row is read once
-// for the whole batch.
+// W stored [out][in] row-major (torch's Linear layout). At batch sizes of decode this is a
+// matrix-vector product bound by reading W: each weight row is read once for the whole batch.
+//
+// W's rows are stored in weight_dtype, each row as the cache stores one (spec/dtype.h: f32, bf16
+// and f16 elements; ggml's q8_0 and q4_0 blocks of 32, the last one zero-padded); x, bias and y
+// are f32. Float weights are widened to f32 and multiplied with x in f32. For q8_0 and q4_0
+// weights each row x_b is first rounded to q8_0 blocks (as llama.cpp does), and each block pair
+// contributes d_w · d_x · Σ q_w q_x (an exact integer sum).
 struct MatVecParams {
-  const float* weight = nullptr;  // [out][in]
-  const float* bias = nullptr;    // [out], or nullptr
-  const float* x = nullptr;       // [n][x_stride], the first `in` of each row used
-  float* y = nullptr;             // [n][y_stride], the first `out` of each row written
+  const void* weight = nullptr;  // [out] rows of row_bytes(weight_dtype, in) bytes
+  const float* bias = nullptr;   // [out], or nullptr
+  const float* x = nullptr;      // [n][x_stride], the first `in` of each row used
+  float* y = nullptr;            // [n][y_stride], the first `out` of each row written
   int64_t n = 0;
   int64_t in = 0;
   int64_t out = 0;
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
+  DType weight_dtype = DType::kF32;
 };
 
-// The plain reference (dot products accumulated in double). Throws std::invalid_argument
-// naming the field for inconsistent parameters.
+// What the kernels keep between calls (the rows of x as q8_0 blocks): it only grows.
+struct MatVecScratch {
+  std::vector<int8_t> quants;  // [n][blocks · 32]
+  std::vector<float> scales;   // [n][blocks]
+};
+
+// Grows the scratch to what `params` needs (outside the ISA builds: no library code is
+// instantiated with their flags).
+void reserve_matvec_scratch(const MatVecParams& params, MatVecScratch& scratch);
+
+// Whether matrix-vector products take weights of `dtype` (not fp8).
+bool matvec_supports(DType dtype);
+
+// The plain reference (dot products accumulated in double; x rounded to q8_0 by store_rows
+// for block weights). Throws std::invalid_argument naming the field for inconsistent
+// parameters or a weight dtype it does not take.
 void matvec_reference(const MatVecParams& params);
 void validate_matvec(const MatVecParams& params);
-// AVX2 + FMA (matvec_avx2.cpp): output rows in blocks spread over the pool, four weight rows
-// per pass so each x_b load serves four dot products.
-void matvec_avx2(const MatVecParams& params, ThreadPool& pool);
+// AVX2 + FMA + F16C (matvec_avx2.cpp): output rows in blocks spread over the pool; each pass
+// reads four weight rows once (widened or unpacked in registers) for two rows of x.
+void matvec_avx2(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// AVX-512 (matvec_avx512.cpp): sixteen lanes, four weight rows for four rows of x (element
+// dtypes, the tails masked) or two (block dtypes: two blocks a pass with VNNI's vpdpbusd, so these
+// need AVX-512 VNNI).
+void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 
 }  // namespace kvlab

@@ -38,7 +38,8 @@ SchedulerConfig scheduler_config(const infer::Generator& gen, const EngineOption
 
 Engine::Engine(nn::TransformerModel model, const EngineOptions& options)
     : generator_(model, options.cache_dtype, model_len(model, options), options.max_num_seqs,
-                 options.threads, std::nullopt, std::nullopt, options.n_pages),
+                 options.threads, std::nullopt, std::nullopt, options.n_pages,
+                 options.weight_dtype),
       scheduler_(scheduler_config(generator_, options, model_len(model, options))) {
   generator_.cache().use_external_pages();
   logits_.resize(static_cast<size_t>(options.max_num_seqs * generator_.vocab_size()));

@@ -23,6 +23,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 2048;
   bool prefix_caching = true;
   DType cache_dtype = DType::kBf16;
+  DType weight_dtype = DType::kF32;  // the decode step's dense layers (see Generator)
   int threads = 1;
 };
 

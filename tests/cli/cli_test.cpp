@@ -1177,20 +1177,46 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
   EXPECT_EQ(doc["rows"][0]["cache_bytes"], 16 * 2 * 2 * 8 * 2);
   EXPECT_GT(doc["rows"][0]["decode_tokens_per_s"].get<double>(), 0);
   for (const auto& row : doc["rows"]) {
-    // medians of the repeats within their range; the roofline from the weights (every f32
-    // parameter once) and the cache at the mean context, at the bandwidth measured in the run
-    EXPECT_LE(row["ms_per_token_min"].get<double>(), row["ms_per_token"].get<double>());
-    EXPECT_LE(row["ms_per_token"].get<double>(), row["ms_per_token_max"].get<double>());
+    // medians of the repeats within their range; the memory roofline from the weights a step
+    // reads and the cache at the mean context, at the bandwidth measured in the run; the
+    // roofline the longer of it and the compute one
+    EXPECT_EQ(row["batch"], 1);
+    EXPECT_LE(row["ms_per_step_min"].get<double>(), row["ms_per_step"].get<double>());
+    EXPECT_LE(row["ms_per_step"].get<double>(), row["ms_per_step_max"].get<double>());
     const double bytes = row["weight_bytes"].get<double>() + row["mean_cache_bytes"].get<double>();
-    EXPECT_NEAR(row["roofline_ms"].get<double>(),
+    EXPECT_NEAR(row["memory_roofline_ms"].get<double>(),
                 bytes / (doc["bandwidth_gb_per_s"].get<double>() * 1e6),
-                1e-9 * row["roofline_ms"].get<double>());
+                1e-9 * row["memory_roofline_ms"].get<double>());
+    const double compute =
+        row["compute_roofline_ms"].is_null() ? 0.0 : row["compute_roofline_ms"].get<double>();
+    EXPECT_DOUBLE_EQ(row["roofline_ms"].get<double>(),
+                     std::max(row["memory_roofline_ms"].get<double>(), compute));
     EXPECT_NEAR(row["roofline_fraction"].get<double>(),
-                row["roofline_ms"].get<double>() / row["ms_per_token"].get<double>(), 1e-9);
+                row["roofline_ms"].get<double>() / row["ms_per_step"].get<double>(), 1e-9);
     EXPECT_GT(row["profile_dense_ms"].get<double>(), 0);  // every step runs the dense layers
     EXPECT_GT(row["profile_attention_ms"].get<double>(), 0);
     EXPECT_GE(row["profile_other_ms"].get<double>(), 0);
   }
+  // --weight-dtype and --batch: a row each; the dense layers' bytes by dtype (bf16 half of f32's
+  // matrices, q8_0 34 bytes a block of 32), every sequence of a batch decoded
+  const RunResult dtypes = run_kvlab(
+      "bench generate --attn gqa:2 --prompt 8 --generate 4 --long-prompt 0 --repeats 1 "
+      "--weight-dtype f32,bf16,q8_0 --batch 1,3" +
+      model);
+  ASSERT_EQ(dtypes.exit_code, 0) << dtypes.err;
+  const nlohmann::json drows = nlohmann::json::parse(dtypes.out)["rows"];
+  ASSERT_EQ(drows.size(), 6u);
+  EXPECT_EQ(drows[0]["weight_dtype"], "f32");
+  EXPECT_EQ(drows[1]["batch"], 3);
+  EXPECT_EQ(drows[4]["weight_dtype"], "q8_0");
+  EXPECT_EQ(drows[1]["cache_bytes"].get<int64_t>(), 3 * drows[0]["cache_bytes"].get<int64_t>());
+  const int64_t f32_bytes = drows[0]["weight_bytes"], bf16_bytes = drows[2]["weight_bytes"],
+                q8_bytes = drows[4]["weight_bytes"];
+  EXPECT_LT(bf16_bytes, f32_bytes);
+  EXPECT_LT(q8_bytes, bf16_bytes);
+  const RunResult fp8 = run_kvlab("bench generate --attn gqa:2 --weight-dtype fp8" + model);
+  EXPECT_EQ(fp8.exit_code, 2);
+  EXPECT_TRUE(contains(fp8.err, "weight-dtype")) << fp8.err;
   // --key-order pairs: the two-stream bf16 cache takes it, gva (one stream) keeps rows; a bad
   // value is refused naming the flag
   const RunResult ordered = run_kvlab(

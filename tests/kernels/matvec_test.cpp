@@ -1,10 +1,13 @@
 // The AVX2 matrix-vector kernel of the decode step's dense layers against the scalar
-// reference, over odd shapes, strides and batch sizes; the reference against a hand value.
+// reference, for every weight dtype, over odd shapes, strides and batch sizes; the reference
+// against a hand value; the q8_0 rounding of the input against a bound computed here.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 
+#include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 
 namespace kvlab {
@@ -25,46 +28,140 @@ TEST(MatVecTest, ReferenceComputesWxPlusB) {
                std::invalid_argument);  // x_stride < in
 }
 
-TEST(MatVecTest, FastMatchesTheReference) {
-  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+// Weights [out][in] as rows of `dtype` (store_rows: rounded, or quantized per block).
+std::vector<std::byte> pack(const std::vector<float>& w, int64_t out, int64_t in, DType dtype) {
+  std::vector<std::byte> rows(static_cast<size_t>(out * row_bytes(dtype, in)));
+  store_rows(w.data(), out, in, dtype, rows.data());
+  return rows;
+}
+
+constexpr DType kWeightDtypes[] = {DType::kF32, DType::kBf16, DType::kF16, DType::kQ8_0,
+                                   DType::kQ4_0};
+
+// Every SIMD level the dense layers have, skipped where the CPU lacks it (AVX-512's block dtypes
+// also need VNNI: matvec_runs_avx512).
+class MatVecIsaTest : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!cpu_supports(GetParam())) {
+      GTEST_SKIP() << "this CPU has no " << cpu_isa_name(GetParam());
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Isa, MatVecIsaTest, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+
+TEST_P(MatVecIsaTest, FastMatchesTheReferenceForEveryWeightDtype) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  FastDecoder fast(2, CpuIsa::kAvx2);
-  for (int64_t in : {1, 7, 8, 17, 64, 90, 513}) {
-    for (int64_t out : {1, 3, 4, 5, 33, 1000}) {
-      for (int64_t n : {1, 3}) {
-        for (bool bias : {false, true}) {
-          SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
-                       std::to_string(n) + (bias ? " bias" : ""));
-          const int64_t x_stride = in + 3, y_stride = out + 2;  // rows inside wider buffers
-          std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
-          std::vector<float> x(static_cast<size_t>(n * x_stride));
-          for (float& v : w) v = normal(rng);
-          for (float& v : b) v = normal(rng);
-          for (float& v : x) v = normal(rng);
-          const float sentinel = -777.0f;
-          std::vector<float> expected(static_cast<size_t>(n * y_stride), sentinel);
-          std::vector<float> actual = expected;
-          MatVecParams p{
-              w.data(), bias ? b.data() : nullptr, x.data(), expected.data(), n, in, out, x_stride,
-              y_stride};
-          matvec_reference(p);
-          p.y = actual.data();
-          fast.run(p);
-          for (size_t i = 0; i < actual.size(); ++i) {
-            ASSERT_FALSE(std::isnan(actual[i])) << i;
-            // f32 sums of `in` products against double: error grows like sqrt(in)
-            ASSERT_NEAR(actual[i], expected[i],
-                        1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
-                << "element " << i;
-          }
-          for (int64_t r = 0; r < n; ++r) {  // padding between rows untouched
-            ASSERT_EQ(actual[static_cast<size_t>(r * y_stride + out)], sentinel);
+  FastDecoder fast(2, GetParam());
+  for (DType dtype : kWeightDtypes) {
+    if (GetParam() == CpuIsa::kAvx512 && !fast.matvec_runs_avx512(dtype)) {
+      std::cout << "[ SKIPPED  ] " << dtype_name(dtype) << " runs AVX2 here (no AVX-512 VNNI)\n";
+      continue;
+    }
+    for (int64_t in : {1, 7, 8, 17, 64, 90, 513}) {
+      for (int64_t out : {1, 3, 4, 5, 33, 1000}) {
+        for (int64_t n : {1, 2, 3, 5, 9}) {
+          for (bool bias : {false, true}) {
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + " in " + std::to_string(in) + " out " +
+                         std::to_string(out) + " n " + std::to_string(n) + (bias ? " bias" : ""));
+            const int64_t x_stride = in + 3, y_stride = out + 2;  // rows inside wider buffers
+            std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
+            std::vector<float> x(static_cast<size_t>(n * x_stride));
+            for (float& v : w) v = normal(rng);
+            for (float& v : b) v = normal(rng);
+            for (float& v : x) v = normal(rng);
+            const std::vector<std::byte> rows = pack(w, out, in, dtype);
+            const float sentinel = -777.0f;
+            std::vector<float> expected(static_cast<size_t>(n * y_stride), sentinel);
+            std::vector<float> actual = expected;
+            MatVecParams p{rows.data(), bias ? b.data() : nullptr,
+                           x.data(),    expected.data(),
+                           n,           in,
+                           out,         x_stride,
+                           y_stride,    dtype};
+            matvec_reference(p);
+            p.y = actual.data();
+            fast.run(p);
+            for (size_t i = 0; i < actual.size(); ++i) {
+              ASSERT_FALSE(std::isnan(actual[i])) << i;
+              // f32 sums of `in` products against double: error grows like sqrt(in)
+              ASSERT_NEAR(
+                  actual[i], expected[i],
+                  1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
+                  << "element " << i;
+            }
+            for (int64_t r = 0; r < n; ++r) {  // padding between rows untouched
+              ASSERT_EQ(actual[static_cast<size_t>(r * y_stride + out)], sentinel);
+            }
           }
         }
       }
     }
   }
+}
+
+// For q8_0 / q4_0 weights x is rounded to q8_0 blocks: each element moves by at most half its
+// block's step d_x, so |y − W̃ x| ≤ Σ_k (d_x,k / 2) Σ_{i in k} |w̃_i| (W̃: the weights as stored,
+// read back), plus f32 rounding. An absolute bound computed here, not by the reference.
+TEST_P(MatVecIsaTest, RoundingTheInputToQ8_0StaysWithinHalfAStep) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastDecoder fast(1, GetParam());
+  const int64_t in = 200, out = 37;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<float> w(static_cast<size_t>(in * out)), x(static_cast<size_t>(in));
+    for (float& v : w) v = normal(rng);
+    for (float& v : x) v = 3.0f * normal(rng);
+    const std::vector<std::byte> rows = pack(w, out, in, dtype);
+    std::vector<float> stored(w.size()), y(static_cast<size_t>(out));
+    load_rows(rows.data(), out, in, dtype, stored.data());
+    fast.run(MatVecParams{rows.data(), nullptr, x.data(), y.data(), 1, in, out, 0, 0, dtype});
+    int64_t loose = 0;
+    for (int64_t o = 0; o < out; ++o) {
+      double exact = 0, bound = 1e-4;
+      for (int64_t k = 0; k * 32 < in; ++k) {
+        float amax = 0;
+        for (int64_t i = k * 32; i < std::min(in, k * 32 + 32); ++i)
+          amax = std::max(amax, std::fabs(x[i]));
+        const double half_step = amax / 127.0 / 2.0 * 1.001;  // the f16 scale's rounding
+        for (int64_t i = k * 32; i < std::min(in, k * 32 + 32); ++i) {
+          exact += static_cast<double>(stored[o * in + i]) * x[i];
+          bound += half_step * std::fabs(stored[o * in + i]);
+        }
+      }
+      ASSERT_LE(std::fabs(y[o] - exact), bound) << dtype_name(dtype) << " row " << o;
+      if (std::fabs(y[o] - exact) > 1e-3) ++loose;
+    }
+    EXPECT_GT(loose, 0) << "the input was not rounded at all";  // the bound is not vacuous
+  }
+}
+
+TEST_P(MatVecIsaTest, NanInputsStayNanAndFp8WeightsAreRefused) {
+  FastDecoder fast(1, GetParam());
+  const int64_t in = 40, out = 5;
+  std::vector<float> w(static_cast<size_t>(in * out), 0.5f), x(static_cast<size_t>(2 * in), 1.0f);
+  x[3] = NAN;  // first row only
+  for (DType dtype : kWeightDtypes) {
+    const std::vector<std::byte> rows = pack(w, out, in, dtype);
+    std::vector<float> y(static_cast<size_t>(2 * out)), ref(y.size());
+    MatVecParams p{rows.data(), nullptr, x.data(), y.data(), 2, in, out, 0, 0, dtype};
+    fast.run(p);
+    p.y = ref.data();
+    matvec_reference(p);
+    for (int64_t o = 0; o < out; ++o) {
+      EXPECT_TRUE(std::isnan(y[o])) << dtype_name(dtype);
+      EXPECT_TRUE(std::isnan(ref[o])) << dtype_name(dtype);
+      EXPECT_NEAR(y[out + o], ref[out + o], 1e-4) << dtype_name(dtype);
+      EXPECT_FALSE(std::isnan(y[out + o])) << dtype_name(dtype);
+    }
+  }
+  std::vector<float> y(out);
+  EXPECT_THROW(
+      fast.run(MatVecParams{w.data(), nullptr, x.data(), y.data(), 1, in, out, 0, 0, DType::kFp8}),
+      std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,235 @@
+// Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder when the decoder runs
+// AVX-512 (the block dtypes only where the CPU has VNNI: matvec_avx512_takes).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int64_t kQB = kQuantBlockElements;
+
+template <DType D>
+constexpr int64_t block_bytes() {
+  return row_bytes(D, kQB);
+}
+
+#include "kernels/q8_0_blocks.inc"
+
+// How far ahead of a tile of rows (tile_bytes of weights) its loops prefetch: whole tiles, at
+// least kPrefetchBytes, so enough lines are in flight to cover the memory's latency at its
+// bandwidth (the hardware prefetchers alone left a thread at ~50–60% of it on rows of 1–2 KiB).
+constexpr int64_t kPrefetchBytes = 8192;
+int64_t prefetch_ahead(int64_t tile_bytes) {
+  return (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+}
+
+// Sixteen weights of an element-dtype row from element i (the first `count` of them, the rest
+// zero), widened to f32.
+template <DType D>
+__m512 load16(const std::byte* row, int64_t i, __mmask16 mask) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + i);
+  } else {
+    const __m256i half = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(row) + i);
+    if constexpr (D == DType::kBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+    } else {
+      return _mm512_cvtph_ps(half);
+    }
+  }
+}
+
+// out[b][r] = W[r] · x_b for R weight rows (row_stride bytes apart) and NB rows of x, sixteen
+// elements a pass (the tail masked); the next R rows are prefetched meanwhile (the hardware
+// prefetchers alone leave a thread well short of its bandwidth on rows of 1–2 KiB).
+template <DType D, int R, int NB>
+void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const float* x, int64_t xs,
+                   float* out) {
+  __m512 acc[NB][R];
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
+  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  constexpr int64_t kElementBytes = dtype_bytes(D);
+  for (int64_t i = 0; i < in; i += 16) {
+    const __mmask16 mask =
+        in - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (in - i)) - 1);
+    if ((i * kElementBytes) % 64 == 0) {
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + r * row_stride + i * kElementBytes),
+                     _MM_HINT_T0);
+      }
+    }
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load16<D>(w + r * row_stride, i, mask);
+    for (int b = 0; b < NB; ++b) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + b * xs + i);
+      for (int r = 0; r < R; ++r) acc[b][r] = _mm512_fmadd_ps(wv[r], xv, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < R; ++r) out[b * R + r] = _mm512_reduce_add_ps(acc[b][r]);
+}
+
+// Two blocks' 64 quants as int8 (block k in the low half, k + 1 in the high half; past the last
+// block zero).
+template <DType D>
+__m512i two_blocks(const std::byte* first, bool second) {
+  const __m256i low = block_quants<D>(first);
+  const __m256i high = second ? block_quants<D>(first + block_bytes<D>()) : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+__m512 two_scales(float low, float high) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(low)), _mm256_set1_ps(high), 1);
+}
+
+float block_scale(const std::byte* block) {
+  uint16_t bits;
+  std::memcpy(&bits, block, sizeof bits);
+  return _cvtsh_ss(bits);
+}
+
+// Block weights against rows of x rounded to q8_0 (as matvec_avx2.cpp's), two blocks a pass:
+// vpdpbusd on |w| and x with w's sign (x negated where w < 0), scaled per block by d_w · d_x.
+template <DType D, int R, int NB>
+void tile_blocks(const std::byte* w, int64_t row_stride, int64_t blocks, const int8_t* xq,
+                 int64_t xs, const float* xd, int64_t ds, float* out) {
+  __m512 acc[NB][R];
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
+  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  for (int64_t k = 0; k < blocks; k += 2) {
+    const bool second = k + 1 < blocks;
+    __m512i magnitude[R];
+    __mmask64 negative[R];
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = w + r * row_stride + k * block_bytes<D>();
+      _mm_prefetch(reinterpret_cast<const char*>(next + r * row_stride + k * block_bytes<D>()),
+                   _MM_HINT_T0);
+      const __m512i q = two_blocks<D>(block, second);
+      magnitude[r] = _mm512_abs_epi8(q);
+      negative[r] = _mm512_movepi8_mask(q);
+      dw[r] = two_scales(block_scale(block), second ? block_scale(block + block_bytes<D>()) : 0.0f);
+    }
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + b * xs + k * kQB;
+      const __m512i xv =
+          second ? _mm512_loadu_si512(xb)
+                 : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)));
+      const __m512i xv_clean = second ? xv : _mm512_inserti64x4(xv, _mm256_setzero_si256(), 1);
+      const __m512 dx = two_scales(xd[b * ds + k], second ? xd[b * ds + k + 1] : 0.0f);
+      for (int r = 0; r < R; ++r) {
+        const __m512i signed_x =
+            _mm512_mask_sub_epi8(xv_clean, negative[r], _mm512_setzero_si512(), xv_clean);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude[r], signed_x);
+        acc[b][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], dx), _mm512_cvtepi32_ps(dot), acc[b][r]);
+      }
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < R; ++r) out[b * R + r] = _mm512_reduce_add_ps(acc[b][r]);
+}
+
+// y for output rows [first, last): four weight rows at a time (then one), NB rows of x at a time
+// (four for element dtypes, two for blocks; then one).
+template <DType D>
+void rows_range(const MatVecParams& p, const MatVecScratch& scratch, int64_t first, int64_t last) {
+  constexpr bool kBlocks = !is_element_dtype(D);
+  constexpr int kBatch = kBlocks ? 2 : 4;
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
+  const int64_t stride = row_bytes(D, p.in);
+  const int64_t blocks = (p.in + kQB - 1) / kQB;
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  auto tile = [&]<int R, int NB>(int64_t o, int64_t b, float* out) {
+    const std::byte* w = weight + o * stride;
+    if constexpr (kBlocks) {
+      tile_blocks<D, R, NB>(w, stride, blocks, scratch.quants.data() + b * blocks * kQB,
+                            blocks * kQB, scratch.scales.data() + b * blocks, blocks, out);
+    } else {
+      tile_elements<D, R, NB>(w, stride, p.in, p.x + b * xs, xs, out);
+    }
+  };
+  auto write = [&](int64_t o, int64_t b, int rows, int batch, const float* out) {
+    for (int j = 0; j < batch; ++j) {
+      float* y = p.y + (b + j) * ys + o;
+      for (int r = 0; r < rows; ++r) y[r] = out[j * rows + r] + (p.bias ? p.bias[o + r] : 0.0f);
+    }
+  };
+  float out[16];
+  int64_t o = first;
+  for (; o + 4 <= last; o += 4) {
+    int64_t b = 0;
+    for (; b + kBatch <= p.n; b += kBatch) {
+      tile.template operator()<4, kBatch>(o, b, out);
+      write(o, b, 4, kBatch, out);
+    }
+    for (; b < p.n; ++b) {
+      tile.template operator()<4, 1>(o, b, out);
+      write(o, b, 4, 1, out);
+    }
+  }
+  for (; o < last; ++o) {
+    for (int64_t b = 0; b < p.n; ++b) {
+      tile.template operator()<1, 1>(o, b, out);
+      write(o, b, 1, 1, out);
+    }
+  }
+}
+
+// Each row of x as q8_0 blocks, as store_rows rounds it (the tail block zero-padded).
+void quantize_rows(const MatVecParams& p, MatVecScratch& scratch) {
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const int64_t blocks = (p.in + kQB - 1) / kQB;
+  for (int64_t b = 0; b < p.n; ++b) {
+    for (int64_t k = 0; k < blocks; ++k) {
+      alignas(32) float block[kQB] = {};
+      const int64_t first = k * kQB, count = std::min(kQB, p.in - first);
+      std::memcpy(block, p.x + b * xs + first, static_cast<size_t>(count) * sizeof(float));
+      scratch.scales[b * blocks + k] =
+          quantize_q8_0_block(block, scratch.quants.data() + (b * blocks + k) * kQB);
+    }
+  }
+}
+
+template <DType D>
+void run(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  if constexpr (!is_element_dtype(D)) quantize_rows(p, scratch);
+  // Blocks of output rows big enough (~64k multiply-adds) that a pool hand-off pays for itself.
+  const int64_t macs_per_row = std::max<int64_t>(1, p.in * p.n);
+  const int64_t rows_per_block = std::max<int64_t>(4, (65536 / macs_per_row + 3) / 4 * 4);
+  const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
+  pool.parallel_for(n_blocks, [&](int64_t blk) {
+    const int64_t first = blk * rows_per_block;
+    rows_range<D>(p, scratch, first, std::min(p.out, first + rows_per_block));
+  });
+}
+
+}  // namespace
+
+void matvec_avx512(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  validate_matvec(p);
+  reserve_matvec_scratch(p, scratch);
+  switch (p.weight_dtype) {
+    case DType::kF32:
+      return run<DType::kF32>(p, pool, scratch);
+    case DType::kBf16:
+      return run<DType::kBf16>(p, pool, scratch);
+    case DType::kF16:
+      return run<DType::kF16>(p, pool, scratch);
+    case DType::kQ8_0:
+      return run<DType::kQ8_0>(p, pool, scratch);
+    case DType::kQ4_0:
+      return run<DType::kQ4_0>(p, pool, scratch);
+    case DType::kFp8:
+      break;  // refused by validate_matvec
+  }
+}
+
+}  // namespace kvlab

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/gemm.h"
 #include "kernels/rope.h"
 
 namespace kvlab {
@@ -184,11 +185,18 @@ void FastDecoder::run(const LinearStepParams& params) {
 void FastDecoder::run(const MatVecParams& params) {
   if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
+  } else if (matvec_runs_gemm(params)) {
+    matvec_gemm_bf16(params, matvec_scratch_);
   } else if (matvec_runs_avx512(params.weight_dtype)) {
     matvec_avx512(params, pool_, matvec_scratch_);
   } else {
     matvec_avx2(params, pool_, matvec_scratch_);
   }
+}
+
+bool FastDecoder::matvec_runs_gemm(const MatVecParams& params) const {
+  return isa_ != CpuIsa::kScalar && params.weight_dtype == DType::kBf16 &&
+         params.n >= kBf16GemmMinRows && bf16_gemm_native();
 }
 
 bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {

@@ -92,9 +92,11 @@ class FastDecoder {
   bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
-  // The dense layers around attention (projections, MLP, LM head): the AVX-512 kernels where
-  // matvec_runs_avx512 says, else AVX2 (the scalar reference on kScalar).
+  // The dense layers around attention (projections, MLP, LM head): oneDNN's bf16 matmul where
+  // matvec_runs_gemm says, the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the
+  // scalar reference on kScalar).
   void run(const MatVecParams& params);
+  bool matvec_runs_gemm(const MatVecParams& params) const;
   bool matvec_runs_avx512(DType weight_dtype) const;
   // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
   // that calls this once with its longest context never grows it between steps.

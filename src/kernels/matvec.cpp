@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/convert.h"
+#include "kernels/gemm.h"
 
 namespace kvlab {
 
@@ -19,6 +20,27 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (scratch.scales.size() < blocks) scratch.scales.resize(blocks);
   if (scratch.quants.size() < blocks * kQuantBlockElements) {
     scratch.quants.resize(blocks * kQuantBlockElements);
+  }
+}
+
+void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
+  validate_matvec(p);
+  if (p.weight_dtype != DType::kBf16) {
+    throw std::invalid_argument("matvec_gemm_bf16: weight_dtype: must be bf16");
+  }
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
+  const auto need = static_cast<size_t>(p.n * p.in);
+  if (scratch.bf16.size() < need) scratch.bf16.resize(need);
+  for (int64_t b = 0; b < p.n; ++b) {
+    for (int64_t i = 0; i < p.in; ++i) scratch.bf16[b * p.in + i] = f32_to_bf16(p.x[b * xs + i]);
+  }
+  // y [n][out] = x [n][in] · Wᵀ, W [out][in] row-major
+  gemm_bf16(false, true, p.n, p.out, p.in, scratch.bf16.data(), p.in,
+            static_cast<const uint16_t*>(p.weight), p.in, 0.0f, p.y, ys);
+  if (p.bias != nullptr) {
+    for (int64_t b = 0; b < p.n; ++b)
+      for (int64_t o = 0; o < p.out; ++o) p.y[b * ys + o] += p.bias[o];
   }
 }
 

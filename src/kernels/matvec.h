@@ -34,7 +34,18 @@ struct MatVecParams {
 struct MatVecScratch {
   std::vector<int8_t> quants;  // [n][blocks · 32]
   std::vector<float> scales;   // [n][blocks]
+  std::vector<uint16_t> bf16;  // [n][in]: x rounded to bf16 (matvec_gemm_bf16)
 };
+
+// From this many rows of x, bf16 weights on a CPU that multiplies bf16 in hardware
+// (bf16_gemm_native) go through oneDNN's matmul instead (matvec_gemm_bf16): at 16–64 rows it
+// measured 1.8–2.8× the AVX-512 kernel's rate (docs/kernels/dense-decode.md).
+constexpr int64_t kBf16GemmMinRows = 16;
+
+// y = W x + b for bf16 weights with x rounded to bf16 (nearest even) and f32 sums: oneDNN's
+// matmul (vdpbf16ps or AMX tiles) on libtorch's OpenMP threads. The products differ from the
+// matrix-vector kernels' (which keep x in f32) by x's rounding.
+void matvec_gemm_bf16(const MatVecParams& params, MatVecScratch& scratch);
 
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
 // instantiated with their flags).

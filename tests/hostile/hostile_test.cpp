@@ -352,6 +352,11 @@ std::vector<HostileCase> cases() {
   add("Eval_cache_dtype_with_context", "eval --checkpoint {ckpt} --cache-dtype q8_0 --context 8",
       "context");
   add("Eval_cache_dtype_on_synthetic", "eval --checkpoint {syn} --cache-dtype q4_0", "cache-dtype");
+  add("Eval_weight_dtype_fp8", "eval --checkpoint {ckpt} --weight-dtype fp8", "weight-dtype");
+  add("Eval_weight_dtype_with_precision",
+      "eval --checkpoint {ckpt} --weight-dtype q8_0 --attn-precision bf16", "weight-dtype");
+  add("Eval_weight_dtype_on_synthetic", "eval --checkpoint {syn} --weight-dtype bf16",
+      "weight-dtype");
   add("Eval_data_missing", "eval --checkpoint {ckpt} --data {d}/none.txt", "data");
   add("Eval_data_differs", "eval --checkpoint {ckpt} --data {d}/other.txt", "data",
       file("other.txt", std::string(4000, 'z')));
@@ -459,6 +464,8 @@ std::vector<HostileCase> cases() {
   add("Generate_seed_negative", gen + "--seed -3", "--seed");
   add("Generate_cache_dtype_unknown", gen + "--cache-dtype q3", "dtype");
   add("Generate_cache_dtype_near_miss", gen + "--cache-dtype q8", "cache_dtype");
+  add("Generate_weight_dtype_unknown", gen + "--weight-dtype int4", "weight-dtype");
+  add("Generate_weight_dtype_fp8", gen + "--weight-dtype fp8", "weight-dtype");
   add("Generate_empty_prompt", "generate --checkpoint {ckpt} --prompt ''", "prompt");
   add("Generate_no_prompt", "generate --checkpoint {ckpt}", "--prompt");
   add("Generate_synthetic_checkpoint", "generate --checkpoint {syn} --prompt x", "checkpoint");
@@ -478,6 +485,7 @@ std::vector<HostileCase> cases() {
   add("Serve_host_not_here",
       "serve --checkpoint {ckpt} --port 0 --kv-cache-memory 1MiB --host 203.0.113.9", "port");
   add("Serve_cache_dtype", serve + "--cache-dtype q3", "cache-dtype");
+  add("Serve_weight_dtype", serve + "--weight-dtype f8", "weight-dtype");
   add("Serve_chat_template", serve + "--chat-template vicuna", "chat-template");
   add("Serve_max_body_tiny", serve + "--max-body 10", "max-body");
   add("Serve_max_model_len_negative", serve + "--max-model-len -5", "--max-model-len");
@@ -710,6 +718,10 @@ std::vector<HostileCase> cases() {
   add("BenchGenerate_generate_negative", "bench generate --attn mha --generate -1", "generate");
   add("BenchGenerate_prompt_zero", "bench generate --attn mha --prompt 0", "prompt");
   add("BenchGenerate_cache_dtype", "bench generate --attn mha --cache-dtype q3", "dtype");
+  add("BenchGenerate_weight_dtype", "bench generate --attn mha --weight-dtype q4_1",
+      "weight-dtype");
+  add("BenchGenerate_batch_zero", "bench generate --attn mha --batch 0", "batch");
+  add("BenchGenerate_batch_huge", "bench generate --attn mha --batch 1,100000", "batch");
   add("BenchGenerate_huge", "bench generate --attn mha --prompt 100000000 --generate 100000000",
       "prompt");
   // --- tokenizer.json (kvlab tokenize, and every model folder that has one)

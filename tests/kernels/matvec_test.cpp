@@ -9,6 +9,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/gemm.h"
 
 namespace kvlab {
 namespace {
@@ -162,6 +163,44 @@ TEST_P(MatVecIsaTest, NanInputsStayNanAndFp8WeightsAreRefused) {
   EXPECT_THROW(
       fast.run(MatVecParams{w.data(), nullptr, x.data(), y.data(), 1, in, out, 0, 0, DType::kFp8}),
       std::invalid_argument);
+}
+
+// From kBf16GemmMinRows rows, bf16 weights on a CPU with native bf16 products go through oneDNN
+// with x rounded to bf16: the reference on the rounded x, to f32 sums.
+TEST(MatVecTest, Bf16GemmFromSixteenRowsMatchesTheReferenceOnRoundedInputs) {
+  if (!cpu_supports(CpuIsa::kAvx2) || !bf16_gemm_native()) {
+    GTEST_SKIP() << "no hardware bf16 products (AVX-512 BF16 or AMX) on this CPU";
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastDecoder fast(2, detect_cpu_isa());
+  for (int64_t n : {kBf16GemmMinRows - 1, kBf16GemmMinRows, int64_t{37}}) {
+    const int64_t in = 70, out = 45, x_stride = in + 2, y_stride = out + 3;
+    std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
+    std::vector<float> x(static_cast<size_t>(n * x_stride));
+    for (float& v : w) v = normal(rng);
+    for (float& v : b) v = normal(rng);
+    for (float& v : x) v = normal(rng);
+    const std::vector<std::byte> rows = pack(w, out, in, DType::kBf16);
+    MatVecParams p{rows.data(), b.data(), x.data(), nullptr,  n,
+                   in,          out,      x_stride, y_stride, DType::kBf16};
+    EXPECT_EQ(fast.matvec_runs_gemm(p), n >= kBf16GemmMinRows) << n;
+    std::vector<float> rounded = x;
+    if (n >= kBf16GemmMinRows) {
+      for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));
+    }
+    std::vector<float> actual(static_cast<size_t>(n * y_stride), -777.0f), expected = actual;
+    p.y = actual.data();
+    fast.run(p);
+    p.x = rounded.data();
+    p.y = expected.data();
+    matvec_reference(p);
+    for (size_t i = 0; i < actual.size(); ++i) {
+      ASSERT_FALSE(std::isnan(actual[i])) << i;
+      ASSERT_NEAR(actual[i], expected[i], 1e-4 * (1.0 + std::fabs(expected[i])))
+          << "n " << n << " element " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "cache/decode_params.h"
 #include "kernels/convert.h"
+#include "kernels/gelu.h"
 
 namespace kvlab::infer {
 namespace {
@@ -18,18 +19,6 @@ using Clock = std::chrono::steady_clock;
 double micros_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
-
-float gelu(float x) {  // torch's exact form: x Φ(x)
-  return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
-}
-
-// torch's gelu(approximate="tanh"), GPT-2's gelu_new: x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³)))
-float gelu_tanh(float x) {
-  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * double(x) * x * x);
-  return static_cast<float>(0.5 * x * (1.0 + std::tanh(u)));
-}
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 int64_t max_of(std::initializer_list<int64_t> values) { return std::max(values); }
 
@@ -102,14 +91,10 @@ void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) 
   step_.dense(m.up, x, D, mlp_a_.data(), width, n);  // [n, width]
   if (m.kind == MlpKind::kSwiglu) {
     step_.dense(m.gate, x, D, mlp_b_.data(), width, n);
-    for (int64_t i = 0; i < n * width; ++i) {
-      mlp_a_[static_cast<size_t>(i)] *= silu(mlp_b_[static_cast<size_t>(i)]);
-    }
-  } else {
-    float (*const activation)(float) = m.kind == MlpKind::kGeluTanh ? gelu_tanh : gelu;
-    for (int64_t i = 0; i < n * width; ++i) {
-      mlp_a_[static_cast<size_t>(i)] = activation(mlp_a_[static_cast<size_t>(i)]);
-    }
+    swiglu_forward(mlp_b_.data(), mlp_a_.data(), n * width);
+  } else {  // torch's exact x Φ(x), or GPT-2's tanh form
+    gelu_forward(m.kind == MlpKind::kGeluTanh ? GeluForm::kTanh : GeluForm::kErf, mlp_a_.data(),
+                 mlp_a_.data(), n * width);
   }
   step_.dense(m.down, mlp_a_.data(), width, y, D, n);  // [n, D]
 }

@@ -67,6 +67,15 @@ KVLAB_CLONES void gelu_forward(GeluForm form, const float* x, float* y, int64_t 
   }
 }
 
+KVLAB_CLONES void swiglu_forward(const float* gate, float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float e = exp_nonpositive(-std::fabs(g));  // σ(g) from e^(−|g|): never overflows
+    const float r = 1.0f / (1.0f + e);
+    up[i] *= g * (g >= 0.0f ? r : e * r);
+  }
+}
+
 KVLAB_CLONES void gelu_backward(GeluForm form, const float* x, const float* dy, float* dx,
                                 int64_t n) {
   if (form == GeluForm::kErf) {

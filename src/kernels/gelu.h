@@ -12,6 +12,10 @@ enum class GeluForm { kErf, kTanh };
 // y = gelu(x)
 void gelu_forward(GeluForm form, const float* x, float* y, int64_t n);
 
+// SwiGLU's gate: up[i] *= silu(gate[i]) = gate[i] · σ(gate[i]) (the decode step's MLP); the
+// reference twin is x / (1 + e^−x) in f64.
+void swiglu_forward(const float* gate, float* up, int64_t n);
+
 // dx = dy · gelu'(x)
 void gelu_backward(GeluForm form, const float* x, const float* dy, float* dx, int64_t n);
 

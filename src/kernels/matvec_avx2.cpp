@@ -142,99 +142,14 @@ void tile_blocks(const std::byte* w, int64_t row_stride, int64_t blocks, const i
     for (int r = 0; r < R; ++r) out[b * R + r] = horizontal_sum(acc[b][r]);
 }
 
-// y for output rows [first, last) of one weight dtype: four rows at a time (then one), two
-// rows of x at a time (then one).
-template <DType D>
-void rows_range(const MatVecParams& p, const MatVecScratch& scratch, int64_t first, int64_t last) {
-  constexpr bool kBlocks = !is_element_dtype(D);
-  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-  const int64_t stride = row_bytes(D, p.in);
-  const int64_t blocks = (p.in + kQB - 1) / kQB;
-  const auto* weight = static_cast<const std::byte*>(p.weight);
-  auto tile = [&]<int R, int NB>(int64_t o, int64_t b, float* out) {
-    const std::byte* w = weight + o * stride;
-    if constexpr (kBlocks) {
-      tile_blocks<D, R, NB>(w, stride, blocks, scratch.quants.data() + b * blocks * kQB,
-                            blocks * kQB, scratch.scales.data() + b * blocks, blocks, out);
-    } else {
-      tile_elements<D, R, NB>(w, stride, p.in, p.x + b * xs, xs, out);
-    }
-  };
-  auto write = [&](int64_t o, int64_t b, int rows, int batch, const float* out) {
-    for (int j = 0; j < batch; ++j) {
-      float* y = p.y + (b + j) * ys + o;
-      for (int r = 0; r < rows; ++r) y[r] = out[j * rows + r] + (p.bias ? p.bias[o + r] : 0.0f);
-    }
-  };
-  float out[8];
-  int64_t o = first;
-  for (; o + 4 <= last; o += 4) {
-    int64_t b = 0;
-    for (; b + 2 <= p.n; b += 2) {
-      tile.template operator()<4, 2>(o, b, out);
-      write(o, b, 4, 2, out);
-    }
-    if (b < p.n) {
-      tile.template operator()<4, 1>(o, b, out);
-      write(o, b, 4, 1, out);
-    }
-  }
-  for (; o < last; ++o) {
-    for (int64_t b = 0; b < p.n; ++b) {
-      tile.template operator()<1, 1>(o, b, out);
-      write(o, b, 1, 1, out);
-    }
-  }
-}
+constexpr int kElementBatch = 2, kBlockBatch = 2;
 
-// Each row of x as q8_0 blocks, as store_rows rounds it (the tail block zero-padded).
-void quantize_rows(const MatVecParams& p, MatVecScratch& scratch) {
-  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
-  const int64_t blocks = (p.in + kQB - 1) / kQB;
-  for (int64_t b = 0; b < p.n; ++b) {
-    for (int64_t k = 0; k < blocks; ++k) {
-      alignas(32) float block[kQB] = {};
-      const int64_t first = k * kQB, count = std::min(kQB, p.in - first);
-      std::memcpy(block, p.x + b * xs + first, static_cast<size_t>(count) * sizeof(float));
-      scratch.scales[b * blocks + k] =
-          quantize_q8_0_block(block, scratch.quants.data() + (b * blocks + k) * kQB);
-    }
-  }
-}
-
-template <DType D>
-void run(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  if constexpr (!is_element_dtype(D)) quantize_rows(p, scratch);
-  // Blocks of output rows big enough (~64k multiply-adds) that a pool hand-off pays for itself.
-  const int64_t macs_per_row = std::max<int64_t>(1, p.in * p.n);
-  const int64_t rows_per_block = std::max<int64_t>(4, (65536 / macs_per_row + 3) / 4 * 4);
-  const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
-  pool.parallel_for(n_blocks, [&](int64_t blk) {
-    const int64_t first = blk * rows_per_block;
-    rows_range<D>(p, scratch, first, std::min(p.out, first + rows_per_block));
-  });
-}
+#include "kernels/matvec_driver.inc"
 
 }  // namespace
 
 void matvec_avx2(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  validate_matvec(p);
-  reserve_matvec_scratch(p, scratch);
-  switch (p.weight_dtype) {
-    case DType::kF32:
-      return run<DType::kF32>(p, pool, scratch);
-    case DType::kBf16:
-      return run<DType::kBf16>(p, pool, scratch);
-    case DType::kF16:
-      return run<DType::kF16>(p, pool, scratch);
-    case DType::kQ8_0:
-      return run<DType::kQ8_0>(p, pool, scratch);
-    case DType::kQ4_0:
-      return run<DType::kQ4_0>(p, pool, scratch);
-    case DType::kFp8:
-      break;  // refused by validate_matvec
-  }
+  run_matvec(p, pool, scratch);
 }
 
 }  // namespace kvlab

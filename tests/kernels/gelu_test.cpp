@@ -106,5 +106,25 @@ TEST(GeluKernelTest, BackwardScalesByTheUpstreamGradientAndNanPropagates) {
   }
 }
 
+TEST(GeluTest, SwigluGateMatchesSiluInF64) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> gate(1003), up(gate.size()), out;
+  for (float& v : gate) v = normal(rng);
+  for (float& v : up) v = normal(rng);
+  gate[0] = -200.0f;  // e^200 would overflow a naive x / (1 + e^−x)
+  gate[1] = 200.0f;
+  gate[2] = 0.0f;
+  out = up;
+  swiglu_forward(gate.data(), out.data(), static_cast<int64_t>(out.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double expected = up[i] * g / (1.0 + std::exp(-g));
+    ASSERT_FALSE(std::isnan(out[i])) << i;
+    ASSERT_NEAR(out[i], expected, 1e-6 * std::fabs(expected) + 1e-30) << "gate " << g;
+  }
+  EXPECT_EQ(out[2], 0.0f);
+}
+
 }  // namespace
 }  // namespace kvlab

@@ -21,7 +21,8 @@ constexpr int64_t block_bytes() {
 
 // How far ahead of a tile of rows (tile_bytes of weights) its loops prefetch: whole tiles, at
 // least kPrefetchBytes, so enough lines are in flight to cover the memory's latency at its
-// bandwidth (the hardware prefetchers alone left a thread at ~50–60% of it on rows of 1–2 KiB).
+// bandwidth, which the hardware prefetchers alone do not on rows of 1–2 KiB
+// (docs/kernels/dense-decode.md).
 constexpr int64_t kPrefetchBytes = 8192;
 int64_t prefetch_ahead(int64_t tile_bytes) {
   return (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
@@ -75,8 +76,8 @@ void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const flo
   __m256 acc[NB][R];
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
-  // the next R rows (contiguous after these) are fetched while these are multiplied: the
-  // hardware prefetchers alone left a thread at ~60% of its bandwidth on rows of 1–2 KiB
+  // the rows prefetch_ahead places ahead (contiguous after these) are fetched while these are
+  // multiplied
   const std::byte* next = w + prefetch_ahead(R * row_stride);
   constexpr int64_t kElementBytes = dtype_bytes(D);
   int64_t i = 0;

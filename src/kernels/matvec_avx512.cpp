@@ -22,7 +22,8 @@ constexpr int64_t block_bytes() {
 
 // How far ahead of a tile of rows (tile_bytes of weights) its loops prefetch: whole tiles, at
 // least kPrefetchBytes, so enough lines are in flight to cover the memory's latency at its
-// bandwidth (the hardware prefetchers alone left a thread at ~50–60% of it on rows of 1–2 KiB).
+// bandwidth, which the hardware prefetchers alone do not on rows of 1–2 KiB
+// (docs/kernels/dense-decode.md).
 constexpr int64_t kPrefetchBytes = 8192;
 int64_t prefetch_ahead(int64_t tile_bytes) {
   return (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
@@ -45,8 +46,8 @@ __m512 load16(const std::byte* row, int64_t i, __mmask16 mask) {
 }
 
 // out[b][r] = W[r] · x_b for R weight rows (row_stride bytes apart) and NB rows of x, sixteen
-// elements a pass (the tail masked); the next R rows are prefetched meanwhile (the hardware
-// prefetchers alone leave a thread well short of its bandwidth on rows of 1–2 KiB).
+// elements a pass (the tail masked); the rows prefetch_ahead places ahead are prefetched
+// meanwhile.
 template <DType D, int R, int NB>
 void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const float* x, int64_t xs,
                    float* out) {

@@ -55,54 +55,55 @@ void validate_matvec(const MatVecParams& p) {
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
 }
 
+namespace {
+
+// A q8_0 / q4_0 block's f16 scale and its integer quants (elements ÷ scale, exact), read with
+// load_rows; stack arrays only, so the scalar decode step allocates nothing.
+float block_quants(const std::byte* block, DType dtype, float* quants) {
+  uint16_t bits;
+  std::memcpy(&bits, block, sizeof bits);
+  const float scale = f16_to_f32(bits);
+  load_rows(block, 1, kQuantBlockElements, dtype, quants);
+  for (int64_t i = 0; i < kQuantBlockElements; ++i) {
+    quants[i] = scale != 0.0f ? std::nearbyint(quants[i] / scale) : 0.0f;
+  }
+  return scale;
+}
+
+}  // namespace
+
 void matvec_reference(const MatVecParams& p) {
   validate_matvec(p);
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-  const bool blocks = !is_element_dtype(p.weight_dtype);
   const int64_t w_row_bytes = row_bytes(p.weight_dtype, p.in);
-  const int64_t x_row_bytes = row_bytes(DType::kQ8_0, p.in);
   const int64_t n_blocks = (p.in + kQuantBlockElements - 1) / kQuantBlockElements;
-  const int64_t padded = n_blocks * kQuantBlockElements;
-  std::vector<float> w(static_cast<size_t>(padded), 0.0f);
-  std::vector<float> x(static_cast<size_t>(padded), 0.0f);
-  std::vector<float> w_scale(static_cast<size_t>(n_blocks)), x_scale(w_scale.size());
-  std::vector<std::byte> x_blocks(static_cast<size_t>(x_row_bytes));
-  // A block's f16 scale, and its elements ÷ that scale: the integer quants.
-  auto unscale = [&](const std::byte* row, DType dtype, float* values, float* scales) {
-    for (int64_t k = 0; k < n_blocks; ++k) {
-      uint16_t bits;
-      std::memcpy(&bits, row + k * row_bytes(dtype, kQuantBlockElements), sizeof bits);
-      scales[k] = f16_to_f32(bits);
-      for (int64_t i = 0; i < kQuantBlockElements; ++i) {
-        float& v = values[k * kQuantBlockElements + i];
-        v = scales[k] != 0.0f ? std::nearbyint(v / scales[k]) : 0.0f;
-      }
-    }
-  };
+  const int64_t w_block_bytes = row_bytes(p.weight_dtype, kQuantBlockElements);
   for (int64_t b = 0; b < p.n; ++b) {
-    if (blocks) {
-      store_rows(p.x + b * xs, 1, p.in, DType::kQ8_0, x_blocks.data());
-      load_rows(x_blocks.data(), 1, p.in, DType::kQ8_0, x.data());
-      unscale(x_blocks.data(), DType::kQ8_0, x.data(), x_scale.data());
-    } else {
-      std::copy(p.x + b * xs, p.x + b * xs + p.in, x.begin());
-    }
+    const float* x = p.x + b * xs;
     for (int64_t o = 0; o < p.out; ++o) {
       const auto* row = static_cast<const std::byte*>(p.weight) + o * w_row_bytes;
-      load_rows(row, 1, p.in, p.weight_dtype, w.data());
       double sum = p.bias != nullptr ? p.bias[o] : 0.0;
-      if (blocks) {
-        unscale(row, p.weight_dtype, w.data(), w_scale.data());
-        for (int64_t k = 0; k < n_blocks; ++k) {
-          double dot = 0;
-          for (int64_t i = k * kQuantBlockElements; i < (k + 1) * kQuantBlockElements; ++i) {
-            dot += static_cast<double>(w[i]) * x[i];
-          }
-          sum += static_cast<double>(w_scale[k]) * x_scale[k] * dot;
+      if (is_element_dtype(p.weight_dtype)) {
+        for (int64_t i = 0; i < p.in; ++i) {
+          sum += static_cast<double>(load_element(row, p.weight_dtype, i)) * x[i];
         }
-      } else {
-        for (int64_t i = 0; i < p.in; ++i) sum += static_cast<double>(w[i]) * x[i];
+      } else {  // x rounded to q8_0 per block as store_rows does; integer dots, both scales
+        for (int64_t k = 0; k < n_blocks; ++k) {
+          float x_block[kQuantBlockElements] = {}, x_quants[kQuantBlockElements];
+          float w_quants[kQuantBlockElements];
+          std::byte x_q8[row_bytes(DType::kQ8_0, kQuantBlockElements)];
+          const int64_t first = k * kQuantBlockElements;
+          std::copy(x + first, x + std::min(p.in, first + kQuantBlockElements), x_block);
+          store_rows(x_block, 1, kQuantBlockElements, DType::kQ8_0, x_q8);
+          const float x_scale = block_quants(x_q8, DType::kQ8_0, x_quants);
+          const float w_scale = block_quants(row + k * w_block_bytes, p.weight_dtype, w_quants);
+          double dot = 0;
+          for (int64_t i = 0; i < kQuantBlockElements; ++i) {
+            dot += static_cast<double>(w_quants[i]) * x_quants[i];
+          }
+          sum += static_cast<double>(w_scale) * x_scale * dot;
+        }
       }
       p.y[b * ys + o] = static_cast<float>(sum);
     }

@@ -58,5 +58,28 @@ TEST(NoAllocationTest, DecodeStepsAllocateNothingOnceWarm) {
   }
 }
 
+// The dense layers' kernels too, for every weight dtype: the q8_0 rows of x live in the
+// decoder's scratch, grown by the first call.
+TEST(NoAllocationTest, DenseLayersAllocateNothingOnceWarm) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 kernel on this CPU";
+  const int64_t in = 96, out = 40, n = 3;
+  std::vector<float> w(static_cast<size_t>(in * out), 0.5f), x(static_cast<size_t>(n * in), 1.0f);
+  std::vector<float> y(static_cast<size_t>(n * out));
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_supports(isa)) continue;
+    FastDecoder decoder(2, isa);
+    for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " " + std::string(dtype_name(dtype)));
+      std::vector<std::byte> rows(static_cast<size_t>(out * row_bytes(dtype, in)));
+      store_rows(w.data(), out, in, dtype, rows.data());
+      const MatVecParams p{rows.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0, dtype};
+      decoder.run(p);  // warm-up: the scratch grows to this batch
+      testing::start_counting_allocations();
+      for (int i = 0; i < 20; ++i) decoder.run(p);
+      EXPECT_EQ(testing::stop_counting_allocations(), 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvlab

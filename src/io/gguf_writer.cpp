@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "spec/dtype.h"
 
 namespace kvlab {
 namespace {
@@ -57,12 +58,12 @@ int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape) {
       return numel * 2;
     case GgmlType::kQ8_0: {
       const int64_t inner = shape.empty() ? 1 : shape.back();
-      if (inner % 32 != 0) {
+      if (inner % kQuantBlockElements != 0) {
         throw std::invalid_argument(
             "q8_0 needs the innermost dimension to be a multiple of 32, not " +
             std::to_string(inner));
       }
-      return numel / 32 * 34;
+      return numel / inner * row_bytes(DType::kQ8_0, inner);  // the cache's q8_0 rows
     }
   }
   throw std::invalid_argument("unknown GGML type " + std::to_string(static_cast<uint32_t>(type)));

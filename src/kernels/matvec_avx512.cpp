@@ -11,23 +11,7 @@
 namespace kvlab {
 namespace {
 
-constexpr int64_t kQB = kQuantBlockElements;
-
-template <DType D>
-constexpr int64_t block_bytes() {
-  return row_bytes(D, kQB);
-}
-
-#include "kernels/q8_0_blocks.inc"
-
-// How far ahead of a tile of rows (tile_bytes of weights) its loops prefetch: whole tiles, at
-// least kPrefetchBytes, so enough lines are in flight to cover the memory's latency at its
-// bandwidth, which the hardware prefetchers alone do not on rows of 1–2 KiB
-// (docs/kernels/dense-decode.md).
-constexpr int64_t kPrefetchBytes = 8192;
-int64_t prefetch_ahead(int64_t tile_bytes) {
-  return (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
-}
+#include "kernels/matvec_common.inc"
 
 // Sixteen weights of an element-dtype row from element i (the first `count` of them, the rest
 // zero), widened to f32.

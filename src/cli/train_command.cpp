@@ -24,6 +24,7 @@
 #include "spec/memory_estimates.h"
 #include "spec/spec_error.h"
 #include "train/data_parallel.h"
+#include "train/trainer.h"
 
 namespace kvlab {
 namespace {

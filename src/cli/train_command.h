@@ -8,9 +8,13 @@
 #include <vector>
 
 #include "spec/model_config.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace kvlab {
+
+namespace data {
+class Task;
+}
 
 // Model flags of the commands that train: the kind, vocabulary and context come from the
 // task; the rest defaults to a small GPT-style model (2 layers, D 64, 4 heads of 16,

@@ -15,7 +15,7 @@ using nlohmann::json;
 using namespace hf_fields;
 
 // Fields of GPT2Config that kvlab applies or checks.
-constexpr std::array<std::string_view, 16> kApplied = {"architectures",
+constexpr std::array<std::string_view, 16> kGpt2Applied = {"architectures",
                                                        "model_type",
                                                        "vocab_size",
                                                        "n_positions",
@@ -91,7 +91,7 @@ Preset gpt2_preset(const json& config, const std::string& source) {
 
 ModelConfig gpt2_model_config(const json& config, const std::string& source) {
   for (const auto& [key, value] : config.items()) {
-    if (std::find(kApplied.begin(), kApplied.end(), key) == kApplied.end() &&
+    if (std::find(kGpt2Applied.begin(), kGpt2Applied.end(), key) == kGpt2Applied.end() &&
         std::find(kGpt2Inert.begin(), kGpt2Inert.end(), key) == kGpt2Inert.end() &&
         !is_inert_hf_field(key)) {
       throw SpecError(key,

@@ -14,7 +14,7 @@ using family_detail::num;
 using family_detail::require;
 
 // Per token, in both forms: the query, the latent rows and their rope keys, the output.
-Exact common_projection_macs(const AttentionSpec& s) {
+Exact gla_projection_macs(const AttentionSpec& s) {
   const int64_t D = s.d_model, H = s.n_heads;
   return Exact(D) * (H * (s.nope_dim + s.rope_dim)) +
          Exact(D) * (s.n_groups * (s.latent_dim + s.rope_dim)) + Exact(H * s.value_dim) * D;
@@ -80,7 +80,7 @@ class GlaFamily final : public AttentionFamily {
     AttnMacs macs;
     // explicit form: every head's key and value up-projected from its latent head
     macs.projections =
-        n * (common_projection_macs(s) + Exact(s.latent_dim) * (H * (s.nope_dim + s.value_dim)));
+        n * (gla_projection_macs(s) + Exact(s.latent_dim) * (H * (s.nope_dim + s.value_dim)));
     macs.mixing = n * n * H * (s.nope_dim + s.rope_dim + s.value_dim);
     return macs;
   }
@@ -89,7 +89,7 @@ class GlaFamily final : public AttentionFamily {
     const int64_t H = s.n_heads, row = s.latent_dim + s.rope_dim;
     AttnMacs macs;
     // absorbed: q̃_h = [W_uk,hᵀ q_h^nope ; q_h^rope] before, W_uv,h after the weighted sum
-    macs.projections = common_projection_macs(s) + Exact(H) * s.nope_dim * s.latent_dim +
+    macs.projections = gla_projection_macs(s) + Exact(H) * s.nope_dim * s.latent_dim +
                        Exact(H) * s.latent_dim * s.value_dim;
     macs.mixing = Exact(context) * H * (2 * row);  // scores and sums over whole rows
     return macs;

@@ -18,7 +18,7 @@ Exact query_macs(const AttentionSpec& s) {
 }
 
 // Per token, in both forms: the query, the latent and rope key, the output projection.
-Exact common_projection_macs(const AttentionSpec& s) {
+Exact mla_projection_macs(const AttentionSpec& s) {
   return query_macs(s) + Exact(s.d_model) * (s.latent_dim + s.rope_dim) +
          Exact(s.n_heads * s.value_dim) * s.d_model;
 }
@@ -93,7 +93,7 @@ class MlaFamily final : public AttentionFamily {
     AttnMacs macs;
     // explicit form: the up-projections of every token's latent
     macs.projections =
-        n * (common_projection_macs(s) + Exact(s.latent_dim) * (H * (s.nope_dim + s.value_dim)));
+        n * (mla_projection_macs(s) + Exact(s.latent_dim) * (H * (s.nope_dim + s.value_dim)));
     macs.mixing = n * n * H * (s.nope_dim + s.rope_dim + s.value_dim);
     return macs;
   }
@@ -102,7 +102,7 @@ class MlaFamily final : public AttentionFamily {
     const int64_t H = s.n_heads;
     AttnMacs macs;
     // absorbed: q̃_h = W_uk,hᵀ q_h^nope before, W_uv,h after the weighted sum over c
-    macs.projections = common_projection_macs(s) + Exact(H) * s.nope_dim * s.latent_dim +
+    macs.projections = mla_projection_macs(s) + Exact(H) * s.nope_dim * s.latent_dim +
                        Exact(H) * s.latent_dim * s.value_dim;
     macs.mixing = Exact(context) * H * (2 * s.latent_dim + s.rope_dim);
     return macs;

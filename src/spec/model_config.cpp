@@ -1,13 +1,12 @@
 #include "spec/model_config.h"
 
+#include "spec/attention_family.h"
 #include "spec/spec_error.h"
 
 namespace kvlab {
 namespace {
 
-Exact norm_params(NormKind norm, int64_t width) {
-  return norm == NormKind::kLayerNorm ? Exact(2) * width : Exact(width);
-}
+using family_detail::norm_params;
 
 bool is_moe_layer(const ModelShape& s, int64_t layer) {
   return s.moe.enabled() && layer >= s.moe.n_dense_layers;

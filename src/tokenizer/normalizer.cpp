@@ -39,9 +39,9 @@ class Replace final : public Normalizer {
   std::string content_;
 };
 
-class Sequence final : public Normalizer {
+class NormalizerSequence final : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
   std::string normalize(std::string text) const override {
     for (const auto& step : steps_) text = step->normalize(std::move(text));
     return text;
@@ -67,10 +67,10 @@ std::unique_ptr<Normalizer> replace_from(const json& config, const std::string& 
                                    string_member(config, "content", where));
 }
 
-std::unique_ptr<Normalizer> sequence_from(const json& config, const std::string& where) {
+std::unique_ptr<Normalizer> normalizer_sequence_from(const json& config, const std::string& where) {
   check_members(config, {"type", "normalizers"}, where);
   auto steps = read_steps<Normalizer>(config, "normalizers", where, &make_normalizer);
-  return std::make_unique<Sequence>(std::move(steps));
+  return std::make_unique<NormalizerSequence>(std::move(steps));
 }
 
 }  // namespace
@@ -81,7 +81,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& config, const std::strin
       {"NFC", &nfc_from},
       {"Prepend", &prepend_from},
       {"Replace", &replace_from},
-      {"Sequence", &sequence_from},
+      {"Sequence", &normalizer_sequence_from},
   };
   return build_component(factories, config, where);
 }

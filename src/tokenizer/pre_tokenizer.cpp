@@ -59,9 +59,9 @@ class ByteLevel final : public PreTokenizer {
   ByteLevelAlphabet alphabet_;
 };
 
-class Sequence final : public PreTokenizer {
+class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
   void split(const std::string& piece, std::vector<std::string>& out) const override {
     std::vector<std::string> pieces{piece};
     for (const auto& step : steps_) {
@@ -98,10 +98,10 @@ std::unique_ptr<PreTokenizer> byte_level_from(const json& config, const std::str
                                      std::move(gpt2));
 }
 
-std::unique_ptr<PreTokenizer> sequence_from(const json& config, const std::string& where) {
+std::unique_ptr<PreTokenizer> pre_tokenizer_sequence_from(const json& config, const std::string& where) {
   check_members(config, {"type", "pretokenizers"}, where);
   auto steps = read_steps<PreTokenizer>(config, "pretokenizers", where, &make_pre_tokenizer);
-  return std::make_unique<Sequence>(std::move(steps));
+  return std::make_unique<PreTokenizerSequence>(std::move(steps));
 }
 
 }  // namespace
@@ -110,7 +110,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& config, const std::
   if (config.is_null()) return nullptr;
   static const ComponentFactories<PreTokenizer> factories = {
       {"ByteLevel", &byte_level_from},
-      {"Sequence", &sequence_from},
+      {"Sequence", &pre_tokenizer_sequence_from},
       {"Split", &split_from},
   };
   return build_component(factories, config, where);

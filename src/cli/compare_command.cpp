@@ -19,7 +19,10 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
          "vision (ViT on Fashion-MNIST and set anomaly, seed 003's six variants) | convert "
          "(the lm model trained with gqa:2 and mha, converted by kvlab convert to K=V, GVA, GTA, "
          "MLA and fewer groups, uptrained by distillation with 5% and 20% of the teachers' tokens, "
-         "against each target trained from scratch; --attn replaces the targets)")
+         "against each target trained from scratch; --attn replaces the targets) | serve (the "
+         "serving engine at one KV memory budget: sequences each variant's cache holds and "
+         "runs, throughput at saturation and at offered loads, TTFT/TPOT, preemptions, against "
+         "a roofline; random weights)")
       ->capture_default_str();
   cmd->add_option("--attn", o.attn,
                   "Attention spec, repeatable (default: mha, q-kv, qk-v, qkv1, qk-v+, qkv1+)");
@@ -53,8 +56,12 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
                   "lm: also decode every checkpoint's held-out text through caches of these "
                   "dtypes (comma list of q8_0, q4_0, fp8, f16, f32) beside bf16: perplexity "
                   "change, KL divergence and greedy agreement against the bf16 cache, cache "
-                  "bytes per token, and cache_pareto.svg")
+                  "bytes per token, and cache_pareto.svg; serve: every --attn again with each "
+                  "of these caches")
       ->delimiter(',');
+  cmd->add_option("--requests", o.requests,
+                  "serve: requests at each load level, overriding the preset (quick: 48)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--data", o.data,
                   "lm: a file holding `bible \"gen1:1-re22:21\"`'s output (default: run bible); "
                   "vision: the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)");

@@ -27,6 +27,7 @@ struct CompareOptions {
   // lm: cache dtypes each checkpoint is also decoded with (held-out text, against bf16)
   std::vector<std::string> cache_dtypes;
   std::string data;  // lm: bible's output (default: run `bible`); vision: Fashion-MNIST folder
+  std::optional<int64_t> requests;  // serve: requests a load level, overriding the preset's
 };
 
 // Trains every variant × task × seed (× preset configuration), appends one record per run to
@@ -38,6 +39,8 @@ int run_compare_vision(const CompareOptions& options, const std::atomic<bool>* s
                        std::ostream& out);
 int run_compare_convert(const CompareOptions& options, const std::atomic<bool>* stop,
                         std::ostream& out);
+int run_compare_serve(const CompareOptions& options, const std::atomic<bool>* stop,
+                      std::ostream& out);
 
 // Tables (results.md) and plots of a suite, rebuilt from its results.json alone, into dir.
 // Returns the Markdown. Throws SpecError("results") for a document it cannot read.
@@ -46,5 +49,6 @@ std::string render_lm_report(const nlohmann::json& results, const std::string& d
 std::string render_vision_report(const nlohmann::json& results, const std::string& dir);
 std::string render_synthetic_report(const nlohmann::json& results, const std::string& dir);
 std::string render_convert_report(const nlohmann::json& results, const std::string& dir);
+std::string render_serve_report(const nlohmann::json& results, const std::string& dir);
 
 }  // namespace kvlab

@@ -95,10 +95,15 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
     throw SpecError("matmul-precision",
                     "applies to the lm suite; the " + o.suite + " suite trains at f32");
   }
-  if (o.suite != "lm" && !o.cache_dtypes.empty()) {
-    throw SpecError("cache-dtype",
-                    "applies to the lm suite; the " + o.suite + " suite does not decode text");
+  if (o.suite != "lm" && o.suite != "serve" && !o.cache_dtypes.empty()) {
+    throw SpecError("cache-dtype", "applies to the lm and serve suites; the " + o.suite +
+                                       " suite does not decode text");
   }
+  if (o.suite != "serve" && o.requests) {
+    throw SpecError("requests",
+                    "applies to the serve suite; the " + o.suite + " suite serves none");
+  }
+  if (o.requests && *o.requests <= 0) throw SpecError("requests", "must be > 0");
   if (o.suite != "lm" && o.suite != "convert" && o.eval_windows) {
     throw SpecError("eval-windows", "applies to the lm and convert suites; the " + o.suite +
                                         " suite scores its own held-out set");
@@ -106,9 +111,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
   if (o.suite == "lm") return run_compare_lm(o, stop, out);
   if (o.suite == "vision") return run_compare_vision(o, stop, out);
   if (o.suite == "convert") return run_compare_convert(o, stop, out);
+  if (o.suite == "serve") return run_compare_serve(o, stop, out);
   if (o.suite != "synthetic") {
-    throw SpecError("suite",
-                    "unknown suite '" + o.suite + "' (known: synthetic, lm, vision, convert)");
+    throw SpecError(
+        "suite", "unknown suite '" + o.suite + "' (known: synthetic, lm, vision, convert, serve)");
   }
   if (!o.data.empty()) throw SpecError("data", "the synthetic suite reads no data");
   std::vector<SuiteConfig> configs = preset_configs(o.preset);
@@ -296,11 +302,12 @@ std::string render_report(const json& results, const std::string& dir) {
     if (suite == "lm") return render_lm_report(results, dir);
     if (suite == "vision") return render_vision_report(results, dir);
     if (suite == "convert") return render_convert_report(results, dir);
+    if (suite == "serve") return render_serve_report(results, dir);
   } catch (const json::exception& e) {
     throw SpecError("results", std::string("malformed results.json: ") + e.what());
   }
-  throw SpecError("suite",
-                  "unknown suite '" + suite + "' in results.json (synthetic, lm, vision, convert)");
+  throw SpecError("suite", "unknown suite '" + suite +
+                               "' in results.json (synthetic, lm, vision, convert, serve)");
 }
 
 }  // namespace kvlab

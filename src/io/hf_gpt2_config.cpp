@@ -16,21 +16,21 @@ using namespace hf_fields;
 
 // Fields of GPT2Config that kvlab applies or checks.
 constexpr std::array<std::string_view, 16> kGpt2Applied = {"architectures",
-                                                       "model_type",
-                                                       "vocab_size",
-                                                       "n_positions",
-                                                       "n_embd",
-                                                       "n_layer",
-                                                       "n_head",
-                                                       "n_inner",
-                                                       "activation_function",
-                                                       "layer_norm_epsilon",
-                                                       "tie_word_embeddings",
-                                                       "scale_attn_weights",
-                                                       "scale_attn_by_inverse_layer_idx",
-                                                       "add_cross_attention",
-                                                       "reorder_and_upcast_attn",
-                                                       "kvlab"};
+                                                           "model_type",
+                                                           "vocab_size",
+                                                           "n_positions",
+                                                           "n_embd",
+                                                           "n_layer",
+                                                           "n_head",
+                                                           "n_inner",
+                                                           "activation_function",
+                                                           "layer_norm_epsilon",
+                                                           "tie_word_embeddings",
+                                                           "scale_attn_weights",
+                                                           "scale_attn_by_inverse_layer_idx",
+                                                           "add_cross_attention",
+                                                           "reorder_and_upcast_attn",
+                                                           "kvlab"};
 // GPT-2's own fields that do not change what the model computes at inference (beside
 // is_inert_hf_field's): dropout, the sequence-summary head of GPT2DoubleHeadsModel, generation
 // settings, n_ctx (GPT-2's original name for n_positions, which transformers no longer reads).

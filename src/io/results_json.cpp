@@ -183,6 +183,42 @@ void check_convert(const json& r, const Checker& c) {
   });
 }
 
+void check_serve(const json& r, const Checker& c) {
+  const json& config = c.member(r, "", "config");
+  c.values(config, "config",
+           {"layers", "d_model", "heads", "prompt_len", "output_len", "requests", "budget_bytes",
+            "max_num_seqs", "page_size", "threads"},
+           Kind::kInteger);
+  c.values(config, "config",
+           {"fixed_rate", "bandwidth_gb_per_s", "f32_peak_gmacs", "bf16_peak_gmacs"},
+           Kind::kNumber);
+  c.values(config, "config", {"weight_dtype", "cpu"}, Kind::kString);
+  const auto latency = [&](const json& object, const std::string& path, const char* key) {
+    c.values(c.member(object, path, key), path + "." + key, {"mean", "p50", "p99"}, Kind::kNumber);
+  };
+  c.array(
+      r, "", "rows",
+      [&](const json& row, const std::string& path) {
+        c.values(row, path, {"label", "attn", "cache_dtype", "bound"}, Kind::kString);
+        c.values(row, path, {"cache_bytes_per_token", "peak_running", "preemptions"},
+                 Kind::kInteger);
+        c.values(row, path,
+                 {"max_concurrency", "request_throughput", "output_throughput",
+                  "roofline_output_throughput"},
+                 Kind::kNumber);
+        const json& fixed = c.member(row, path, "fixed_rate");
+        latency(fixed, path + ".fixed_rate", "ttft_ms");
+        latency(fixed, path + ".fixed_rate", "tpot_ms");
+        c.value(fixed, path + ".fixed_rate", "preemptions", Kind::kInteger);
+      },
+      /*non_empty=*/true);
+  c.array(r, "", "loads", [&](const json& load, const std::string& path) {
+    c.value(load, path, "label", Kind::kString);
+    c.values(load, path, {"offered_rate", "request_throughput", "output_throughput"},
+             Kind::kNumber);
+  });
+}
+
 }  // namespace
 
 void validate_results_json(const json& results, const std::string& source) {
@@ -194,9 +230,10 @@ void validate_results_json(const json& results, const std::string& source) {
   if (suite == "lm") return check_lm(results, c);
   if (suite == "vision") return check_vision(results, c);
   if (suite == "convert") return check_convert(results, c);
+  if (suite == "serve") return check_serve(results, c);
   c.fail("suite", "is '" + text_excerpt(suite, 40) +
                       "', not a suite kvlab knows (synthetic, lm, "
-                      "vision, convert)");
+                      "vision, convert, serve)");
 }
 
 }  // namespace kvlab

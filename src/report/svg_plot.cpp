@@ -131,6 +131,65 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   return svg + "</svg>\n";
 }
 
+std::string svg_bar_chart(const std::string& title, const std::string& y_label,
+                          const std::vector<std::string>& categories,
+                          const std::vector<Series>& series) {
+  const int width = 900, height = 540, left = 70, right = 230, top = 40, bottom = 120;
+  const int plot_w = width - left - right, plot_h = height - top - bottom;
+  double y_hi = 0;
+  for (const Series& s : series) {
+    for (const auto& point : s.points) {
+      if (std::isfinite(point.second)) y_hi = std::max(y_hi, point.second);
+    }
+  }
+  if (y_hi <= 0) y_hi = 1;
+  y_hi *= 1.05;
+  auto py = [&](double y) { return top + (y_hi - y) / y_hi * plot_h; };
+  std::string svg = header(width, height, title);
+  for (double t : ticks(0, y_hi)) {
+    svg += fmt::format(
+        "<line x1=\"{1}\" y1=\"{0:.1f}\" x2=\"{2}\" y2=\"{0:.1f}\" stroke=\"#ddd\"/>\n"
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        py(t), left, left + plot_w, left - 6, py(t) + 4, number(t));
+  }
+  const double group_w = categories.empty()
+                             ? plot_w
+                             : static_cast<double>(plot_w) / static_cast<double>(categories.size());
+  const double bar_w = group_w * 0.8 / static_cast<double>(std::max<size_t>(1, series.size()));
+  for (size_t c = 0; c < categories.size(); ++c) {
+    const double x0 = left + static_cast<double>(c) * group_w + group_w * 0.1;
+    for (size_t i = 0; i < series.size(); ++i) {
+      if (c >= series[i].points.size() || !std::isfinite(series[i].points[c].second)) continue;
+      const double v = std::max(0.0, series[i].points[c].second);
+      svg += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n",
+          x0 + static_cast<double>(i) * bar_w, py(v), bar_w, py(0) - py(v),
+          kColours[i % std::size(kColours)]);
+    }
+    const double label_x = x0 + group_w * 0.4;
+    svg += fmt::format(
+        "<text x=\"{0:.1f}\" y=\"{1}\" text-anchor=\"end\" transform=\"rotate(-30 {0:.1f} "
+        "{1})\">{2}</text>\n",
+        label_x, top + plot_h + 14, xml_escape(categories[c]));
+  }
+  svg += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>\n", left,
+      top, plot_w, plot_h);
+  svg += fmt::format(
+      "<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
+      "{0})\">{1}</text>\n",
+      top + plot_h / 2, xml_escape(y_label));
+  for (size_t i = 0; i < series.size(); ++i) {
+    const int ly = top + 10 + static_cast<int>(i) * 18;
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"24\" height=\"10\" fill=\"{}\"/>\n"
+        "<text x=\"{}\" y=\"{}\">{}</text>\n",
+        left + plot_w + 12, ly - 5, kColours[i % std::size(kColours)], left + plot_w + 42, ly + 4,
+        xml_escape(series[i].name));
+  }
+  return svg + "</svg>\n";
+}
+
 std::string svg_heat_map(const std::string& title, const std::string& x_label,
                          const std::string& y_label,
                          const std::vector<std::vector<double>>& values) {

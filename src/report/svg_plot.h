@@ -23,6 +23,13 @@ std::string svg_heat_map(const std::string& title, const std::string& x_label,
                          const std::string& y_label,
                          const std::vector<std::vector<double>>& values);
 
+// Grouped bars: one group a category (labelled below, turned 30°), one bar a series in each
+// group (series[i].points[c].second is category c's value; x is ignored), a legend, the y axis
+// from 0. Non-finite values draw no bar.
+std::string svg_bar_chart(const std::string& title, const std::string& y_label,
+                          const std::vector<std::string>& categories,
+                          const std::vector<Series>& series);
+
 // Escapes &, <, >, " for SVG text and attributes.
 std::string xml_escape(const std::string& text);
 

@@ -66,27 +66,29 @@ double RopeScaling::frequency(int64_t pair, int64_t width, double theta) const {
 
 void RopeScaling::validate() const {
   const auto finite_positive = [](double x) { return std::isfinite(x) && x > 0; };
-  require_scaling(finite_positive(attention_factor), "attention_factor", "must be a finite number > 0");
+  require_scaling(finite_positive(attention_factor), "attention_factor",
+                  "must be a finite number > 0");
   require_scaling(std::isfinite(score_mscale) && score_mscale >= 0, "mscale_all_dim",
-          "must be a finite number >= 0");
+                  "must be a finite number >= 0");
   if (kind == RopeScalingKind::kNone) {
     require_scaling(factor == 1 && attention_factor == 1 && score_mscale == 0, "type",
-            "'none' takes no factor");
+                    "'none' takes no factor");
     return;
   }
   require_scaling(std::isfinite(factor) && factor >= 1, "factor",
-          "must be a finite number >= 1, got " + std::to_string(factor));
+                  "must be a finite number >= 1, got " + std::to_string(factor));
   if (kind == RopeScalingKind::kLinear) return;
   require_scaling(original_context > 0, "original_max_position_embeddings", "must be > 0");
   if (kind == RopeScalingKind::kLlama3) {
-    require_scaling(finite_positive(low_freq_factor), "low_freq_factor", "must be a finite number > 0");
+    require_scaling(finite_positive(low_freq_factor), "low_freq_factor",
+                    "must be a finite number > 0");
     require_scaling(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor,
-            "high_freq_factor", "must be greater than low_freq_factor");
+                    "high_freq_factor", "must be greater than low_freq_factor");
     return;
   }
   require_scaling(finite_positive(beta_slow), "beta_slow", "must be a finite number > 0");
   require_scaling(std::isfinite(beta_fast) && beta_fast > beta_slow, "beta_fast",
-          "must be greater than beta_slow");
+                  "must be greater than beta_slow");
 }
 
 double RopeScaling::score_factor() const {

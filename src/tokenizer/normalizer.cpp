@@ -41,7 +41,8 @@ class Replace final : public Normalizer {
 
 class NormalizerSequence final : public Normalizer {
  public:
-  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
   std::string normalize(std::string text) const override {
     for (const auto& step : steps_) text = step->normalize(std::move(text));
     return text;

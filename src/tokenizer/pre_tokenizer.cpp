@@ -61,7 +61,8 @@ class ByteLevel final : public PreTokenizer {
 
 class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> steps)
+      : steps_(std::move(steps)) {}
   void split(const std::string& piece, std::vector<std::string>& out) const override {
     std::vector<std::string> pieces{piece};
     for (const auto& step : steps_) {
@@ -98,7 +99,8 @@ std::unique_ptr<PreTokenizer> byte_level_from(const json& config, const std::str
                                      std::move(gpt2));
 }
 
-std::unique_ptr<PreTokenizer> pre_tokenizer_sequence_from(const json& config, const std::string& where) {
+std::unique_ptr<PreTokenizer> pre_tokenizer_sequence_from(const json& config,
+                                                          const std::string& where) {
   check_members(config, {"type", "pretokenizers"}, where);
   auto steps = read_steps<PreTokenizer>(config, "pretokenizers", where, &make_pre_tokenizer);
   return std::make_unique<PreTokenizerSequence>(std::move(steps));

@@ -959,6 +959,60 @@ TEST(CliCompareTest, VisionSuiteSmokeRun) {
   EXPECT_TRUE(contains(text_input.err, "input")) << text_input.err;
 }
 
+TEST(CliCompareTest, ServeSuiteSmokeRun) {
+  const std::string dir = fresh_dir("compare-serve");
+  const RunResult r = run_kvlab(
+      "compare --suite serve --attn gqa:2 --attn gva:2,dr=16 --cache-dtype q8_0 --requests 6 "
+      "--out " +
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/results.json"));
+  EXPECT_EQ(results["suite"], "serve");
+  const nlohmann::json& c = results["config"];
+  // the quick preset: 4 layers of 8 heads × 32, requests of 64 + 32 tokens, a budget of mha's
+  // bf16 cache (8 heads × (32 + 32) × 2 bytes a layer) for 4 of them, pages of 16 tokens
+  const int64_t layers = 4, model_len = 96, page = 16;
+  const int64_t budget = 4 * model_len * layers * (8 * 64 * 2);
+  EXPECT_EQ(c["budget_bytes"], budget);
+  ASSERT_EQ(results["rows"].size(), 4u);  // two variants, then each with a q8_0 cache
+  // bytes per token of every layer: gqa:2 2 × (32 + 32) bf16; gva:2,dr=16 2 × 32 + 16 bf16;
+  // q8_0 blocks of 32 are 34 bytes (gqa:2's four rows of 32 a layer)
+  const int64_t per_token[] = {layers * 2 * 64 * 2, layers * (2 * 32 + 16) * 2, layers * 4 * 34};
+  for (size_t v = 0; v < 3; ++v) {
+    const nlohmann::json& row = results["rows"][v];
+    SCOPED_TRACE(row["label"].get<std::string>());
+    EXPECT_EQ(row["cache_bytes_per_token"], per_token[v]);
+    const int64_t pages = budget / (per_token[v] * page);
+    EXPECT_DOUBLE_EQ(row["max_concurrency"].get<double>(),
+                     static_cast<double>(pages * page) / static_cast<double>(model_len));
+  }
+  for (const auto& row : results["rows"]) {
+    EXPECT_GE(row["peak_running"].get<int64_t>(), 1);
+    EXPECT_LE(row["peak_running"].get<int64_t>(), 6);
+    EXPECT_GT(row["output_throughput"].get<double>(), 0);
+    EXPECT_NEAR(row["output_throughput"].get<double>(),
+                32 * row["request_throughput"].get<double>(), 1e-6);
+    EXPECT_GT(row["roofline_output_throughput"].get<double>(), 0);
+    EXPECT_GE(row["fixed_rate"]["ttft_ms"]["p99"].get<double>(),
+              row["fixed_rate"]["ttft_ms"]["p50"].get<double>());
+  }
+  EXPECT_EQ(results["loads"].size(), 4u * 4u);  // four offered loads a variant
+  const std::string md = slurp(dir + "/results.md");
+  EXPECT_TRUE(contains(md, "| gva:2,dr=16 q8_0 ")) << md;
+  for (const char* plot : {"/throughput_vs_load.svg", "/concurrency.svg"}) {
+    EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + plot)), "") << plot;
+  }
+  std::filesystem::remove(dir + "/results.md");
+  ASSERT_EQ(run_kvlab("report " + dir).exit_code, 0);
+  EXPECT_EQ(slurp(dir + "/results.md"), md);
+  const RunResult steps = run_kvlab("compare --suite serve --steps 2 --out " + dir);
+  EXPECT_EQ(steps.exit_code, 2);
+  EXPECT_TRUE(contains(steps.err, "steps")) << steps.err;
+  const RunResult requests = run_kvlab("compare --suite lm --requests 4 --out " + dir);
+  EXPECT_EQ(requests.exit_code, 2);
+  EXPECT_TRUE(contains(requests.err, "requests")) << requests.err;
+}
+
 TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult memory = run_kvlab("bench memory --mib 16 --repeats 2 --format json");
   ASSERT_EQ(memory.exit_code, 0) << memory.err;

@@ -626,6 +626,8 @@ std::vector<HostileCase> cases() {
   add("Report_not_json", "report {d}", "results", file("results.json", "{\"suite\": "));
   add("Report_deep", "report {d}", "results", file("results.json", deep_json(100000)));
   add("Report_not_object", "report {d}", "results", file("results.json", "[1]"));
+  add("Report_serve_config_empty", "report {d}", "config.layers",
+      file("results.json", R"({"suite": "serve", "config": {}, "rows": [], "loads": []})"));
   add("Report_suite_missing", "report {d}", "suite",
       results_with([](json& r) { r.erase("suite"); }));
   add("Report_suite_unknown", "report {d}", "suite",
@@ -674,6 +676,17 @@ std::vector<HostileCase> cases() {
   add("Compare_data_for_synthetic", "compare --data x --out {d}/c", "data");
   add("Compare_tasks_for_lm", "compare --suite lm --tasks reverse --out {d}/c", "tasks");
   add("Compare_no_out", "compare", "--out");
+  add("Compare_serve_requests_zero", "compare --suite serve --requests 0 --out {d}/c",
+      "--requests");
+  add("Compare_serve_requests_text", "compare --suite serve --requests many --out {d}/c",
+      "--requests");
+  add("Compare_requests_not_serve", "compare --suite vision --requests 4 --out {d}/c", "requests");
+  add("Compare_serve_cache_dtype_unknown", "compare --suite serve --cache-dtype fp9 --out {d}/c",
+      "cache-dtype");
+  add("Compare_serve_preset_unknown", "compare --suite serve --preset paper --out {d}/c", "preset");
+  add("Compare_serve_attn_unknown", "compare --suite serve --attn frobnicate --out {d}/c", "attn");
+  add("Compare_serve_attn_heads", "compare --suite serve --attn gqa:3 --out {d}/c", "attn");
+  add("Compare_serve_steps", "compare --suite serve --steps 3 --out {d}/c", "steps");
 
   // --- analyze
   add("Analyze_missing", "analyze --checkpoint {d}/none --out {d}/a", "checkpoint");
@@ -978,7 +991,8 @@ TEST(HostileCases, WordsAreTheShellsWords) {
     std::string args = replace_all(hc.args, "{d}", "/tmp/d");
     args = replace_all(replace_all(args, "{ckpt}", "/tmp/c"), "{syn}", "/tmp/s");
     ours.push_back(kvlab::test::parse_command_line(args));
-    script += "set -- " + args + "\nfor w in \"$@\"; do printf '%s\\0' \"$w\"; done; printf '\\001'\n";
+    script +=
+        "set -- " + args + "\nfor w in \"$@\"; do printf '%s\\0' \"$w\"; done; printf '\\001'\n";
   }
   // a file: the script is longer than one argument may be
   const std::string script_path = testing::TempDir() + "hostile_words.sh";

@@ -1,0 +1,456 @@
+// `kvlab compare --suite serve`: how many sequences each attention variant's cache holds at one KV
+// memory budget, and the throughput and latency the serving engine gives with them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "experiments/compare.h"
+#include "io/atomic_file.h"
+#include "kernels/compute_peak.h"
+#include "kernels/fast_decoder.h"
+#include "kernels/gemm.h"
+#include "kernels/matvec.h"
+#include "kernels/memory_bandwidth.h"
+#include "kernels/thread_pool.h"
+#include "nn/threads.h"
+#include "nn/transformer.h"
+#include "report/svg_plot.h"
+#include "report/table.h"
+#include "report/units.h"
+#include "serve/engine.h"
+#include "serve/kv_budget.h"
+#include "serve/load_generator.h"
+#include "spec/spec_error.h"
+
+namespace kvlab {
+namespace {
+
+using nlohmann::json;
+
+// quick: a 4-layer, d 256, 8-head Llama-style model with random weights (the numbers that matter
+// here are bytes and steps, not what the model says), requests of 64 prompt and 32 generated
+// tokens, a KV budget that holds 4 such requests of mha's cache.
+struct ServePreset {
+  int64_t layers, d_model, heads;
+  int64_t prompt_len, output_len;
+  int64_t budget_mha_requests;  // the budget: mha's cache of this many requests
+  int64_t requests;             // per load level
+  int64_t max_num_seqs;
+};
+
+ServePreset serve_preset(const std::string& name) {
+  if (name == "quick") return {4, 256, 8, 64, 32, 4, 48, 64};
+  throw SpecError("preset", "unknown serve preset '" + name + "' (known: quick)");
+}
+
+struct ServeVariant {
+  std::string label, attn;
+  DType cache_dtype = DType::kBf16;
+};
+
+std::vector<ServeVariant> default_serve_variants() {
+  return {{"mha", "mha"},
+          {"gqa:2", "gqa:2"},
+          {"mqa", "mqa"},
+          {"q-gqa:2", "q-gqa:2"},
+          {"gva:2,dr=16", "gva:2,dr=16"},
+          {"gva:2,dr=0", "gva:2,dr=0"},
+          {"gta:2,dr=16", "gta:2,dr=16"},
+          {"mla:dc=64,dr=16", "mla:dc=64,dr=16"},
+          {"gla:hc=2,dc=32", "gla:hc=2,dc=32"},
+          {"gqa:2 q8_0", "gqa:2", DType::kQ8_0},
+          {"gva:2,dr=16 q8_0", "gva:2,dr=16", DType::kQ8_0}};
+}
+
+// The offered loads, as fractions of the slowest variant's saturated request rate (the same
+// absolute rates for every variant); latencies are compared at kFixedRateFraction.
+constexpr double kLoadFractions[] = {0.25, 0.5, 1.0, 2.0};
+constexpr double kFixedRateFraction = 0.5;
+
+ModelConfig serve_model(const ServePreset& p, const std::string& attn) {
+  ModelShape s = ModelShape::llama_decoder(p.layers, p.d_model, p.heads,
+                                           /*mlp_width=*/(8 * p.d_model / 3 + 7) / 8 * 8,
+                                           /*vocab_size=*/256, p.prompt_len + p.output_len);
+  s.validate();
+  try {
+    return ModelConfig::make(s, attn, DType::kF32);
+  } catch (const SpecError& e) {
+    throw SpecError(e.field(), "invalid --attn \"" + attn + "\": " + e.what());
+  }
+}
+
+// One load level's outcome: requests arriving as a Poisson process at `rate` (infinite: all at
+// once), every one generating exactly output_len tokens.
+struct LoadLevel {
+  double rate = 0;  // offered requests/s
+  double duration_s = 0;
+  double request_throughput = 0, output_throughput = 0;
+  serve::Percentiles ttft_ms, tpot_ms;
+  int64_t peak_running = 0, preemptions = 0;
+};
+
+// Drives the engine in this thread: submits each request at its arrival time, steps while any
+// runs, and times each token at the end of the step that made it.
+LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& prompts,
+                int64_t output_len, double rate, uint64_t seed, const std::atomic<bool>* stop) {
+  const size_t n = prompts.size();
+  std::vector<double> arrival(n, 0.0);
+  if (std::isfinite(rate)) {
+    std::mt19937_64 rng(seed);
+    std::exponential_distribution<double> gap(rate);
+    double t = 0;
+    for (double& a : arrival) a = t += gap(rng);
+  }
+  struct Timing {
+    double first_s = -1, last_s = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<Timing> timing(n);
+  std::vector<double> ttft_ms, tpot_ms;
+  LoadLevel level;
+  level.rate = rate;
+  const int64_t preemptions_before = engine.scheduler().preemptions();
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  size_t next = 0, done = 0;
+  double last_end_s = 0;
+  while (done < n) {
+    if (stop != nullptr && stop->load()) throw SpecError("interrupted", "stopped");
+    const double now_s = elapsed();
+    for (; next < n && arrival[next] <= now_s; ++next) {
+      serve::RequestLimits limits;
+      limits.max_tokens = output_len;
+      engine.submit(static_cast<serve::RequestId>(next + 1), prompts[next], limits, {}, 0);
+    }
+    if (engine.idle()) {  // nothing runs until the next arrival
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(arrival[next])));
+      continue;
+    }
+    const serve::StepResult step = engine.step();
+    const double end_s = elapsed();
+    level.peak_running = std::max(level.peak_running, engine.scheduler().n_running());
+    if (!step.cancelled.empty()) {
+      throw std::runtime_error("serve suite: the engine cancelled a request it was not asked to");
+    }
+    for (const serve::TokenEvent& event : step.events) {
+      const size_t i = static_cast<size_t>(event.id - 1);
+      Timing& t = timing[i];
+      if (t.first_s < 0) t.first_s = end_s;
+      t.last_s = end_s;
+      ++t.tokens;
+      if (event.finished) {
+        ++done;
+        last_end_s = end_s;
+        ttft_ms.push_back(1e3 * (t.first_s - arrival[i]));
+        if (t.tokens > 1) {
+          tpot_ms.push_back(1e3 * (t.last_s - t.first_s) / static_cast<double>(t.tokens - 1));
+        }
+        if (t.tokens != output_len) {
+          throw std::runtime_error(
+              fmt::format("serve suite: request {} ended after {} of {} tokens", event.id, t.tokens,
+                          output_len));
+        }
+      }
+    }
+  }
+  level.duration_s = last_end_s;
+  level.request_throughput = static_cast<double>(n) / last_end_s;
+  level.output_throughput = static_cast<double>(n * static_cast<size_t>(output_len)) / last_end_s;
+  level.ttft_ms = serve::percentiles(ttft_ms);
+  level.tpot_ms = serve::percentiles(tpot_ms);
+  level.preemptions = engine.scheduler().preemptions() - preemptions_before;
+  return level;
+}
+
+json percentiles_json(const serve::Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.median}, {"p99", p.p99}};
+}
+
+}  // namespace
+
+int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
+  if (o.steps) throw SpecError("steps", "the serve suite trains nothing (random weights)");
+  if (!o.data.empty()) throw SpecError("data", "the serve suite reads no data");
+  const ServePreset preset = [&] {
+    ServePreset p = serve_preset(o.preset);
+    if (o.requests) p.requests = *o.requests;
+    return p;
+  }();
+  std::vector<ServeVariant> variants;
+  if (o.attn.empty()) {
+    variants = default_serve_variants();
+  } else {
+    for (const std::string& a : o.attn) variants.push_back({a, a});
+  }
+  for (const std::string& dtype : o.cache_dtypes) {  // each --attn again with these caches
+    const size_t n = variants.size();
+    for (size_t v = 0; v < n; ++v) {
+      DType cache_dtype = DType::kBf16;
+      try {
+        cache_dtype = parse_dtype(dtype);
+      } catch (const SpecError& e) {
+        throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
+      }
+      variants.push_back({variants[v].label + " " + dtype, variants[v].attn, cache_dtype});
+    }
+  }
+  const int64_t model_len = preset.prompt_len + preset.output_len;
+  const int threads = nn::set_threads(0);
+  constexpr int64_t kPageSize = infer::Generator::kPageSize;
+  // the budget, and every variant's model checked, before anything is measured
+  const ModelConfig mha = serve_model(preset, "mha");
+  AttentionSpec mha_spec = mha.attn;
+  mha_spec.cache_dtype = DType::kBf16;
+  const int64_t budget_bytes = preset.budget_mha_requests * model_len * preset.layers *
+                               mha_spec.cache_layout().bytes_per_token();
+  std::vector<ModelConfig> configs;
+  for (const ServeVariant& v : variants) configs.push_back(serve_model(preset, v.attn));
+  const DType weight_dtype = default_weight_dtype();
+
+  out << fmt::format(
+      "kvlab compare --suite serve: {} variants; random weights, {} layers, d {}, {} heads; "
+      "requests of {} prompt + {} generated tokens; KV budget {} (mha's cache of {} such "
+      "requests); {} requests a load level; {} threads, {} weights\n",
+      variants.size(), preset.layers, preset.d_model, preset.heads, preset.prompt_len,
+      preset.output_len, format_bytes(budget_bytes, ByteUnits::kIec), preset.budget_mha_requests,
+      preset.requests, threads, dtype_name(weight_dtype));
+  const double gb_per_s = measure_read_bandwidth(int64_t{1} << 30, threads, 5).median();
+  ThreadPool peak_pool(threads);
+  const auto peak_of = [&](MacKind kind) {
+    const std::optional<ComputePeak> peak = measure_compute_peak(kind, peak_pool, 3);
+    return peak.has_value() ? peak->median() : 0.0;
+  };
+  const double f32_gmacs = peak_of(MacKind::kF32);
+  const double bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
+  out << fmt::format("ceilings: {:.2f} GB/s read, {:.1f} GMAC/s f32, {:.1f} GMAC/s bf16\n",
+                     gb_per_s, f32_gmacs, bf16_gmacs)
+      << std::flush;
+
+  // random prompts, new ones at each load level (the engine's prefix cache would otherwise serve
+  // a level's prompts from the last level's pages), the same ones for every variant
+  const auto random_prompts = [&](uint64_t seed, int64_t n) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> token(0, 255);
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(n));
+    for (auto& p : prompts) {
+      p.resize(static_cast<size_t>(preset.prompt_len));
+      for (int64_t& t : p) t = token(rng);
+    }
+    return prompts;
+  };
+
+  json rows = json::array(), loads = json::array();
+  std::vector<std::unique_ptr<serve::Engine>> engines;
+  std::vector<LoadLevel> saturation;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    AttentionSpec spec = configs[v].attn;
+    spec.cache_dtype = variants[v].cache_dtype;
+    const serve::KvBudget budget = serve::plan_kv_budget(spec.cache_layout(), preset.layers,
+                                                         budget_bytes, kPageSize, model_len);
+    serve::EngineOptions options;
+    options.max_model_len = model_len;
+    options.max_num_seqs = preset.max_num_seqs;
+    options.cache_dtype = variants[v].cache_dtype;
+    options.weight_dtype = weight_dtype;
+    options.threads = threads;
+    if (budget.bytes_per_token > 0) {
+      options.n_pages = budget.pages;
+    } else {  // a recurrent state: the budget bounds the sequences
+      options.max_num_seqs =
+          std::min<int64_t>(preset.max_num_seqs, static_cast<int64_t>(budget.max_concurrency));
+      options.n_pages = options.max_num_seqs * ((model_len + kPageSize - 1) / kPageSize);
+    }
+    torch::manual_seed(0);
+    nn::TransformerModel model(configs[v], torch::kFloat32);
+    engines.push_back(std::make_unique<serve::Engine>(std::move(model), options));
+    serve::Engine& engine = *engines.back();
+    drive(engine, random_prompts(100, 1), preset.output_len,
+          std::numeric_limits<double>::infinity(), 0, stop);  // warm-up: pages, the pool's threads
+    const LoadLevel sat = drive(engine, random_prompts(101, preset.requests), preset.output_len,
+                                std::numeric_limits<double>::infinity(), 0, stop);
+    saturation.push_back(sat);
+    // the decode roofline at the batch it ran: per generated token, the weights ÷ the batch and
+    // its own cache at the mean context read at the measured bandwidth, or every dense
+    // multiply-add of its prompt and output share at the peak of the products the step runs
+    const double batch = static_cast<double>(std::max<int64_t>(1, sat.peak_running));
+    const double weight_bytes =
+        static_cast<double>(engine.generator().decode_model().weights().bytes_read_per_token());
+    const double mean_context =
+        static_cast<double>(preset.prompt_len) + static_cast<double>(preset.output_len) / 2;
+    const double memory_s =
+        (weight_bytes / batch + static_cast<double>(budget.bytes_per_token) * mean_context) /
+        (gb_per_s * 1e9);
+    const double macs =
+        static_cast<double>(configs[v].param_count().value() -
+                            configs[v].shape.vocab_size * configs[v].shape.d_model) *
+        static_cast<double>(model_len) / static_cast<double>(preset.output_len);
+    const bool bf16_products =
+        weight_dtype == DType::kBf16 && sat.peak_running >= kBf16GemmMinRows && bf16_gmacs > 0;
+    const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
+    const double compute_s = peak_gmacs > 0 ? macs / (peak_gmacs * 1e9) : 0.0;
+    const double roofline = 1.0 / std::max(memory_s, compute_s);
+    rows.push_back({{"label", variants[v].label},
+                    {"attn", configs[v].attn.to_string()},
+                    {"cache_dtype", dtype_name(variants[v].cache_dtype)},
+                    {"cache_bytes_per_token", budget.bytes_per_token},
+                    {"max_concurrency", budget.max_concurrency},
+                    {"peak_running", sat.peak_running},
+                    {"request_throughput", sat.request_throughput},
+                    {"output_throughput", sat.output_throughput},
+                    {"saturation_ttft_ms", percentiles_json(sat.ttft_ms)},
+                    {"saturation_tpot_ms", percentiles_json(sat.tpot_ms)},
+                    {"preemptions", sat.preemptions},
+                    {"roofline_output_throughput", roofline},
+                    {"bound", compute_s > memory_s ? "compute" : "memory"}});
+    out << fmt::format(
+               "{}: {} B/token, holds {:.1f} requests, ran {} at once, {:.1f} requests/s, {:.0f} "
+               "tokens/s ({} preemptions)\n",
+               variants[v].label, budget.bytes_per_token, budget.max_concurrency, sat.peak_running,
+               sat.request_throughput, sat.output_throughput, sat.preemptions)
+        << std::flush;
+  }
+  // the offered loads, the same for every variant: fractions of the slowest saturation
+  double slowest = std::numeric_limits<double>::infinity();
+  for (const LoadLevel& s : saturation) slowest = std::min(slowest, s.request_throughput);
+  const double fixed_rate = kFixedRateFraction * slowest;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (size_t l = 0; l < std::size(kLoadFractions); ++l) {
+      const double fraction = kLoadFractions[l];
+      const LoadLevel level = drive(*engines[v], random_prompts(102 + l, preset.requests),
+                                    preset.output_len, fraction * slowest, l, stop);
+      loads.push_back({{"label", variants[v].label},
+                       {"offered_rate", level.rate},
+                       {"request_throughput", level.request_throughput},
+                       {"output_throughput", level.output_throughput},
+                       {"ttft_ms", percentiles_json(level.ttft_ms)},
+                       {"tpot_ms", percentiles_json(level.tpot_ms)},
+                       {"peak_running", level.peak_running},
+                       {"preemptions", level.preemptions}});
+      if (fraction == kFixedRateFraction) {
+        rows[v]["fixed_rate"] = {{"ttft_ms", percentiles_json(level.ttft_ms)},
+                                 {"tpot_ms", percentiles_json(level.tpot_ms)},
+                                 {"preemptions", level.preemptions}};
+      }
+    }
+    out << fmt::format("{}: {} offered loads done\n", variants[v].label, std::size(kLoadFractions))
+        << std::flush;
+  }
+  const json results = {{"suite", "serve"},
+                        {"preset", o.preset},
+                        {"config",
+                         {{"layers", preset.layers},
+                          {"d_model", preset.d_model},
+                          {"heads", preset.heads},
+                          {"prompt_len", preset.prompt_len},
+                          {"output_len", preset.output_len},
+                          {"requests", preset.requests},
+                          {"budget_bytes", budget_bytes},
+                          {"max_num_seqs", preset.max_num_seqs},
+                          {"page_size", kPageSize},
+                          {"threads", threads},
+                          {"weight_dtype", dtype_name(weight_dtype)},
+                          {"fixed_rate", fixed_rate},
+                          {"bandwidth_gb_per_s", gb_per_s},
+                          {"f32_peak_gmacs", f32_gmacs},
+                          {"bf16_peak_gmacs", bf16_gmacs},
+                          {"cpu", cpu_model_name()}}},
+                        {"rows", rows},
+                        {"loads", loads}};
+  std::filesystem::create_directories(o.out);
+  write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
+  out << render_report(results, o.out);
+  return 0;
+}
+
+std::string render_serve_report(const json& results, const std::string& dir) {
+  const json& c = results.at("config");
+  Table table({"variant", "cache B/token", "holds (bytes)", "ran at once", "of holds",
+               "req/s (saturated)", "tok/s", "roofline tok/s", "of roofline", "bound",
+               "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "preemptions"});
+  std::vector<std::string> labels;
+  Series held{"sequences its bytes hold", {}}, ran{"sequences it ran at once", {}};
+  for (const json& r : results.at("rows")) {
+    const std::string label = r.at("label").get<std::string>();
+    labels.push_back(label);
+    const double holds = r.at("max_concurrency").get<double>();
+    const int64_t peak = r.at("peak_running").get<int64_t>();
+    held.points.emplace_back(0, holds);
+    ran.points.emplace_back(0, static_cast<double>(peak));
+    const double tokens = r.at("output_throughput").get<double>();
+    const double roofline = r.at("roofline_output_throughput").get<double>();
+    const json& fixed = r.at("fixed_rate");
+    table.add_row({label, with_commas(r.at("cache_bytes_per_token").get<int64_t>()),
+                   fmt::format("{:.1f}", holds), std::to_string(peak),
+                   format_percent(static_cast<double>(peak) / holds),
+                   fmt::format("{:.2f}", r.at("request_throughput").get<double>()),
+                   fmt::format("{:.0f}", tokens), fmt::format("{:.0f}", roofline),
+                   format_percent(tokens / roofline), r.at("bound").get<std::string>(),
+                   fmt::format("{:.1f} / {:.1f}", fixed.at("ttft_ms").at("p50").get<double>(),
+                               fixed.at("ttft_ms").at("p99").get<double>()),
+                   fmt::format("{:.2f} / {:.2f}", fixed.at("tpot_ms").at("p50").get<double>(),
+                               fixed.at("tpot_ms").at("p99").get<double>()),
+                   std::to_string(r.at("preemptions").get<int64_t>()) + " / " +
+                       std::to_string(fixed.at("preemptions").get<int64_t>())});
+  }
+  std::map<std::string, Series> curves;
+  for (const json& l : results.at("loads")) {
+    Series& s = curves[l.at("label").get<std::string>()];
+    s.name = l.at("label").get<std::string>();
+    s.points.emplace_back(l.at("offered_rate").get<double>(),
+                          l.at("output_throughput").get<double>());
+  }
+  std::vector<Series> series;
+  for (const std::string& label : labels) {
+    if (curves.count(label) != 0) series.push_back(curves.at(label));
+  }
+  write_file_atomic(dir + "/throughput_vs_load.svg",
+                    svg_line_chart("Output tokens/s against offered load",
+                                   "offered load (requests/s)", "output tokens/s", series));
+  write_file_atomic(dir + "/concurrency.svg",
+                    svg_bar_chart("Sequences at one KV budget", "sequences", labels, {held, ran}));
+  const std::string md =
+      fmt::format(
+          "# kvlab compare --suite serve ({} preset)\n\n"
+          "Random weights, {} layers, d {}, {} heads, {} weights; requests of {} prompt + {} "
+          "generated tokens (max model length {}); KV budget {} bytes in pages of {} tokens; "
+          "at most {} sequences a step; {} threads on {}. Holds: requests of the max model "
+          "length the budget's bytes hold (pages rounded down); ran at once: the most running "
+          "sequences the engine had, with {} requests arriving at once (saturation: req/s, "
+          "tok/s); roofline: per generated token, the weights ÷ that batch and its own cache "
+          "at the mean context at {:.2f} GB/s, or its share of the prompt's and output's "
+          "dense multiply-adds at {:.1f} GMAC/s (f32) or {:.1f} (bf16 products, from 16 "
+          "sequences), whichever is longer (bound); TTFT and TPOT at a fixed {:.2f} requests/s "
+          "(half the slowest variant's saturated rate, Poisson arrivals); preemptions: "
+          "saturated / fixed rate.\n\n",
+          results.value("preset", "?"), c.at("layers").get<int64_t>(),
+          c.at("d_model").get<int64_t>(), c.at("heads").get<int64_t>(),
+          c.at("weight_dtype").get<std::string>(), c.at("prompt_len").get<int64_t>(),
+          c.at("output_len").get<int64_t>(),
+          c.at("prompt_len").get<int64_t>() + c.at("output_len").get<int64_t>(),
+          with_commas(c.at("budget_bytes").get<int64_t>()), c.at("page_size").get<int64_t>(),
+          c.at("max_num_seqs").get<int64_t>(), c.at("threads").get<int64_t>(),
+          c.at("cpu").get<std::string>(), c.at("requests").get<int64_t>(),
+          c.at("bandwidth_gb_per_s").get<double>(), c.at("f32_peak_gmacs").get<double>(),
+          c.at("bf16_peak_gmacs").get<double>(), c.at("fixed_rate").get<double>()) +
+      table.to_markdown() +
+      "\nPlots: throughput_vs_load.svg (output tokens/s at ¼, ½, 1 and 2× the slowest "
+      "variant's saturated request rate), concurrency.svg (sequences held and run per "
+      "variant).\n";
+  write_file_atomic(dir + "/results.md", md);
+  return md;
+}
+
+}  // namespace kvlab

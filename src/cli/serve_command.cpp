@@ -159,20 +159,14 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
 
   serve::EngineOptions engine_options;
   engine_options.max_model_len = max_model_len;
-  engine_options.max_num_seqs = o.max_num_seqs;
+  const serve::EngineSizing sizing = serve::size_engine(budget, o.max_num_seqs);
+  engine_options.n_pages = sizing.n_pages;
+  engine_options.max_num_seqs = sizing.max_num_seqs;
   engine_options.max_batch_tokens = o.max_batch_tokens;
   engine_options.prefix_caching = !o.no_prefix_cache;
   engine_options.cache_dtype = dtype;
   engine_options.weight_dtype = weight_dtype;
   engine_options.threads = threads;
-  if (budget.bytes_per_token > 0) {
-    engine_options.n_pages = budget.pages;
-  } else {  // a recurrent state: the budget bounds the sequences, pages hold nothing
-    engine_options.max_num_seqs =
-        std::min<int64_t>(o.max_num_seqs, static_cast<int64_t>(budget.max_concurrency));
-    engine_options.n_pages =
-        engine_options.max_num_seqs * ((max_model_len + kPageSize - 1) / kPageSize);
-  }
   std::string model_name = o.served_model_name;
   if (model_name.empty()) {
     model_name = std::filesystem::path(o.checkpoint).lexically_normal().filename().string();

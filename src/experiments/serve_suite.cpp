@@ -262,17 +262,12 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                                                          budget_bytes, kPageSize, model_len);
     serve::EngineOptions options;
     options.max_model_len = model_len;
-    options.max_num_seqs = preset.max_num_seqs;
+    const serve::EngineSizing sizing = serve::size_engine(budget, preset.max_num_seqs);
+    options.n_pages = sizing.n_pages;
+    options.max_num_seqs = sizing.max_num_seqs;
     options.cache_dtype = variants[v].cache_dtype;
     options.weight_dtype = weight_dtype;
     options.threads = threads;
-    if (budget.bytes_per_token > 0) {
-      options.n_pages = budget.pages;
-    } else {  // a recurrent state: the budget bounds the sequences
-      options.max_num_seqs =
-          std::min<int64_t>(preset.max_num_seqs, static_cast<int64_t>(budget.max_concurrency));
-      options.n_pages = options.max_num_seqs * ((model_len + kPageSize - 1) / kPageSize);
-    }
     torch::manual_seed(0);
     nn::TransformerModel model(configs[v], torch::kFloat32);
     engines.push_back(std::make_unique<serve::Engine>(std::move(model), options));

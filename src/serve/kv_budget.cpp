@@ -1,5 +1,6 @@
 #include "serve/kv_budget.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +51,16 @@ KvBudget plan_kv_budget(const CacheLayout& layout, int64_t n_layers, int64_t bud
     }
   }
   return b;
+}
+
+EngineSizing size_engine(const KvBudget& budget, int64_t max_num_seqs) {
+  if (budget.bytes_per_token > 0) return {budget.pages, max_num_seqs};
+  EngineSizing sizing;
+  sizing.max_num_seqs =
+      std::min<int64_t>(max_num_seqs, static_cast<int64_t>(budget.max_concurrency));
+  sizing.n_pages =
+      sizing.max_num_seqs * ((budget.max_model_len + budget.page_size - 1) / budget.page_size);
+  return sizing;
 }
 
 int64_t parse_memory_budget(std::string_view text, const char* field) {

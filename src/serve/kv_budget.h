@@ -32,6 +32,15 @@ struct KvBudget {
 KvBudget plan_kv_budget(const CacheLayout& layout, int64_t n_layers, int64_t budget_bytes,
                         int64_t page_size, int64_t max_model_len);
 
+// What an engine gets from a budget: its pages; or, for a recurrent layout (no bytes per token),
+// as many sequences as its states allow (at most max_num_seqs), each with a page table for
+// max_model_len tokens that holds nothing.
+struct EngineSizing {
+  int64_t n_pages = 0;
+  int64_t max_num_seqs = 0;
+};
+EngineSizing size_engine(const KvBudget& budget, int64_t max_num_seqs);
+
 // "2GiB", "512MiB", "1.5GB", "1073741824" (bytes), or a fraction of this machine's memory
 // ("0.4"); throws SpecError(field) naming the problem.
 int64_t parse_memory_budget(std::string_view text, const char* field);

@@ -56,6 +56,30 @@ TEST(KvBudgetTest, AgreesWithTheSpecAndTheCacheToTheByte) {
   EXPECT_EQ(lines[2], "Maximum concurrency for 8,192 tokens per request: 2.00x");
 }
 
+// An engine's pages: the budget's for a paged layout; for linear attention's state (no bytes a
+// token), the sequences the states allow, capped, each with 8192 / 16 = 512 empty pages.
+TEST(KvBudgetTest, SizesTheEngineForPagesOrStates) {
+  const ModelShape shape = find_preset("llama-3-8b").shape;
+  const KvBudget gqa = plan_kv_budget(
+      ModelConfig::make(shape, "gqa:8", DType::kBf16).attn.cache_layout(), 32, 2 * kGiB, 16, 8192);
+  const EngineSizing paged = size_engine(gqa, 256);
+  EXPECT_EQ(paged.n_pages, 1024);
+  EXPECT_EQ(paged.max_num_seqs, 256);
+  ModelShape linear_shape = shape;
+  linear_shape.pos = PosScheme::kNone;
+  const KvBudget linear =
+      plan_kv_budget(ModelConfig::make(linear_shape, "linear", DType::kF32).attn.cache_layout(), 32,
+                     2 * kGiB, 16, 8192);
+  ASSERT_EQ(linear.bytes_per_token, 0);
+  ASSERT_GT(linear.state_bytes_per_sequence, 0);
+  const int64_t states = 2 * kGiB / linear.state_bytes_per_sequence;
+  for (const int64_t cap : {int64_t{1}, states, states + 5}) {
+    const EngineSizing s = size_engine(linear, cap);
+    EXPECT_EQ(s.max_num_seqs, std::min(cap, states));
+    EXPECT_EQ(s.n_pages, s.max_num_seqs * 512);
+  }
+}
+
 TEST(KvBudgetTest, ABudgetTooSmallForOneRequestIsRefusedByName) {
   const ModelShape shape = find_preset("llama-3-8b").shape;
   const CacheLayout layout = ModelConfig::make(shape, "gqa:8", DType::kBf16).attn.cache_layout();

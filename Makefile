@@ -30,8 +30,8 @@ test: build
 # The edit loop (under 2 minutes once built): the unit tests of the layers under the program —
 # spec, io, cache, report, kernels, nn, infer, convert, serve — built without the program, its sanitized
 # twin or the end-to-end suites (ctest label `quick`). `make test` runs everything.
-QUICK_TESTS = kvlab_spec_tests kvlab_kernel_tests kvlab_nn_tests kvlab_infer_tests \
-              kvlab_convert_tests kvlab_alloc_tests kvlab_serve_tests
+QUICK_TESTS = kvlab_spec_tests kvlab_kernel_tests kvlab_layer_tests kvlab_alloc_tests \
+              kvlab_serve_tests
 test-quick: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(QUICK_TESTS)
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L quick

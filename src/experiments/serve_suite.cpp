@@ -98,6 +98,10 @@ struct LoadLevel {
   double request_throughput = 0, output_throughput = 0;
   serve::Percentiles ttft_ms, tpot_ms;
   int64_t peak_running = 0, preemptions = 0;
+  // where the time went: steps that ran prompt tokens, and steps of decode tokens alone (their
+  // count and the sequences they decoded)
+  double prompt_steps_s = 0, decode_steps_s = 0;
+  int64_t decode_steps = 0, decoded = 0;
 };
 
 // Drives the engine in this thread: submits each request at its arrival time, steps while any
@@ -139,8 +143,16 @@ LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& 
                                                 std::chrono::duration<double>(arrival[next])));
       continue;
     }
+    const double begin_s = elapsed();
     const serve::StepResult step = engine.step();
     const double end_s = elapsed();
+    if (step.computed_tokens > static_cast<int64_t>(step.events.size())) {
+      level.prompt_steps_s += end_s - begin_s;
+    } else {
+      level.decode_steps_s += end_s - begin_s;
+      ++level.decode_steps;
+      level.decoded += static_cast<int64_t>(step.events.size());
+    }
     level.peak_running = std::max(level.peak_running, engine.scheduler().n_running());
     if (!step.cancelled.empty()) {
       throw std::runtime_error("serve suite: the engine cancelled a request it was not asked to");
@@ -309,6 +321,13 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                     {"saturation_tpot_ms", percentiles_json(sat.tpot_ms)},
                     {"preemptions", sat.preemptions},
                     {"roofline_output_throughput", roofline},
+                    {"prompt_steps_s", sat.prompt_steps_s},
+                    {"decode_steps_s", sat.decode_steps_s},
+                    {"decode_steps", sat.decode_steps},
+                    {"mean_decode_batch",
+                     sat.decode_steps > 0
+                         ? static_cast<double>(sat.decoded) / static_cast<double>(sat.decode_steps)
+                         : 0.0},
                     {"bound", compute_s > memory_s ? "compute" : "memory"}});
     out << fmt::format(
                "{}: {} B/token, holds {:.1f} requests, ran {} at once, {:.1f} requests/s, {:.0f} "
@@ -374,7 +393,8 @@ std::string render_serve_report(const json& results, const std::string& dir) {
   const json& c = results.at("config");
   Table table({"variant", "cache B/token", "holds (bytes)", "ran at once", "of holds",
                "req/s (saturated)", "tok/s", "roofline tok/s", "of roofline", "bound",
-               "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "preemptions"});
+               "prompt steps", "decode ms/step (batch)", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+               "preemptions"});
   std::vector<std::string> labels;
   Series held{"sequences its bytes hold", {}}, ran{"sequences it ran at once", {}};
   for (const json& r : results.at("rows")) {
@@ -393,6 +413,14 @@ std::string render_serve_report(const json& results, const std::string& dir) {
                    fmt::format("{:.2f}", r.at("request_throughput").get<double>()),
                    fmt::format("{:.0f}", tokens), fmt::format("{:.0f}", roofline),
                    format_percent(tokens / roofline), r.at("bound").get<std::string>(),
+                   format_percent(r.at("prompt_steps_s").get<double>() /
+                                  (r.at("prompt_steps_s").get<double>() +
+                                   r.at("decode_steps_s").get<double>())),
+                   fmt::format("{:.2f} ({:.1f})",
+                               1e3 * r.at("decode_steps_s").get<double>() /
+                                   static_cast<double>(
+                                       std::max<int64_t>(1, r.at("decode_steps").get<int64_t>())),
+                               r.at("mean_decode_batch").get<double>()),
                    fmt::format("{:.1f} / {:.1f}", fixed.at("ttft_ms").at("p50").get<double>(),
                                fixed.at("ttft_ms").at("p99").get<double>()),
                    fmt::format("{:.2f} / {:.2f}", fixed.at("tpot_ms").at("p50").get<double>(),
@@ -427,7 +455,9 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           "tok/s); roofline: per generated token, the weights ÷ that batch and its own cache "
           "at the mean context at {:.2f} GB/s, or its share of the prompt's and output's "
           "dense multiply-adds at {:.1f} GMAC/s (f32) or {:.1f} (bf16 products, from 16 "
-          "sequences), whichever is longer (bound); TTFT and TPOT at a fixed {:.2f} requests/s "
+          "sequences), whichever is longer (bound); prompt steps: the saturated run's step time in "
+          "steps that ran prompt tokens (the rest: steps of decode tokens alone, their mean "
+          "time and batch); TTFT and TPOT at a fixed {:.2f} requests/s "
           "(half the slowest variant's saturated rate, Poisson arrivals); preemptions: "
           "saturated / fixed rate.\n\n",
           results.value("preset", "?"), c.at("layers").get<int64_t>(),

@@ -200,12 +200,14 @@ void check_serve(const json& r, const Checker& c) {
       r, "", "rows",
       [&](const json& row, const std::string& path) {
         c.values(row, path, {"label", "attn", "cache_dtype", "bound"}, Kind::kString);
-        c.values(row, path, {"cache_bytes_per_token", "peak_running", "preemptions"},
-                 Kind::kInteger);
         c.values(row, path,
-                 {"max_concurrency", "request_throughput", "output_throughput",
-                  "roofline_output_throughput"},
-                 Kind::kNumber);
+                 {"cache_bytes_per_token", "peak_running", "preemptions", "decode_steps"},
+                 Kind::kInteger);
+        c.values(
+            row, path,
+            {"max_concurrency", "request_throughput", "output_throughput",
+             "roofline_output_throughput", "prompt_steps_s", "decode_steps_s", "mean_decode_batch"},
+            Kind::kNumber);
         const json& fixed = c.member(row, path, "fixed_rate");
         latency(fixed, path + ".fixed_rate", "ttft_ms");
         latency(fixed, path + ".fixed_rate", "tpot_ms");

@@ -993,6 +993,12 @@ TEST(CliCompareTest, ServeSuiteSmokeRun) {
     EXPECT_NEAR(row["output_throughput"].get<double>(),
                 32 * row["request_throughput"].get<double>(), 1e-6);
     EXPECT_GT(row["roofline_output_throughput"].get<double>(), 0);
+    // each request's first token comes from a step that ran its prompt; the other 31 from steps
+    // of decode tokens alone or beside another request's prompt
+    EXPECT_GT(row["prompt_steps_s"].get<double>(), 0);
+    EXPECT_LE(row["mean_decode_batch"].get<double>() * row["decode_steps"].get<double>(),
+              6.0 * 31 + 1e-9);
+    EXPECT_LE(row["mean_decode_batch"].get<double>(), row["peak_running"].get<double>());
     EXPECT_GE(row["fixed_rate"]["ttft_ms"]["p99"].get<double>(),
               row["fixed_rate"]["ttft_ms"]["p50"].get<double>());
   }

@@ -59,6 +59,9 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
                   "bytes per token, and cache_pareto.svg; serve: every --attn again with each "
                   "of these caches")
       ->delimiter(',');
+  cmd->add_option("--checkpoint", o.checkpoints,
+                  "serve: serve these trained or converted models (run folders, checkpoints or "
+                  "Hugging Face folders of one shape; repeatable) instead of random weights");
   cmd->add_option("--requests", o.requests,
                   "serve: requests at each load level, overriding the preset (quick: 48)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

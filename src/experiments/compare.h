@@ -27,7 +27,8 @@ struct CompareOptions {
   // lm: cache dtypes each checkpoint is also decoded with (held-out text, against bf16)
   std::vector<std::string> cache_dtypes;
   std::string data;  // lm: bible's output (default: run `bible`); vision: Fashion-MNIST folder
-  std::optional<int64_t> requests;  // serve: requests a load level, overriding the preset's
+  std::optional<int64_t> requests;       // serve: requests a load level, overriding the preset's
+  std::vector<std::string> checkpoints;  // serve: trained or converted models (one shape)
 };
 
 // Trains every variant × task × seed (× preset configuration), appends one record per run to

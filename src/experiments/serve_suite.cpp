@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "kernels/matvec.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/thread_pool.h"
+#include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "nn/transformer.h"
 #include "report/svg_plot.h"
@@ -55,8 +57,15 @@ ServePreset serve_preset(const std::string& name) {
 }
 
 struct ServeVariant {
+  ServeVariant(std::string label_, std::string attn_, DType cache_dtype_ = DType::kBf16,
+               std::string checkpoint_ = "")
+      : label(std::move(label_)),
+        attn(std::move(attn_)),
+        cache_dtype(cache_dtype_),
+        checkpoint(std::move(checkpoint_)) {}
   std::string label, attn;
-  DType cache_dtype = DType::kBf16;
+  DType cache_dtype;
+  std::string checkpoint;  // "": random weights of the preset's shape
 };
 
 std::vector<ServeVariant> default_serve_variants() {
@@ -187,6 +196,11 @@ LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& 
   return level;
 }
 
+std::string sentence_start(std::string text) {
+  if (!text.empty()) text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+  return text;
+}
+
 json percentiles_json(const serve::Percentiles& p) {
   return {{"mean", p.mean}, {"p50", p.median}, {"p99", p.p99}};
 }
@@ -194,19 +208,50 @@ json percentiles_json(const serve::Percentiles& p) {
 }  // namespace
 
 int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
-  if (o.steps) throw SpecError("steps", "the serve suite trains nothing (random weights)");
+  if (o.steps) throw SpecError("steps", "the serve suite trains nothing");
   if (!o.data.empty()) throw SpecError("data", "the serve suite reads no data");
-  const ServePreset preset = [&] {
-    ServePreset p = serve_preset(o.preset);
-    if (o.requests) p.requests = *o.requests;
-    return p;
-  }();
+  ServePreset preset = serve_preset(o.preset);
+  if (o.requests) preset.requests = *o.requests;
   std::vector<ServeVariant> variants;
-  if (o.attn.empty()) {
+  std::vector<ModelConfig> configs;
+  if (!o.checkpoints.empty()) {  // trained or converted models: their own weights and attention
+    if (!o.attn.empty()) {
+      throw SpecError("attn",
+                      "--checkpoint models bring their own attention: give one or the other");
+    }
+    for (const std::string& checkpoint : o.checkpoints) {
+      const std::string dir = nn::checkpoint_dir(checkpoint);
+      const ModelConfig config = nn::load_model(dir)->config();
+      const ModelShape& s = config.shape;
+      if (!s.causal()) throw SpecError("checkpoint", dir + " is not a language model");
+      const ModelShape& first = configs.empty() ? s : configs.front().shape;
+      if (s.n_layers != first.n_layers || s.d_model != first.d_model ||
+          s.n_heads != first.n_heads || s.vocab_size != first.vocab_size) {
+        throw SpecError("checkpoint", dir + " has another shape than " + o.checkpoints.front() +
+                                          " (layers, d_model, heads, vocabulary): the table "
+                                          "compares one shape");
+      }
+      if (s.pos == PosScheme::kLearned && s.max_context < preset.prompt_len + preset.output_len) {
+        throw SpecError("checkpoint", dir + " has " + std::to_string(s.max_context) +
+                                          " learned positions; a request needs " +
+                                          std::to_string(preset.prompt_len + preset.output_len));
+      }
+      variants.push_back({checkpoint + " (" + config.attn.to_string() + ")",
+                          config.attn.to_string(), DType::kBf16, dir});
+      configs.push_back(config);
+    }
+  } else if (o.attn.empty()) {
     variants = default_serve_variants();
   } else {
     for (const std::string& a : o.attn) variants.push_back({a, a});
   }
+  if (configs.empty()) {
+    for (const ServeVariant& v : variants) configs.push_back(serve_model(preset, v.attn));
+  }
+  // the shape every row shares (the preset's, or the checkpoints')
+  preset.layers = configs.front().shape.n_layers;
+  preset.d_model = configs.front().shape.d_model;
+  preset.heads = configs.front().shape.n_heads;
   for (const std::string& dtype : o.cache_dtypes) {  // each --attn again with these caches
     const size_t n = variants.size();
     for (size_t v = 0; v < n; ++v) {
@@ -216,27 +261,29 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
       } catch (const SpecError& e) {
         throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
       }
-      variants.push_back({variants[v].label + " " + dtype, variants[v].attn, cache_dtype});
+      variants.push_back(
+          {variants[v].label + " " + dtype, variants[v].attn, cache_dtype, variants[v].checkpoint});
+      configs.push_back(configs[v]);
     }
   }
   const int64_t model_len = preset.prompt_len + preset.output_len;
   const int threads = nn::set_threads(0);
   constexpr int64_t kPageSize = infer::Generator::kPageSize;
   // the budget, and every variant's model checked, before anything is measured
-  const ModelConfig mha = serve_model(preset, "mha");
-  AttentionSpec mha_spec = mha.attn;
+  ModelShape mha_shape = configs.front().shape;
+  mha_shape.pos = PosScheme::kRope;
+  AttentionSpec mha_spec = ModelConfig::make(mha_shape, "mha", DType::kF32).attn;
   mha_spec.cache_dtype = DType::kBf16;
   const int64_t budget_bytes = preset.budget_mha_requests * model_len * preset.layers *
                                mha_spec.cache_layout().bytes_per_token();
-  std::vector<ModelConfig> configs;
-  for (const ServeVariant& v : variants) configs.push_back(serve_model(preset, v.attn));
   const DType weight_dtype = default_weight_dtype();
+  const std::string weights = o.checkpoints.empty() ? "random weights" : "the checkpoints' weights";
 
   out << fmt::format(
-      "kvlab compare --suite serve: {} variants; random weights, {} layers, d {}, {} heads; "
+      "kvlab compare --suite serve: {} variants; {}, {} layers, d {}, {} heads; "
       "requests of {} prompt + {} generated tokens; KV budget {} (mha's cache of {} such "
       "requests); {} requests a load level; {} threads, {} weights\n",
-      variants.size(), preset.layers, preset.d_model, preset.heads, preset.prompt_len,
+      variants.size(), weights, preset.layers, preset.d_model, preset.heads, preset.prompt_len,
       preset.output_len, format_bytes(budget_bytes, ByteUnits::kIec), preset.budget_mha_requests,
       preset.requests, threads, dtype_name(weight_dtype));
   const double gb_per_s = measure_read_bandwidth(int64_t{1} << 30, threads, 5).median();
@@ -255,7 +302,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   // a level's prompts from the last level's pages), the same ones for every variant
   const auto random_prompts = [&](uint64_t seed, int64_t n) {
     std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int64_t> token(0, 255);
+    std::uniform_int_distribution<int64_t> token(0, configs.front().shape.vocab_size - 1);
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(n));
     for (auto& p : prompts) {
       p.resize(static_cast<size_t>(preset.prompt_len));
@@ -281,7 +328,9 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     options.weight_dtype = weight_dtype;
     options.threads = threads;
     torch::manual_seed(0);
-    nn::TransformerModel model(configs[v], torch::kFloat32);
+    nn::TransformerModel model = variants[v].checkpoint.empty()
+                                     ? nn::TransformerModel(configs[v], torch::kFloat32)
+                                     : nn::load_model(variants[v].checkpoint);
     engines.push_back(std::make_unique<serve::Engine>(std::move(model), options));
     serve::Engine& engine = *engines.back();
     drive(engine, random_prompts(100, 1), preset.output_len,
@@ -364,6 +413,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   }
   const json results = {{"suite", "serve"},
                         {"preset", o.preset},
+                        {"weights", weights},
                         {"config",
                          {{"layers", preset.layers},
                           {"d_model", preset.d_model},
@@ -447,7 +497,7 @@ std::string render_serve_report(const json& results, const std::string& dir) {
   const std::string md =
       fmt::format(
           "# kvlab compare --suite serve ({} preset)\n\n"
-          "Random weights, {} layers, d {}, {} heads, {} weights; requests of {} prompt + {} "
+          "{}, {} layers, d {}, {} heads, {} weights; requests of {} prompt + {} "
           "generated tokens (max model length {}); KV budget {} bytes in pages of {} tokens; "
           "at most {} sequences a step; {} threads on {}. Holds: requests of the max model "
           "length the budget's bytes hold (pages rounded down); ran at once: the most running "
@@ -460,10 +510,10 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           "time and batch); TTFT and TPOT at a fixed {:.2f} requests/s "
           "(half the slowest variant's saturated rate, Poisson arrivals); preemptions: "
           "saturated / fixed rate.\n\n",
-          results.value("preset", "?"), c.at("layers").get<int64_t>(),
-          c.at("d_model").get<int64_t>(), c.at("heads").get<int64_t>(),
-          c.at("weight_dtype").get<std::string>(), c.at("prompt_len").get<int64_t>(),
-          c.at("output_len").get<int64_t>(),
+          results.value("preset", "?"), sentence_start(results.value("weights", "random weights")),
+          c.at("layers").get<int64_t>(), c.at("d_model").get<int64_t>(),
+          c.at("heads").get<int64_t>(), c.at("weight_dtype").get<std::string>(),
+          c.at("prompt_len").get<int64_t>(), c.at("output_len").get<int64_t>(),
           c.at("prompt_len").get<int64_t>() + c.at("output_len").get<int64_t>(),
           with_commas(c.at("budget_bytes").get<int64_t>()), c.at("page_size").get<int64_t>(),
           c.at("max_num_seqs").get<int64_t>(), c.at("threads").get<int64_t>(),

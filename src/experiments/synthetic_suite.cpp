@@ -104,6 +104,10 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
                     "applies to the serve suite; the " + o.suite + " suite serves none");
   }
   if (o.requests && *o.requests <= 0) throw SpecError("requests", "must be > 0");
+  if (o.suite != "serve" && !o.checkpoints.empty()) {
+    throw SpecError("checkpoint",
+                    "applies to the serve suite; the " + o.suite + " suite trains its own models");
+  }
   if (o.suite != "lm" && o.suite != "convert" && o.eval_windows) {
     throw SpecError("eval-windows", "applies to the lm and convert suites; the " + o.suite +
                                         " suite scores its own held-out set");

@@ -1019,6 +1019,46 @@ TEST(CliCompareTest, ServeSuiteSmokeRun) {
   EXPECT_TRUE(contains(requests.err, "requests")) << requests.err;
 }
 
+// Trained models instead of random weights: the budget is mha's cache of their shape.
+TEST(CliCompareTest, ServeSuiteServesCheckpoints) {
+  const std::string dir = fresh_dir("compare-serve-checkpoints");
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 2000; ++i) corpus << "in the beginning was the word " << i % 17 << "\n";
+  }
+  const std::string train = "train --task text --data " + dir +
+                            "/corpus.txt --seq-len 128 --layers 1 --heads 4 --steps 1 --pos rope "
+                            "--no-progress --threads 1 ";
+  for (const char* attn : {"gqa:2", "gva:2,dr=4"}) {
+    const RunResult trained = run_kvlab(train + "--d-model 32 --attn " + attn + " --out " + dir +
+                                        "/" + std::string(attn).substr(0, 3));
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  }
+  const RunResult r = run_kvlab("compare --suite serve --checkpoint " + dir + "/gqa --checkpoint " +
+                                dir + "/gva --requests 4 --out " + dir + "/serve");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir + "/serve/results.json"));
+  EXPECT_EQ(results["weights"], "the checkpoints' weights");
+  // mha of 1 layer of 4 heads × 8: 4 × (8 + 8) bf16 a token, for 4 requests of 96 tokens
+  EXPECT_EQ(results["config"]["budget_bytes"], 4 * 96 * (4 * 16 * 2));
+  ASSERT_EQ(results["rows"].size(), 2u);
+  EXPECT_EQ(results["rows"][0]["attn"], "gqa:2");
+  EXPECT_EQ(results["rows"][0]["cache_bytes_per_token"], 2 * 16 * 2);
+  EXPECT_EQ(results["rows"][1]["cache_bytes_per_token"], (2 * 8 + 4) * 2);
+  EXPECT_TRUE(contains(slurp(dir + "/serve/results.md"), "The checkpoints' weights, 1 layers"));
+  const RunResult both = run_kvlab("compare --suite serve --checkpoint " + dir +
+                                   "/gqa --attn mha --out " + dir + "/serve");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(contains(both.err, "attn")) << both.err;
+  const RunResult wide = run_kvlab(train + "--d-model 64 --attn mha --out " + dir + "/wide");
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  const RunResult shapes = run_kvlab("compare --suite serve --checkpoint " + dir +
+                                     "/gqa --checkpoint " + dir + "/wide --out " + dir + "/serve");
+  EXPECT_EQ(shapes.exit_code, 2);
+  EXPECT_TRUE(contains(shapes.err, "another shape")) << shapes.err;
+}
+
 TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult memory = run_kvlab("bench memory --mib 16 --repeats 2 --format json");
   ASSERT_EQ(memory.exit_code, 0) << memory.err;

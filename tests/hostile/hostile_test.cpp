@@ -687,6 +687,12 @@ std::vector<HostileCase> cases() {
   add("Compare_serve_attn_unknown", "compare --suite serve --attn frobnicate --out {d}/c", "attn");
   add("Compare_serve_attn_heads", "compare --suite serve --attn gqa:3 --out {d}/c", "attn");
   add("Compare_serve_steps", "compare --suite serve --steps 3 --out {d}/c", "steps");
+  add("Compare_serve_checkpoint_missing", "compare --suite serve --checkpoint {d}/none --out {d}/c",
+      "checkpoint");
+  add("Compare_checkpoint_not_serve", "compare --suite lm --checkpoint {ckpt} --out {d}/c",
+      "checkpoint");
+  add("Compare_serve_checkpoint_and_attn",
+      "compare --suite serve --checkpoint {ckpt} --attn mha --out {d}/c", "attn");
 
   // --- analyze
   add("Analyze_missing", "analyze --checkpoint {d}/none --out {d}/a", "checkpoint");

@@ -114,9 +114,10 @@ struct LoadLevel {
 };
 
 // Drives the engine in this thread: submits each request at its arrival time, steps while any
-// runs, and times each token at the end of the step that made it.
-LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& prompts,
-                int64_t output_len, double rate, uint64_t seed, const std::atomic<bool>* stop) {
+// runs, and times each token at the end of the step that made it. Nothing once *stop turns true.
+std::optional<LoadLevel> drive(serve::Engine& engine,
+                               const std::vector<std::vector<int64_t>>& prompts, int64_t output_len,
+                               double rate, uint64_t seed, const std::atomic<bool>* stop) {
   const size_t n = prompts.size();
   std::vector<double> arrival(n, 0.0);
   if (std::isfinite(rate)) {
@@ -140,7 +141,7 @@ LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& 
   size_t next = 0, done = 0;
   double last_end_s = 0;
   while (done < n) {
-    if (stop != nullptr && stop->load()) throw SpecError("interrupted", "stopped");
+    if (stop != nullptr && stop->load()) return std::nullopt;
     const double now_s = elapsed();
     for (; next < n && arrival[next] <= now_s; ++next) {
       serve::RequestLimits limits;
@@ -148,6 +149,8 @@ LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& 
       engine.submit(static_cast<serve::RequestId>(next + 1), prompts[next], limits, {}, 0);
     }
     if (engine.idle()) {  // nothing runs until the next arrival
+      if (next == n)
+        throw std::runtime_error("serve suite: the engine went idle with requests left");
       std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                                 std::chrono::duration<double>(arrival[next])));
       continue;
@@ -194,6 +197,12 @@ LoadLevel drive(serve::Engine& engine, const std::vector<std::vector<int64_t>>& 
   level.tpot_ms = serve::percentiles(tpot_ms);
   level.preemptions = engine.scheduler().preemptions() - preemptions_before;
   return level;
+}
+
+// Ctrl-C: what `kvlab compare` returns when a suite stops early (nothing written).
+int interrupted(std::ostream& out) {
+  out << "kvlab compare --suite serve: interrupted; no results written\n";
+  return 130;
 }
 
 std::string sentence_start(std::string text) {
@@ -333,10 +342,15 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                                      : nn::load_model(variants[v].checkpoint);
     engines.push_back(std::make_unique<serve::Engine>(std::move(model), options));
     serve::Engine& engine = *engines.back();
-    drive(engine, random_prompts(100, 1), preset.output_len,
-          std::numeric_limits<double>::infinity(), 0, stop);  // warm-up: pages, the pool's threads
-    const LoadLevel sat = drive(engine, random_prompts(101, preset.requests), preset.output_len,
-                                std::numeric_limits<double>::infinity(), 0, stop);
+    const double all_at_once = std::numeric_limits<double>::infinity();
+    // warm-up (pages, the pool's threads), then 'requests' arriving together
+    if (!drive(engine, random_prompts(100, 1), preset.output_len, all_at_once, 0, stop)) {
+      return interrupted(out);
+    }
+    const std::optional<LoadLevel> saturated = drive(engine, random_prompts(101, preset.requests),
+                                                     preset.output_len, all_at_once, 0, stop);
+    if (!saturated) return interrupted(out);
+    const LoadLevel& sat = *saturated;
     saturation.push_back(sat);
     // the decode roofline at the batch it ran: per generated token, the weights ÷ the batch and
     // its own cache at the mean context read at the measured bandwidth, or every dense
@@ -392,8 +406,11 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   for (size_t v = 0; v < variants.size(); ++v) {
     for (size_t l = 0; l < std::size(kLoadFractions); ++l) {
       const double fraction = kLoadFractions[l];
-      const LoadLevel level = drive(*engines[v], random_prompts(102 + l, preset.requests),
-                                    preset.output_len, fraction * slowest, l, stop);
+      const std::optional<LoadLevel> offered =
+          drive(*engines[v], random_prompts(102 + l, preset.requests), preset.output_len,
+                fraction * slowest, l, stop);
+      if (!offered) return interrupted(out);
+      const LoadLevel& level = *offered;
       loads.push_back({{"label", variants[v].label},
                        {"offered_rate", level.rate},
                        {"request_throughput", level.request_throughput},

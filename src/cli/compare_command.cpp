@@ -62,6 +62,9 @@ CLI::App* add_compare_command(CLI::App& app, CompareOptions& o) {
   cmd->add_option("--checkpoint", o.checkpoints,
                   "serve: serve these trained or converted models (run folders, checkpoints or "
                   "Hugging Face folders of one shape; repeatable) instead of random weights");
+  cmd->add_option("--url", o.url,
+                  "serve: load a running `kvlab serve` at this address (its /info gives the "
+                  "cache arithmetic) instead of models in this process");
   cmd->add_option("--requests", o.requests,
                   "serve: requests at each load level, overriding the preset (quick: 48)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -29,6 +29,7 @@ struct CompareOptions {
   std::string data;  // lm: bible's output (default: run `bible`); vision: Fashion-MNIST folder
   std::optional<int64_t> requests;       // serve: requests a load level, overriding the preset's
   std::vector<std::string> checkpoints;  // serve: trained or converted models (one shape)
+  std::string url;                       // serve: a running kvlab server instead
 };
 
 // Trains every variant × task × seed (× preset configuration), appends one record per run to

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "experiments/compare.h"
@@ -214,6 +215,128 @@ json percentiles_json(const serve::Percentiles& p) {
   return {{"mean", p.mean}, {"p50", p.median}, {"p99", p.p99}};
 }
 
+// `--url`: the one model a running `kvlab serve` serves (its GET /info gives the cache
+// arithmetic), loaded through `kvlab bench serve`'s client at the same levels as in-process,
+// timed at the client; its /metrics give the sequences it ran and its preemptions. Where the
+// server's time goes and the roofline are not known over HTTP: null.
+int run_compare_serve_url(const CompareOptions& o, const ServePreset& preset,
+                          const std::atomic<bool>* stop, std::ostream& out) {
+  if (!o.attn.empty() || !o.checkpoints.empty() || !o.cache_dtypes.empty()) {
+    throw SpecError("url",
+                    "a server serves its own model: give --url alone, without --attn, "
+                    "--checkpoint or --cache-dtype");
+  }
+  serve::LoadOptions load;
+  load.url = o.url;
+  load.num_prompts = preset.requests;
+  load.input_len = preset.prompt_len;
+  load.output_len = preset.output_len;
+  const json info = json::parse(serve::get_text(load, "/info"), nullptr, false);
+  if (!info.is_object() || !info.contains("bytes_per_token") || !info.contains("attn")) {
+    throw SpecError("url", o.url + " answers GET /info without a kvlab server's cache arithmetic");
+  }
+  const auto field = [&](const char* key) {
+    if (!info.contains(key) || !info[key].is_number()) {
+      throw SpecError("url", o.url + "'s /info has no number '" + key + "'");
+    }
+    return info[key];
+  };
+  if (field("max_model_len").get<int64_t>() < preset.prompt_len + preset.output_len) {
+    throw SpecError("url", o.url + " serves at most " + field("max_model_len").dump() +
+                               " tokens a request; the suite's need " +
+                               std::to_string(preset.prompt_len + preset.output_len));
+  }
+  load.vocab_size = info.value("vocab_size", int64_t{256});
+  const std::string label = info["attn"].get<std::string>() + " @ " + o.url;
+  out << fmt::format("kvlab compare --suite serve: {} ({} requests a level)\n", label,
+                     preset.requests)
+      << std::flush;
+  std::ostringstream quiet;  // the client's own progress lines
+  const auto level = [&](double rate, uint64_t seed) {
+    load.request_rate = rate;
+    load.seed = seed;
+    const serve::LoadReport r = serve::run_load(load, quiet);
+    if (r.failed > 0) {
+      throw SpecError("url", std::to_string(r.failed) + " requests failed: " +
+                                 (r.errors.empty() ? std::string() : r.errors.front()));
+    }
+    return r;
+  };
+  const auto server = [](const serve::LoadReport& r, const char* key) {
+    const auto it = r.server.find(key);
+    return it == r.server.end() ? json(nullptr) : json(it->second);
+  };
+  // /metrics polled every 100 ms: the most running sequences seen, a lower bound; none seen (a
+  // run shorter than a poll) is not known
+  const auto peak_running = [&](const serve::LoadReport& r) {
+    const json peak = server(r, "peak_num_requests_running");
+    return peak.is_number() && peak.get<double>() > 0 ? peak : json(nullptr);
+  };
+  const serve::LoadReport sat = level(std::numeric_limits<double>::infinity(), 101);
+  const double fixed_rate = kFixedRateFraction * sat.request_throughput;
+  json row = {{"label", label},
+              {"attn", info["attn"]},
+              {"cache_dtype", info.value("cache_dtype", "?")},
+              {"cache_bytes_per_token", field("bytes_per_token")},
+              {"max_concurrency", field("max_concurrency")},
+              {"peak_running", peak_running(sat)},
+              {"request_throughput", sat.request_throughput},
+              {"output_throughput", sat.output_throughput},
+              {"saturation_ttft_ms", percentiles_json(sat.ttft_ms)},
+              {"saturation_tpot_ms", percentiles_json(sat.tpot_ms)},
+              {"preemptions", server(sat, "num_preemptions_total")},
+              {"roofline_output_throughput", nullptr},
+              {"bound", "not known over HTTP"},
+              {"prompt_steps_s", nullptr},
+              {"decode_steps_s", nullptr},
+              {"decode_steps", nullptr},
+              {"mean_decode_batch", nullptr}};
+  json loads = json::array();
+  for (size_t l = 0; l < std::size(kLoadFractions); ++l) {
+    if (stop != nullptr && stop->load()) return interrupted(out);
+    const serve::LoadReport r = level(kLoadFractions[l] * sat.request_throughput, 102 + l);
+    loads.push_back({{"label", label},
+                     {"offered_rate", kLoadFractions[l] * sat.request_throughput},
+                     {"request_throughput", r.request_throughput},
+                     {"output_throughput", r.output_throughput},
+                     {"ttft_ms", percentiles_json(r.ttft_ms)},
+                     {"tpot_ms", percentiles_json(r.tpot_ms)},
+                     {"peak_running", peak_running(r)},
+                     {"preemptions", server(r, "num_preemptions_total")}});
+    if (kLoadFractions[l] == kFixedRateFraction) {
+      row["fixed_rate"] = {{"ttft_ms", percentiles_json(r.ttft_ms)},
+                           {"tpot_ms", percentiles_json(r.tpot_ms)},
+                           {"preemptions", server(r, "num_preemptions_total")}};
+    }
+  }
+  const json results = {{"suite", "serve"},
+                        {"preset", o.preset},
+                        {"weights", "the weights " + o.url + " serves"},
+                        {"config",
+                         {{"layers", field("layers")},
+                          {"d_model", info.value("d_model", json(nullptr))},
+                          {"heads", info.value("heads", json(nullptr))},
+                          {"prompt_len", preset.prompt_len},
+                          {"output_len", preset.output_len},
+                          {"requests", preset.requests},
+                          {"budget_bytes", field("budget_bytes")},
+                          {"max_num_seqs", nullptr},
+                          {"page_size", field("page_size")},
+                          {"threads", nullptr},
+                          {"weight_dtype", info.value("weight_dtype", "?")},
+                          {"fixed_rate", fixed_rate},
+                          {"bandwidth_gb_per_s", nullptr},
+                          {"f32_peak_gmacs", nullptr},
+                          {"bf16_peak_gmacs", nullptr},
+                          {"cpu", "the server's"}}},
+                        {"rows", json::array({row})},
+                        {"loads", loads}};
+  std::filesystem::create_directories(o.out);
+  write_file_atomic(o.out + "/results.json", results.dump(2) + "\n");
+  out << render_report(results, o.out);
+  return 0;
+}
+
 }  // namespace
 
 int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
@@ -221,6 +344,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   if (!o.data.empty()) throw SpecError("data", "the serve suite reads no data");
   ServePreset preset = serve_preset(o.preset);
   if (o.requests) preset.requests = *o.requests;
+  if (!o.url.empty()) return run_compare_serve_url(o, preset, stop, out);
   std::vector<ServeVariant> variants;
   std::vector<ModelConfig> configs;
   if (!o.checkpoints.empty()) {  // trained or converted models: their own weights and attention
@@ -458,6 +582,14 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
 
 std::string render_serve_report(const json& results, const std::string& dir) {
   const json& c = results.at("config");
+  // numbers a --url run cannot know are null: "—"
+  const auto number = [](const json& v, const char* format) {
+    return v.is_null() ? std::string("—") : fmt::format(fmt::runtime(format), v.get<double>());
+  };
+  const auto ratio = [](const json& a, const json& b) {
+    return a.is_null() || b.is_null() ? std::string("—")
+                                      : format_percent(a.get<double>() / b.get<double>());
+  };
   Table table({"variant", "cache B/token", "holds (bytes)", "ran at once", "of holds",
                "req/s (saturated)", "tok/s", "roofline tok/s", "of roofline", "bound",
                "prompt steps", "decode ms/step (batch)", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
@@ -467,33 +599,36 @@ std::string render_serve_report(const json& results, const std::string& dir) {
   for (const json& r : results.at("rows")) {
     const std::string label = r.at("label").get<std::string>();
     labels.push_back(label);
-    const double holds = r.at("max_concurrency").get<double>();
-    const int64_t peak = r.at("peak_running").get<int64_t>();
-    held.points.emplace_back(0, holds);
-    ran.points.emplace_back(0, static_cast<double>(peak));
-    const double tokens = r.at("output_throughput").get<double>();
-    const double roofline = r.at("roofline_output_throughput").get<double>();
+    const json& peak = r.at("peak_running");
+    held.points.emplace_back(0, r.at("max_concurrency").get<double>());
+    ran.points.emplace_back(0, peak.is_null() ? NAN : peak.get<double>());
+    const json& prompt_s = r.at("prompt_steps_s");
+    const json& decode_s = r.at("decode_steps_s");
     const json& fixed = r.at("fixed_rate");
     table.add_row({label, with_commas(r.at("cache_bytes_per_token").get<int64_t>()),
-                   fmt::format("{:.1f}", holds), std::to_string(peak),
-                   format_percent(static_cast<double>(peak) / holds),
-                   fmt::format("{:.2f}", r.at("request_throughput").get<double>()),
-                   fmt::format("{:.0f}", tokens), fmt::format("{:.0f}", roofline),
-                   format_percent(tokens / roofline), r.at("bound").get<std::string>(),
-                   format_percent(r.at("prompt_steps_s").get<double>() /
-                                  (r.at("prompt_steps_s").get<double>() +
-                                   r.at("decode_steps_s").get<double>())),
-                   fmt::format("{:.2f} ({:.1f})",
-                               1e3 * r.at("decode_steps_s").get<double>() /
-                                   static_cast<double>(
-                                       std::max<int64_t>(1, r.at("decode_steps").get<int64_t>())),
-                               r.at("mean_decode_batch").get<double>()),
+                   number(r.at("max_concurrency"), "{:.1f}"), number(peak, "{:.0f}"),
+                   ratio(peak, r.at("max_concurrency")),
+                   number(r.at("request_throughput"), "{:.2f}"),
+                   number(r.at("output_throughput"), "{:.0f}"),
+                   number(r.at("roofline_output_throughput"), "{:.0f}"),
+                   ratio(r.at("output_throughput"), r.at("roofline_output_throughput")),
+                   r.at("bound").get<std::string>(),
+                   prompt_s.is_null() || decode_s.is_null()
+                       ? std::string("—")
+                       : format_percent(prompt_s.get<double>() /
+                                        (prompt_s.get<double>() + decode_s.get<double>())),
+                   decode_s.is_null() || r.at("decode_steps").is_null()
+                       ? std::string("—")
+                       : fmt::format("{:.2f} ({:.1f})",
+                                     1e3 * decode_s.get<double>() /
+                                         std::max(1.0, r.at("decode_steps").get<double>()),
+                                     r.at("mean_decode_batch").get<double>()),
                    fmt::format("{:.1f} / {:.1f}", fixed.at("ttft_ms").at("p50").get<double>(),
                                fixed.at("ttft_ms").at("p99").get<double>()),
                    fmt::format("{:.2f} / {:.2f}", fixed.at("tpot_ms").at("p50").get<double>(),
                                fixed.at("tpot_ms").at("p99").get<double>()),
-                   std::to_string(r.at("preemptions").get<int64_t>()) + " / " +
-                       std::to_string(fixed.at("preemptions").get<int64_t>())});
+                   number(r.at("preemptions"), "{:.0f}") + " / " +
+                       number(fixed.at("preemptions"), "{:.0f}")});
   }
   std::map<std::string, Series> curves;
   for (const json& l : results.at("loads")) {
@@ -520,23 +655,23 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           "length the budget's bytes hold (pages rounded down); ran at once: the most running "
           "sequences the engine had, with {} requests arriving at once (saturation: req/s, "
           "tok/s); roofline: per generated token, the weights ÷ that batch and its own cache "
-          "at the mean context at {:.2f} GB/s, or its share of the prompt's and output's "
-          "dense multiply-adds at {:.1f} GMAC/s (f32) or {:.1f} (bf16 products, from 16 "
+          "at the mean context at {} GB/s, or its share of the prompt's and output's "
+          "dense multiply-adds at {} GMAC/s (f32) or {} (bf16 products, from 16 "
           "sequences), whichever is longer (bound); prompt steps: the saturated run's step time in "
           "steps that ran prompt tokens (the rest: steps of decode tokens alone, their mean "
           "time and batch); TTFT and TPOT at a fixed {:.2f} requests/s "
           "(half the slowest variant's saturated rate, Poisson arrivals); preemptions: "
-          "saturated / fixed rate.\n\n",
+          "saturated / fixed rate; —: not known (a --url run measures at the client).\n\n",
           results.value("preset", "?"), sentence_start(results.value("weights", "random weights")),
-          c.at("layers").get<int64_t>(), c.at("d_model").get<int64_t>(),
-          c.at("heads").get<int64_t>(), c.at("weight_dtype").get<std::string>(),
+          number(c.at("layers"), "{:.0f}"), number(c.at("d_model"), "{:.0f}"),
+          number(c.at("heads"), "{:.0f}"), c.at("weight_dtype").get<std::string>(),
           c.at("prompt_len").get<int64_t>(), c.at("output_len").get<int64_t>(),
           c.at("prompt_len").get<int64_t>() + c.at("output_len").get<int64_t>(),
           with_commas(c.at("budget_bytes").get<int64_t>()), c.at("page_size").get<int64_t>(),
-          c.at("max_num_seqs").get<int64_t>(), c.at("threads").get<int64_t>(),
+          number(c.at("max_num_seqs"), "{:.0f}"), number(c.at("threads"), "{:.0f}"),
           c.at("cpu").get<std::string>(), c.at("requests").get<int64_t>(),
-          c.at("bandwidth_gb_per_s").get<double>(), c.at("f32_peak_gmacs").get<double>(),
-          c.at("bf16_peak_gmacs").get<double>(), c.at("fixed_rate").get<double>()) +
+          number(c.at("bandwidth_gb_per_s"), "{:.2f}"), number(c.at("f32_peak_gmacs"), "{:.1f}"),
+          number(c.at("bf16_peak_gmacs"), "{:.1f}"), c.at("fixed_rate").get<double>()) +
       table.to_markdown() +
       "\nPlots: throughput_vs_load.svg (output tokens/s at ¼, ½, 1 and 2× the slowest "
       "variant's saturated request rate), concurrency.svg (sequences held and run per "

@@ -104,6 +104,9 @@ int run_compare(const CompareOptions& options, const std::atomic<bool>* stop, st
                     "applies to the serve suite; the " + o.suite + " suite serves none");
   }
   if (o.requests && *o.requests <= 0) throw SpecError("requests", "must be > 0");
+  if (o.suite != "serve" && !o.url.empty()) {
+    throw SpecError("url", "applies to the serve suite; the " + o.suite + " suite serves nothing");
+  }
   if (o.suite != "serve" && !o.checkpoints.empty()) {
     throw SpecError("checkpoint",
                     "applies to the serve suite; the " + o.suite + " suite trains its own models");

@@ -190,6 +190,25 @@ std::string get_model(const LoadOptions& o) {
   return models["data"][0]["id"].get<std::string>();
 }
 
+}  // namespace
+
+std::string get_text(const LoadOptions& o, const std::string& path) {
+  const auto [base, prefix] = split_url(o.url);
+  httplib::Client client(base);
+  client.set_connection_timeout(std::chrono::seconds(10));
+  const httplib::Result res = client.Get(prefix + path, headers_for(o));
+  if (!res) {
+    throw SpecError("url", "cannot reach " + o.url + ": " + httplib::to_string(res.error()));
+  }
+  if (res->status != 200) {
+    throw SpecError("url", "GET " + path + " answered " + std::to_string(res->status) + ": " +
+                               res->body.substr(0, 300));
+  }
+  return res->body;
+}
+
+namespace {
+
 // The server's /metrics sample values of the names kvlab (or vLLM) exports, summed over labels.
 std::map<std::string, double> scrape(const LoadOptions& o) {
   std::map<std::string, double> values;

@@ -60,6 +60,8 @@ struct LoadReport {
 };
 
 LoadReport run_load(const LoadOptions& options, std::ostream& progress);
+// The body of GET url + path (200 only); throws SpecError("url") naming what went wrong.
+std::string get_text(const LoadOptions& options, const std::string& path);
 std::string load_report_text(const LoadOptions& options, const LoadReport& report);
 std::string load_report_json(const LoadOptions& options, const LoadReport& report);
 

@@ -691,6 +691,9 @@ std::vector<HostileCase> cases() {
       "checkpoint");
   add("Compare_checkpoint_not_serve", "compare --suite lm --checkpoint {ckpt} --out {d}/c",
       "checkpoint");
+  add("Compare_serve_url_unreachable", "compare --suite serve --url http://127.0.0.1:1 --out {d}/c",
+      "url");
+  add("Compare_url_not_serve", "compare --suite lm --url http://127.0.0.1:1 --out {d}/c", "url");
   add("Compare_serve_checkpoint_and_attn",
       "compare --suite serve --checkpoint {ckpt} --attn mha --out {d}/c", "attn");
 

@@ -573,6 +573,33 @@ TEST(ServerTest, BenchServeLoadsTheServer) {
   EXPECT_NE(down.err.find("cannot reach"), std::string::npos) << down.err;
 }
 
+// `kvlab compare --suite serve --url`: the served model's row from its /info and a client's load.
+TEST(ServerTest, CompareServeSuiteLoadsTheServer) {
+  const std::string out = work_dir() + "/compare-url";
+  const ProcessResult r = kvlab({"compare", "--suite", "serve", "--url", fixture->server.url(),
+                                 "--requests", "6", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json results = json::parse(kvlab::test::slurp(out + "/results.json"));
+  ASSERT_EQ(results["rows"].size(), 1u);
+  const json& row = results["rows"][0];
+  EXPECT_EQ(row["attn"], "gqa:2");
+  // 2 layers of gqa:2 over 4 heads × 16: 2 × (16 + 16) bf16 a layer; 16 MiB in pages of 16
+  EXPECT_EQ(row["cache_bytes_per_token"], 2 * 2 * 32 * 2);
+  EXPECT_DOUBLE_EQ(row["max_concurrency"].get<double>(), (16 << 20) / 256.0 / 256.0);
+  EXPECT_TRUE(row["roofline_output_throughput"].is_null());  // not known over HTTP
+  EXPECT_NEAR(row["output_throughput"].get<double>(), 32 * row["request_throughput"].get<double>(),
+              1e-6 * row["output_throughput"].get<double>());
+  EXPECT_EQ(results["loads"].size(), 4u);
+  const std::string md = kvlab::test::slurp(out + "/results.md");
+  std::filesystem::remove(out + "/results.md");
+  ASSERT_EQ(kvlab({"report", out}).exit_code, 0);
+  EXPECT_EQ(kvlab::test::slurp(out + "/results.md"), md);
+  const ProcessResult both = kvlab({"compare", "--suite", "serve", "--url", fixture->server.url(),
+                                    "--attn", "mha", "--out", out});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("url"), std::string::npos) << both.err;
+}
+
 TEST(ServerTest, SigtermAnswersEveryRequestInFlightThenExitsZero) {
   // one sequence at a time: most of the 12 requests are waiting when SIGTERM comes, and with no
   // time to finish (--shutdown-timeout 0) they end at once as "abort"

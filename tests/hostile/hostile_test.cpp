@@ -626,7 +626,7 @@ std::vector<HostileCase> cases() {
   add("Report_not_json", "report {d}", "results", file("results.json", "{\"suite\": "));
   add("Report_deep", "report {d}", "results", file("results.json", deep_json(100000)));
   add("Report_not_object", "report {d}", "results", file("results.json", "[1]"));
-  add("Report_serve_config_empty", "report {d}", "config.layers",
+  add("Report_serve_config_empty", "report {d}", "config.prompt_len",
       file("results.json", R"({"suite": "serve", "config": {}, "rows": [], "loads": []})"));
   add("Report_suite_missing", "report {d}", "suite",
       results_with([](json& r) { r.erase("suite"); }));

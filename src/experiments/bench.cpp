@@ -19,6 +19,7 @@
 #include "experiments/eval_decode.h"
 #include "experiments/op_profile.h"
 #include "experiments/source_dir.h"
+#include "experiments/step_ceilings.h"
 #include "infer/generator.h"
 #include "io/json_document.h"
 #include "kernels/attn_precision.h"
@@ -191,15 +192,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
     measured_ceilings = true;
-    gb_per_s = measure_read_bandwidth(int64_t{1} << 30, threads, 5).median();
-    // (bf16 weights from kBf16GemmMinRows sequences run oneDNN's bf16 products: that peak)
-    ThreadPool peak_pool(threads);
-    const auto peak_of = [&](MacKind kind) {
-      const std::optional<ComputePeak> peak = measure_compute_peak(kind, peak_pool, 3);
-      return peak.has_value() ? peak->median() : 0.0;
-    };
-    f32_gmacs = peak_of(MacKind::kF32);
-    bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
+    const StepCeilings c = measure_step_ceilings(threads);
+    gb_per_s = c.gb_per_s, f32_gmacs = c.f32_gmacs, bf16_gmacs = c.bf16_gmacs;
   };
   nlohmann::json rows = nlohmann::json::array();
   Table table({"attn", "weights", "batch", "precision", "keys", "prompt", "generated",

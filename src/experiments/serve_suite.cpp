@@ -18,13 +18,11 @@
 #include <thread>
 
 #include "experiments/compare.h"
+#include "experiments/step_ceilings.h"
 #include "io/atomic_file.h"
 #include "kernels/compute_peak.h"
 #include "kernels/fast_decoder.h"
-#include "kernels/gemm.h"
 #include "kernels/matvec.h"
-#include "kernels/memory_bandwidth.h"
-#include "kernels/thread_pool.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "nn/transformer.h"
@@ -206,13 +204,35 @@ int interrupted(std::ostream& out) {
   return 130;
 }
 
+json percentiles_json(const serve::Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.median}, {"p99", p.p99}};
+}
+
+// One offered load's entry in results.json, and the fixed rate's latencies in a row: in-process
+// and --url alike (peak and preemptions null where unknown).
+json load_entry(const std::string& label, double offered_rate, double request_throughput,
+                double output_throughput, const serve::Percentiles& ttft_ms,
+                const serve::Percentiles& tpot_ms, const json& peak_running,
+                const json& preemptions) {
+  return {{"label", label},
+          {"offered_rate", offered_rate},
+          {"request_throughput", request_throughput},
+          {"output_throughput", output_throughput},
+          {"ttft_ms", percentiles_json(ttft_ms)},
+          {"tpot_ms", percentiles_json(tpot_ms)},
+          {"peak_running", peak_running},
+          {"preemptions", preemptions}};
+}
+
+json fixed_rate_json(const json& load) {
+  return {{"ttft_ms", load.at("ttft_ms")},
+          {"tpot_ms", load.at("tpot_ms")},
+          {"preemptions", load.at("preemptions")}};
+}
+
 std::string sentence_start(std::string text) {
   if (!text.empty()) text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
   return text;
-}
-
-json percentiles_json(const serve::Percentiles& p) {
-  return {{"mean", p.mean}, {"p50", p.median}, {"p99", p.p99}};
 }
 
 // `--url`: the one model a running `kvlab serve` serves (its GET /info gives the cache
@@ -295,19 +315,10 @@ int run_compare_serve_url(const CompareOptions& o, const ServePreset& preset,
   for (size_t l = 0; l < std::size(kLoadFractions); ++l) {
     if (stop != nullptr && stop->load()) return interrupted(out);
     const serve::LoadReport r = level(kLoadFractions[l] * sat.request_throughput, 102 + l);
-    loads.push_back({{"label", label},
-                     {"offered_rate", kLoadFractions[l] * sat.request_throughput},
-                     {"request_throughput", r.request_throughput},
-                     {"output_throughput", r.output_throughput},
-                     {"ttft_ms", percentiles_json(r.ttft_ms)},
-                     {"tpot_ms", percentiles_json(r.tpot_ms)},
-                     {"peak_running", peak_running(r)},
-                     {"preemptions", server(r, "num_preemptions_total")}});
-    if (kLoadFractions[l] == kFixedRateFraction) {
-      row["fixed_rate"] = {{"ttft_ms", percentiles_json(r.ttft_ms)},
-                           {"tpot_ms", percentiles_json(r.tpot_ms)},
-                           {"preemptions", server(r, "num_preemptions_total")}};
-    }
+    loads.push_back(load_entry(label, kLoadFractions[l] * sat.request_throughput,
+                               r.request_throughput, r.output_throughput, r.ttft_ms, r.tpot_ms,
+                               peak_running(r), server(r, "num_preemptions_total")));
+    if (kLoadFractions[l] == kFixedRateFraction) row["fixed_rate"] = fixed_rate_json(loads.back());
   }
   const json results = {{"suite", "serve"},
                         {"preset", o.preset},
@@ -419,14 +430,9 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
       variants.size(), weights, preset.layers, preset.d_model, preset.heads, preset.prompt_len,
       preset.output_len, format_bytes(budget_bytes, ByteUnits::kIec), preset.budget_mha_requests,
       preset.requests, threads, dtype_name(weight_dtype));
-  const double gb_per_s = measure_read_bandwidth(int64_t{1} << 30, threads, 5).median();
-  ThreadPool peak_pool(threads);
-  const auto peak_of = [&](MacKind kind) {
-    const std::optional<ComputePeak> peak = measure_compute_peak(kind, peak_pool, 3);
-    return peak.has_value() ? peak->median() : 0.0;
-  };
-  const double f32_gmacs = peak_of(MacKind::kF32);
-  const double bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
+  const StepCeilings ceilings = measure_step_ceilings(threads);
+  const double gb_per_s = ceilings.gb_per_s, f32_gmacs = ceilings.f32_gmacs,
+               bf16_gmacs = ceilings.bf16_gmacs;
   out << fmt::format("ceilings: {:.2f} GB/s read, {:.1f} GMAC/s f32, {:.1f} GMAC/s bf16\n",
                      gb_per_s, f32_gmacs, bf16_gmacs)
       << std::flush;
@@ -476,9 +482,9 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     if (!saturated) return interrupted(out);
     const LoadLevel& sat = *saturated;
     saturation.push_back(sat);
-    // the decode roofline at the batch it ran: per generated token, the weights ÷ the batch and
-    // its own cache at the mean context read at the measured bandwidth, or every dense
-    // multiply-add of its prompt and output share at the peak of the products the step runs
+    // the roofline at the batch it ran: per generated token, the weights ÷ the batch and its own
+    // cache at the mean context read at the measured bandwidth, or its share of the request's
+    // multiply-adds (ModelConfig's count) at the peak of the products the step runs
     const double batch = static_cast<double>(std::max<int64_t>(1, sat.peak_running));
     const double weight_bytes =
         static_cast<double>(engine.generator().decode_model().weights().bytes_read_per_token());
@@ -487,10 +493,14 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     const double memory_s =
         (weight_bytes / batch + static_cast<double>(budget.bytes_per_token) * mean_context) /
         (gb_per_s * 1e9);
+    // the spec's count: the prompt's prefill (the output head over every prompt token, as the
+    // seed's Table 6 counts it), then each generated token at its context
+    Exact request_macs = configs[v].prefill_macs(preset.prompt_len).total;
+    for (int64_t t = 0; t < preset.output_len; ++t) {
+      request_macs = request_macs + configs[v].decode_macs(preset.prompt_len + t).total;
+    }
     const double macs =
-        static_cast<double>(configs[v].param_count().value() -
-                            configs[v].shape.vocab_size * configs[v].shape.d_model) *
-        static_cast<double>(model_len) / static_cast<double>(preset.output_len);
+        static_cast<double>(request_macs.value()) / static_cast<double>(preset.output_len);
     const bool bf16_products =
         weight_dtype == DType::kBf16 && sat.peak_running >= kBf16GemmMinRows && bf16_gmacs > 0;
     const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
@@ -535,19 +545,10 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                 fraction * slowest, l, stop);
       if (!offered) return interrupted(out);
       const LoadLevel& level = *offered;
-      loads.push_back({{"label", variants[v].label},
-                       {"offered_rate", level.rate},
-                       {"request_throughput", level.request_throughput},
-                       {"output_throughput", level.output_throughput},
-                       {"ttft_ms", percentiles_json(level.ttft_ms)},
-                       {"tpot_ms", percentiles_json(level.tpot_ms)},
-                       {"peak_running", level.peak_running},
-                       {"preemptions", level.preemptions}});
-      if (fraction == kFixedRateFraction) {
-        rows[v]["fixed_rate"] = {{"ttft_ms", percentiles_json(level.ttft_ms)},
-                                 {"tpot_ms", percentiles_json(level.tpot_ms)},
-                                 {"preemptions", level.preemptions}};
-      }
+      loads.push_back(load_entry(variants[v].label, level.rate, level.request_throughput,
+                                 level.output_throughput, level.ttft_ms, level.tpot_ms,
+                                 level.peak_running, level.preemptions));
+      if (fraction == kFixedRateFraction) rows[v]["fixed_rate"] = fixed_rate_json(loads.back());
     }
     out << fmt::format("{}: {} offered loads done\n", variants[v].label, std::size(kLoadFractions))
         << std::flush;

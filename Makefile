@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-quick test-sanitize format clean
+.PHONY: all deps configure build run test test-quick test-sanitize test-python format clean
 
 all: build
 
@@ -41,6 +41,10 @@ test-quick: configure
 # compiled again under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-sanitize: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -R HostileInput
+
+# The Python package's tests alone (pytest; `make test` runs them too).
+test-python: build
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -R PythonPackage
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h')

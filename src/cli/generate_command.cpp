@@ -1,19 +1,11 @@
 #include "cli/generate_command.h"
 
 #include <chrono>
-#include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <optional>
 
-#include "experiments/eval_decode.h"
-#include "infer/text_generation.h"
-#include "nn/checkpoint.h"
-#include "nn/threads.h"
+#include "cli/text_generator.h"
 #include "report/units.h"
-#include "spec/memory_budget.h"
-#include "spec/spec_error.h"
-#include "tokenizer/tokenizer.h"
 
 namespace kvlab {
 
@@ -71,91 +63,21 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o, const std::atomic<bool>* stop, std::ostream& out) {
-  if (o.max_tokens < 0) throw SpecError("max_tokens", "must be >= 0");
-  if (o.max_tokens > (int64_t{1} << 31)) throw SpecError("max_tokens", "must be <= 2^31");
-  if (o.temperature < 0) throw SpecError("temperature", "must be >= 0 (0: greedy)");
-  if (o.top_k < 0) throw SpecError("top_k", "must be >= 0");
-  if (!(o.top_p > 0 && o.top_p <= 1)) throw SpecError("top_p", "must be in (0, 1]");
-  if (o.prompt.empty()) throw SpecError("prompt", "must not be empty");
-  DType dtype = DType::kF32;
-  try {
-    dtype = parse_dtype(o.cache_dtype);
-  } catch (const SpecError& e) {
-    throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
-  const DType weight_dtype = parse_weight_dtype_flag(o.weight_dtype);
-  const int threads = nn::set_threads(o.threads);
+  TextGenerator::check_request(o);
   using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
   const auto load_start = Clock::now();
-  const std::string dir = nn::checkpoint_dir(o.checkpoint);
-  nn::TransformerModel model = nn::load_model(dir);
-  if (!o.rope_dtype.empty() && o.no_cache) {
-    throw SpecError("rope-dtype", "--no-cache keeps no cache to set a rope stream of");
-  }
-  const std::optional<DType> rope_dtype =
-      parse_rope_dtype_flag(o.rope_dtype, model->config().attn, dtype);
-  const ModelShape& shape = model->config().shape;
-  // A folder's tokenizer.json (Hugging Face folders, kvlab exports) turns text into tokens;
-  // without one, the model must read bytes.
-  std::optional<tok::Tokenizer> tokenizer;
-  if (std::filesystem::exists(dir + "/tokenizer.json"))
-    tokenizer.emplace(tok::Tokenizer::load(dir));
-  if (!shape.causal() || (!tokenizer && shape.vocab_size != 256)) {
-    throw SpecError("checkpoint", dir +
-                                      " is not a language model with a tokenizer.json or a "
-                                      "byte vocabulary (train one with --task text)");
-  }
-  std::vector<int64_t> tokens;
-  if (tokenizer) {
-    for (const int32_t id : tokenizer->encode(o.prompt, /*add_special_tokens=*/true)) {
-      tokens.push_back(id);
-    }
-  } else {
-    for (const unsigned char ch : o.prompt) tokens.push_back(ch);
-  }
-  const int64_t total = static_cast<int64_t>(tokens.size()) + o.max_tokens;
-  if (!o.no_cache) {
-    require_memory("max_tokens",
-                   "a cache for prompt + max-tokens = " + std::to_string(total) + " tokens",
-                   [&] { return model->config().cache_bytes(total, 1); });
-  }
+  const TextGenerator generator(o);
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   auto stopped = [stop] { return stop != nullptr && stop->load(); };
-  if (shape.pos == PosScheme::kLearned && total > shape.max_context) {
-    throw SpecError("max_tokens", "prompt + max-tokens = " + std::to_string(total) +
-                                      " exceeds the model's " + std::to_string(shape.max_context) +
-                                      " learned positions");
-  }
-  const double load_s = seconds_since(load_start);
-  infer::TextGenerationOptions generation;
-  generation.max_tokens = o.max_tokens;
-  generation.sampling = {o.temperature, o.top_k, o.top_p};
-  generation.seed = o.seed;
-  generation.eos_id = tokenizer ? tokenizer->eos_id() : std::nullopt;
-  generation.use_cache = !o.no_cache;
-  generation.cache_dtype = dtype;
-  generation.rope_dtype = rope_dtype;
-  generation.attn_precision = o.precision;
-  generation.weight_dtype = weight_dtype;
-  generation.threads = threads;
-  const infer::TextGenerationResult result =
-      infer::generate_text_tokens(model, tokens, generation, stopped);
-  const std::vector<int32_t>& generated = result.tokens;
-  std::string text;
-  if (tokenizer) {
-    text = tokenizer->decode(generated, /*skip_special_tokens=*/true);
-  } else {
-    for (const int32_t id : generated) text += static_cast<char>(id);
-  }
-  out << text << "\n";
+  const TextGenerator::Result generated = generator.generate(o, stopped);
+  const infer::TextGenerationResult& result = generated.run;
+  out << generated.text << "\n";
   if (o.timings) {
-    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size());
+    const int64_t prompt_tokens = generated.prompt_tokens;
     // loading includes building the decode engine (weights repacked, cache allocated)
     const double engine_load_s = load_s + result.setup_s;
     if (!o.no_cache) {
-      std::cerr << "weights " << dtype_name(weight_dtype) << ", "
+      std::cerr << "weights " << dtype_name(generator.weight_dtype()) << ", "
                 << format_bytes(result.weight_bytes, ByteUnits::kIec) << " read a token; ";
     }
     std::cerr << std::fixed << std::setprecision(2) << "load " << engine_load_s << " s; prompt "

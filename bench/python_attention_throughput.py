@@ -94,10 +94,10 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5, help="timed steps a round")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="libtorch's and OpenBLAS's threads (kvlab.set_threads; 0: all cores)")
     args = parser.parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    kvlab.set_threads(args.threads)
     arms = ["fused", "composed"]
     if kvlab.AttentionSpec(args.attn, model=kvlab.model(layers=1, d_model=args.d_model,
                                                          heads=args.heads, pos="rope")).family == \

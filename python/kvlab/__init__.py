@@ -16,7 +16,7 @@ import json as _json
 import torch as _torch
 
 from . import _kvlab
-from ._kvlab import Model, SpecError
+from ._kvlab import Model, SpecError, set_threads
 
 DEFAULT_MODEL = "llama-3-8b"  # kvlab cache's default model
 
@@ -30,6 +30,7 @@ __all__ = [
     "from_hf_config",
     "model",
     "presets",
+    "set_threads",
 ]
 
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/causal_attention.h"
 #include "nn/gla_attention.h"
 #include "nn/gva_attention.h"
 #include "nn/linear_attention.h"
@@ -37,6 +38,11 @@ torch::Tensor AttentionImpl::causal_mask(int64_t tq, int64_t tk, int64_t mask_of
   const torch::Tensor query_pos = torch::arange(mask_offset, mask_offset + tq, opts).view({tq, 1});
   const torch::Tensor key_pos = torch::arange(0, tk, opts).view({1, tk});
   return key_pos > query_pos;  // [Tq, Tk]
+}
+
+bool AttentionImpl::runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_offset) const {
+  return fused_attention_ && spec_.causal && !keep_maps_ && mask_offset == 0 && q.size(1) == tk &&
+         fused_causal_attention_supports(q);
 }
 
 torch::Tensor AttentionImpl::softmax_scores(torch::Tensor scores, int64_t mask_offset) const {

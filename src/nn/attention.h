@@ -72,6 +72,10 @@ class AttentionImpl : public torch::nn::Module {
                             const torch::Device& device) const;
   // scores: [..., Tq, Tk] -> softmax over keys (in f32 at least), masked when causal.
   torch::Tensor softmax_scores(torch::Tensor scores, int64_t mask_offset) const;
+  // Whether queries q [B, Tq, H, ·] over tk keys, the first query mask_offset positions after the
+  // first key, run the fused kernel: fused on, causal, queries and keys the same positions, no
+  // attention maps kept, a dtype the kernel takes.
+  bool runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_offset) const;
 
   AttentionSpec spec_;
   bool keep_maps_ = false;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "nn/causal_attention.h"
+
 namespace kvlab::nn {
 
 GlaAttentionImpl::GlaAttentionImpl(const AttentionSpec& spec, const torch::TensorOptions& options)
@@ -76,6 +78,12 @@ torch::Tensor GlaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
   if (kv_b_proj->bias.defined()) kv = kv + kv_b_proj->bias.view({H, -1});
   const torch::Tensor k_nope = kv.narrow(-1, 0, spec_.nope_dim);
   const torch::Tensor v = kv.narrow(-1, spec_.nope_dim, spec_.value_dim);
+  if (runs_fused(q.nope, kv.size(1), 0)) {
+    // one group per head: [q^nope, q^rope] against [k^nope_h, r_h], [B, T, H, d_n + d_r]
+    const torch::Tensor query = torch::cat({q.nope, q.rope}, -1);
+    const torch::Tensor key = torch::cat({k_nope, k_rope}, -1);
+    return o_proj(fused_causal_attention(query, key, v, scale()).flatten(2));
+  }
   // every head has its own key: one group per head, [B, H, 1, T, ·]
   const torch::Tensor scores =
       (torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2)) +
@@ -96,8 +104,13 @@ torch::Tensor GlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
   const Query q = project_query(x, start_pos);
   const torch::Tensor& cached = rows.at(0);  // [B, Tk, C, d_c + d_r]
   // one-stream shape: the heads of a latent head share its row, G = C
+  const torch::Tensor query = absorb_query(q);  // [B, Tq, H, d_c + d_r]
+  if (runs_fused(query, cached.size(1), start_pos)) {
+    // q·b_k of a kv_b bias is constant over keys: the softmax ignores it
+    return o_proj(absorb_output(fused_causal_attention(query, cached, cached, scale())).flatten(2));
+  }
   torch::Tensor scores =
-      torch::matmul(group_queries(absorb_query(q), C), group_keys(cached).transpose(-1, -2));
+      torch::matmul(group_queries(query, C), group_keys(cached).transpose(-1, -2));
   if (kv_b_proj->bias.defined()) {
     const torch::Tensor b_k =
         kv_b_proj->bias.view({H, spec_.nope_dim + spec_.value_dim}).narrow(1, 0, spec_.nope_dim);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "nn/causal_attention.h"
+
 namespace kvlab::nn {
 
 GvaAttentionImpl::GvaAttentionImpl(const AttentionSpec& spec, const torch::TensorOptions& options)
@@ -85,11 +87,28 @@ torch::Tensor GvaAttentionImpl::absorb_query(const torch::Tensor& q_nope) const 
   return torch::einsum("bthn,hdn->bthd", {q_nope, key_maps});
 }
 
+torch::Tensor GvaAttentionImpl::attend_fused(const Query& q, const torch::Tensor& values,
+                                             const torch::Tensor& k_rope, int64_t key_start) {
+  const int64_t H = spec_.n_heads, G = spec_.n_groups;
+  const int64_t b = values.size(0), t = values.size(1);
+  if (spec_.rope_dim > 0) {
+    // q̃_h · v_j + q^rope_h · r_j: queries [B, T, H, d_h + d_r] against keys [B, T, G, d_h + d_r]
+    const torch::Tensor query = torch::cat({absorb_query(q.nope), q.rope}, -1);
+    const torch::Tensor key = torch::cat({values, k_rope.expand({b, t, G, spec_.rope_dim})}, -1);
+    return o_proj(fused_causal_attention(query, key, values, scale()).flatten(2));
+  }
+  const torch::Tensor k_nope =  // [B, T, H, d_n]
+      apply_rope(reconstruct_keys(values), key_start, spec_.rope_theta, spec_.rope_scaling);
+  const torch::Tensor v = values.repeat_interleave(H / G, /*dim=*/2);  // [B, T, H, d_h]
+  return o_proj(fused_causal_attention(q.nope, k_nope, v, scale()).flatten(2));
+}
+
 torch::Tensor GvaAttentionImpl::attend_explicit(const Query& q, const torch::Tensor& values,
                                                 const torch::Tensor& k_rope, int64_t key_start,
                                                 int64_t mask_offset) {
   const int64_t H = spec_.n_heads, G = spec_.n_groups;
   const int64_t tk = values.size(1);
+  if (runs_fused(q.nope, tk, mask_offset)) return attend_fused(q, values, k_rope, key_start);
   torch::Tensor k_nope = reconstruct_keys(values);  // [B, Tk, H, d_n]
   if (spec_.rope_dim == 0)
     k_nope = apply_rope(k_nope, key_start, spec_.rope_theta, spec_.rope_scaling);
@@ -131,7 +150,8 @@ torch::Tensor GvaAttentionImpl::forward_from_cache(const torch::Tensor& x,
     return attend_explicit(q, values, {}, /*key_start=*/0, /*mask_offset=*/start_pos);
   }
   const int64_t G = spec_.n_groups;
-  const torch::Tensor& k_rope = rows.at(1);            // [B, Tk, 1, d_r]
+  const torch::Tensor& k_rope = rows.at(1);  // [B, Tk, 1, d_r]
+  if (runs_fused(q.nope, values.size(1), start_pos)) return attend_fused(q, values, k_rope, 0);
   const torch::Tensor q_tilde = absorb_query(q.nope);  // [B, Tq, H, d_h]
   // one-stream: each value row is read once per group and serves as key and value
   const torch::Tensor scores =

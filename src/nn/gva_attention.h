@@ -49,6 +49,11 @@ class GvaAttentionImpl : public AttentionImpl {
   // k_h^nope for every head: values [B, T, G, d_h] -> [B, T, H, d_n]
   torch::Tensor reconstruct_keys(const torch::Tensor& values) const;
   // Keys sit at positions key_start ..; mask_offset = first query position - key_start.
+  // The same function through the fused kernel (runs_fused): with a rope key in the absorbed
+  // form, one pass over G groups of [value row, rope key]; without one, every head's rebuilt
+  // rotated key against its group's values repeated per head.
+  torch::Tensor attend_fused(const Query& q, const torch::Tensor& values,
+                             const torch::Tensor& k_rope, int64_t key_start);
   torch::Tensor attend_explicit(const Query& q, const torch::Tensor& values,
                                 const torch::Tensor& k_rope, int64_t key_start,
                                 int64_t mask_offset);

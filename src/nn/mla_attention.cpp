@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "nn/causal_attention.h"
+
 namespace kvlab::nn {
 
 MlaAttentionImpl::MlaAttentionImpl(const AttentionSpec& spec, const torch::TensorOptions& options)
@@ -108,6 +110,13 @@ torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
   const torch::Tensor kv = split_heads(kv_b_proj(lat[0].squeeze(2)), H);  // [B, T, H, d_n + d_v]
   const torch::Tensor k_nope = kv.narrow(-1, 0, spec_.nope_dim);
   const torch::Tensor v = kv.narrow(-1, spec_.nope_dim, spec_.value_dim);
+  if (runs_fused(q.nope, kv.size(1), 0)) {
+    // one group per head: [q^nope, q^rope] against [k^nope_h, r], [B, T, H, d_n + d_r]
+    const torch::Tensor query = torch::cat({q.nope, q.rope}, -1);
+    const torch::Tensor key =
+        torch::cat({k_nope, lat[1].expand({kv.size(0), kv.size(1), H, spec_.rope_dim})}, -1);
+    return o_proj(fused_causal_attention(query, key, v, scale()).flatten(2));
+  }
   // every head has its own key: one group per head, [B, H, 1, T, ·]
   const torch::Tensor scores =
       (torch::matmul(group_queries(q.nope, H), group_keys(k_nope).transpose(-1, -2)) +
@@ -129,6 +138,13 @@ torch::Tensor MlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
   const torch::Tensor& k_rope = rows.at(1);  // [B, Tk, 1, d_r]
   // one-stream shape: all H heads share one row per token, G = 1
   const torch::Tensor q_tilde = absorb_query(q.nope);  // [B, Tq, H, d_c]
+  if (runs_fused(q_tilde, c.size(1), start_pos)) {
+    // [q̃, q^rope] against [c, r]; q·b_k of a kv_b bias is constant over keys: the softmax
+    // ignores it
+    const torch::Tensor query = torch::cat({q_tilde, q.rope}, -1);  // [B, T, H, d_c + d_r]
+    const torch::Tensor key = torch::cat({c, k_rope}, -1);          // [B, T, 1, d_c + d_r]
+    return o_proj(absorb_output(fused_causal_attention(query, key, c, scale())).flatten(2));
+  }
   torch::Tensor scores =
       torch::matmul(group_queries(q_tilde, 1), group_keys(c).transpose(-1, -2)) +
       torch::matmul(group_queries(q.rope, 1), group_keys(k_rope).transpose(-1, -2));

@@ -93,8 +93,7 @@ torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch:
                                             const torch::Tensor& v, int64_t mask_offset) {
   const int64_t G = spec_.n_groups;
   const double scale = spec_.softmax_scale();
-  if (fused_attention_ && spec_.causal && !is_plus() && !keep_maps_ && mask_offset == 0 &&
-      q.size(1) == k.size(1) && fused_causal_attention_supports(q)) {
+  if (!is_plus() && runs_fused(q, k.size(1), mask_offset)) {
     return o_proj(fused_causal_attention(q, k, v, scale).flatten(2));  // [B, T, H·d] -> [B, T, D]
   }
   // [B, G, H/G, Tq, d] · [B, G, 1, d, Tk] -> [B, G, H/G, Tq, Tk]

@@ -75,24 +75,26 @@ template <class T>
 [[gnu::always_inline]] inline void forward_item(const CausalAttentionShape& s, int64_t b, int64_t h,
                                                 double scale, const T* q, const T* k, const T* v,
                                                 T* out, T* probs, T* scratch) {
-  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk = s.key_dim, dv = s.value_dim;
+  const int64_t n = s.tokens, nk = s.keys(), H = s.heads, G = s.groups, dk = s.key_dim,
+                dv = s.value_dim;
   const int64_t g = h / (H / G);
-  const T* k0 = k + (b * n * G + g) * dk;  // key j at k0 + j·G·dk
-  const T* v0 = v + (b * n * G + g) * dv;
-  T* keys_t = scratch;  // [dk, n]
-  transpose_rows(k0, G * dk, n, dk, keys_t);
+  const T* k0 = k + (b * nk * G + g) * dk;  // key j at k0 + j·G·dk
+  const T* v0 = v + (b * nk * G + g) * dv;
+  T* keys_t = scratch;  // [dk, nk]
+  transpose_rows(k0, G * dk, nk, dk, keys_t);
   for (int64_t i = 0; i < n; ++i) {
+    const int64_t seen = s.key_offset + i + 1;  // keys 0..key_offset + i
     const T* qi = q + ((b * n + i) * H + h) * dk;
-    T* p = probs + ((b * H + h) * n + i) * n;  // [i + 1]
-    std::fill(p, p + i + 1, T(0));
-    for (int64_t c = 0; c < dk; ++c) axpy(static_cast<T>(qi[c] * scale), keys_t + c * n, p, i + 1);
-    const T max = row_max(p, i + 1);
-    for (int64_t j = 0; j <= i; ++j) p[j] = exp_nonpositive(p[j] - max);
-    const T inv = T(1) / row_sum(p, i + 1);
-    for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
+    T* p = probs + ((b * H + h) * n + i) * nk;  // [seen]
+    std::fill(p, p + seen, T(0));
+    for (int64_t c = 0; c < dk; ++c) axpy(static_cast<T>(qi[c] * scale), keys_t + c * nk, p, seen);
+    const T max = row_max(p, seen);
+    for (int64_t j = 0; j < seen; ++j) p[j] = exp_nonpositive(p[j] - max);
+    const T inv = T(1) / row_sum(p, seen);
+    for (int64_t j = 0; j < seen; ++j) p[j] *= inv;
     T* oi = out + ((b * n + i) * H + h) * dv;
     std::fill(oi, oi + dv, T(0));
-    for (int64_t j = 0; j <= i; ++j) axpy(p[j], v0 + j * G * dv, oi, dv);
+    for (int64_t j = 0; j < seen; ++j) axpy(p[j], v0 + j * G * dv, oi, dv);
   }
 }
 
@@ -174,19 +176,21 @@ inline void softmax_rows(float* p, int64_t n, int64_t first, int64_t rows, int64
 
 void forward_item_gemm(const CausalAttentionShape& s, int64_t b, int64_t h, double scale,
                        const float* q, const float* k, const float* v, float* out, float* probs) {
-  const int64_t n = s.tokens, H = s.heads, G = s.groups, dk = s.key_dim, dv = s.value_dim;
+  const int64_t n = s.tokens, nk = s.keys(), H = s.heads, G = s.groups, dk = s.key_dim,
+                dv = s.value_dim;
   const int64_t g = h / (H / G);
-  const float* k0 = k + (b * n * G + g) * dk;  // key j at k0 + j·G·dk
-  const float* v0 = v + (b * n * G + g) * dv;
+  const float* k0 = k + (b * nk * G + g) * dk;  // key j at k0 + j·G·dk
+  const float* v0 = v + (b * nk * G + g) * dv;
   for (int64_t first = 0; first < n; first += kQueryBlock) {
-    const int64_t rows = std::min(kQueryBlock, n - first), keys = first + rows;
+    // the block's rows see keys 0..key_offset + first + r
+    const int64_t rows = std::min(kQueryBlock, n - first), keys = s.key_offset + first + rows;
     const float* q_block = q + ((b * n + first) * H + h) * dk;  // [rows, dk], stride H·dk
-    float* p_block = probs + ((b * H + h) * n + first) * n;     // [rows, keys], stride n
+    float* p_block = probs + ((b * H + h) * n + first) * nk;    // [rows, keys], stride nk
     float* out_block = out + ((b * n + first) * H + h) * dv;    // [rows, dv], stride H·dv
     sgemm(false, true, rows, keys, dk, static_cast<float>(scale), q_block, H * dk, k0, G * dk, 0.0f,
-          p_block, n);
-    softmax_rows(p_block, n, first, rows, keys);
-    sgemm(false, false, rows, dv, keys, 1.0f, p_block, n, v0, G * dv, 0.0f, out_block, H * dv);
+          p_block, nk);
+    softmax_rows(p_block, nk, s.key_offset + first, rows, keys);
+    sgemm(false, false, rows, dv, keys, 1.0f, p_block, nk, v0, G * dv, 0.0f, out_block, H * dv);
   }
 }
 

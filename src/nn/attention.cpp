@@ -41,8 +41,17 @@ torch::Tensor AttentionImpl::causal_mask(int64_t tq, int64_t tk, int64_t mask_of
 }
 
 bool AttentionImpl::runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_offset) const {
-  return fused_attention_ && spec_.causal && !keep_maps_ && mask_offset == 0 && q.size(1) == tk &&
-         fused_causal_attention_supports(q);
+  if (!fused_attention_ || !spec_.causal || keep_maps_ || !fused_causal_attention_supports(q)) {
+    return false;
+  }
+  if (mask_offset == 0) return q.size(1) == tk;
+  return mask_offset == tk - q.size(1) && !torch::GradMode::is_enabled();
+}
+
+torch::Tensor AttentionImpl::fused_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                             const torch::Tensor& v, double scale) {
+  return q.size(1) == k.size(1) ? fused_causal_attention(q, k, v, scale)
+                                : fused_causal_attention_after(q, k, v, scale);
 }
 
 torch::Tensor AttentionImpl::softmax_scores(torch::Tensor scores, int64_t mask_offset) const {

@@ -73,9 +73,14 @@ class AttentionImpl : public torch::nn::Module {
   // scores: [..., Tq, Tk] -> softmax over keys (in f32 at least), masked when causal.
   torch::Tensor softmax_scores(torch::Tensor scores, int64_t mask_offset) const;
   // Whether queries q [B, Tq, H, ·] over tk keys, the first query mask_offset positions after the
-  // first key, run the fused kernel: fused on, causal, queries and keys the same positions, no
-  // attention maps kept, a dtype the kernel takes.
+  // first key, run the fused kernel: fused on, causal, no attention maps kept, a dtype the kernel
+  // takes, and either queries and keys at the same positions or, without a gradient (prefill),
+  // the queries the last Tq of the keys.
   bool runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_offset) const;
+  // The fused kernel where runs_fused: fused_causal_attention, or fused_causal_attention_after
+  // when keys start before the queries.
+  static torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                       const torch::Tensor& v, double scale);
 
   AttentionSpec spec_;
   bool keep_maps_ = false;

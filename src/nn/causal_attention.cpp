@@ -22,9 +22,9 @@ CausalAttentionShape shape_of(const torch::Tensor& q, const torch::Tensor& k,
     throw std::invalid_argument("causal attention: q, k, v must be [B, T, heads, width]");
   }
   CausalAttentionShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
-  if (k.size(0) != s.batch || v.size(0) != s.batch || k.size(1) != s.tokens ||
-      v.size(1) != s.tokens || v.size(2) != s.groups || k.size(3) != s.key_dim || s.groups <= 0 ||
-      s.heads % s.groups != 0) {
+  s.key_offset = k.size(1) - q.size(1);
+  if (k.size(0) != s.batch || v.size(0) != s.batch || s.key_offset < 0 || v.size(1) != k.size(1) ||
+      v.size(2) != s.groups || k.size(3) != s.key_dim || s.groups <= 0 || s.heads % s.groups != 0) {
     throw std::invalid_argument("causal attention: q, k, v shapes disagree");
   }
   return s;
@@ -36,6 +36,9 @@ struct FusedCausalAttention : public torch::autograd::Function<FusedCausalAttent
     RECORD_FUNCTION("kvlab::fused_causal_attention", std::vector<c10::IValue>());
     const torch::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
     const CausalAttentionShape s = shape_of(q, k, v);
+    if (s.key_offset != 0) {
+      throw std::invalid_argument("causal attention: keys at other positions than the queries");
+    }
     torch::Tensor out = torch::empty({s.batch, s.tokens, s.heads, s.value_dim}, q.options());
     torch::Tensor probs = torch::empty({s.batch, s.heads, s.tokens, s.tokens}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention", [&] {
@@ -94,6 +97,36 @@ torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor
   return FusedCausalAttention::apply(q, k, v, scale);
 }
 
+torch::Tensor fused_causal_attention_after(const torch::Tensor& q, const torch::Tensor& k,
+                                           const torch::Tensor& v, double scale) {
+  if (!fused_causal_attention_supports(q) || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type()) {
+    throw std::invalid_argument("fused causal attention: f32 or f64 CPU tensors of one dtype");
+  }
+  if (torch::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    throw std::invalid_argument(
+        "fused causal attention after cached keys: the forward only (no gradient)");
+  }
+  RECORD_FUNCTION("kvlab::fused_causal_attention_after", std::vector<c10::IValue>());
+  const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const CausalAttentionShape s = shape_of(qc, kc, vc);
+  torch::Tensor out = torch::empty({s.batch, s.tokens, s.heads, s.value_dim}, q.options());
+  torch::Tensor probs = torch::empty({s.batch, s.heads, s.tokens, s.keys()}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_after", [&] {
+    at::parallel_for(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> scratch(static_cast<size_t>(s.forward_scratch()));
+      for (int64_t item = begin; item < end; ++item) {
+        causal_attention_forward(s, item / s.heads, item % s.heads, scale, qc.data_ptr<scalar_t>(),
+                                 kc.data_ptr<scalar_t>(), vc.data_ptr<scalar_t>(),
+                                 out.data_ptr<scalar_t>(), probs.data_ptr<scalar_t>(),
+                                 scratch.data());
+      }
+    });
+  });
+  return out;
+}
+
 torch::Tensor composed_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, double scale) {
   const CausalAttentionShape s = shape_of(q, k, v);
@@ -103,9 +136,9 @@ torch::Tensor composed_causal_attention(const torch::Tensor& q, const torch::Ten
       q.permute({0, 2, 1, 3}).reshape({s.batch, s.groups, per_group, s.tokens, s.key_dim});
   const torch::Tensor kg = k.permute({0, 2, 1, 3}).unsqueeze(2);
   const torch::Tensor vg = v.permute({0, 2, 1, 3}).unsqueeze(2);
-  const torch::Tensor scores = torch::matmul(qg, kg.transpose(-1, -2)) * scale;  // [.., T, T]
+  const torch::Tensor scores = torch::matmul(qg, kg.transpose(-1, -2)) * scale;  // [.., T, Tk]
   const torch::Tensor masked =
-      torch::ones({s.tokens, s.tokens}, q.options().dtype(torch::kBool)).triu(1);
+      torch::ones({s.tokens, s.keys()}, q.options().dtype(torch::kBool)).triu(1 + s.key_offset);
   const torch::Tensor p =
       torch::softmax(scores.masked_fill(masked, -std::numeric_limits<double>::infinity()), -1);
   // [B, G, H/G, T, d_v] -> [B, T, H, d_v]

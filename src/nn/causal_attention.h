@@ -14,11 +14,18 @@ namespace kvlab::nn {
 torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                      const torch::Tensor& v, double scale);
 
+// The queries of a prompt chunk after cached keys, forward only (prefill, no gradient): q [B, T,
+// H, d_k] at positions Tk − T .. Tk − 1 over k [B, Tk, G, d_k], v [B, Tk, G, d_v]; query i sees
+// keys 0..Tk − T + i. Throws std::invalid_argument where a gradient would be needed.
+torch::Tensor fused_causal_attention_after(const torch::Tensor& q, const torch::Tensor& k,
+                                           const torch::Tensor& v, double scale);
+
 // Whether fused_causal_attention takes these tensors (dtype, device).
 bool fused_causal_attention_supports(const torch::Tensor& q);
 
 // The same from libtorch's composed ops (matmul, masked softmax, matmul): the reference twin
-// the fused function is tested against.
+// both fused functions are tested against (keys may start before the queries, as in
+// fused_causal_attention_after).
 torch::Tensor composed_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, double scale);
 

@@ -82,7 +82,7 @@ torch::Tensor GlaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
     // one group per head: [q^nope, q^rope] against [k^nope_h, r_h], [B, T, H, d_n + d_r]
     const torch::Tensor query = torch::cat({q.nope, q.rope}, -1);
     const torch::Tensor key = torch::cat({k_nope, k_rope}, -1);
-    return o_proj(fused_causal_attention(query, key, v, scale()).flatten(2));
+    return o_proj(fused_attention(query, key, v, scale()).flatten(2));
   }
   // every head has its own key: one group per head, [B, H, 1, T, ·]
   const torch::Tensor scores =
@@ -107,7 +107,7 @@ torch::Tensor GlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
   const torch::Tensor query = absorb_query(q);  // [B, Tq, H, d_c + d_r]
   if (runs_fused(query, cached.size(1), start_pos)) {
     // q·b_k of a kv_b bias is constant over keys: the softmax ignores it
-    return o_proj(absorb_output(fused_causal_attention(query, cached, cached, scale())).flatten(2));
+    return o_proj(absorb_output(fused_attention(query, cached, cached, scale())).flatten(2));
   }
   torch::Tensor scores =
       torch::matmul(group_queries(query, C), group_keys(cached).transpose(-1, -2));

@@ -95,12 +95,12 @@ torch::Tensor GvaAttentionImpl::attend_fused(const Query& q, const torch::Tensor
     // q̃_h · v_j + q^rope_h · r_j: queries [B, T, H, d_h + d_r] against keys [B, T, G, d_h + d_r]
     const torch::Tensor query = torch::cat({absorb_query(q.nope), q.rope}, -1);
     const torch::Tensor key = torch::cat({values, k_rope.expand({b, t, G, spec_.rope_dim})}, -1);
-    return o_proj(fused_causal_attention(query, key, values, scale()).flatten(2));
+    return o_proj(fused_attention(query, key, values, scale()).flatten(2));
   }
   const torch::Tensor k_nope =  // [B, T, H, d_n]
       apply_rope(reconstruct_keys(values), key_start, spec_.rope_theta, spec_.rope_scaling);
   const torch::Tensor v = values.repeat_interleave(H / G, /*dim=*/2);  // [B, T, H, d_h]
-  return o_proj(fused_causal_attention(q.nope, k_nope, v, scale()).flatten(2));
+  return o_proj(fused_attention(q.nope, k_nope, v, scale()).flatten(2));
 }
 
 torch::Tensor GvaAttentionImpl::attend_explicit(const Query& q, const torch::Tensor& values,

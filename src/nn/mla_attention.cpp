@@ -115,7 +115,7 @@ torch::Tensor MlaAttentionImpl::forward(const torch::Tensor& x, int64_t start_po
     const torch::Tensor query = torch::cat({q.nope, q.rope}, -1);
     const torch::Tensor key =
         torch::cat({k_nope, lat[1].expand({kv.size(0), kv.size(1), H, spec_.rope_dim})}, -1);
-    return o_proj(fused_causal_attention(query, key, v, scale()).flatten(2));
+    return o_proj(fused_attention(query, key, v, scale()).flatten(2));
   }
   // every head has its own key: one group per head, [B, H, 1, T, ·]
   const torch::Tensor scores =
@@ -143,7 +143,7 @@ torch::Tensor MlaAttentionImpl::forward_from_cache(const torch::Tensor& x,
     // ignores it
     const torch::Tensor query = torch::cat({q_tilde, q.rope}, -1);  // [B, T, H, d_c + d_r]
     const torch::Tensor key = torch::cat({c, k_rope}, -1);          // [B, T, 1, d_c + d_r]
-    return o_proj(absorb_output(fused_causal_attention(query, key, c, scale())).flatten(2));
+    return o_proj(absorb_output(fused_attention(query, key, c, scale())).flatten(2));
   }
   torch::Tensor scores =
       torch::matmul(group_queries(q_tilde, 1), group_keys(c).transpose(-1, -2)) +

@@ -94,7 +94,7 @@ torch::Tensor StandardAttentionImpl::attend(const torch::Tensor& q, const torch:
   const int64_t G = spec_.n_groups;
   const double scale = spec_.softmax_scale();
   if (!is_plus() && runs_fused(q, k.size(1), mask_offset)) {
-    return o_proj(fused_causal_attention(q, k, v, scale).flatten(2));  // [B, T, H·d] -> [B, T, D]
+    return o_proj(fused_attention(q, k, v, scale).flatten(2));  // [B, T, H·d] -> [B, T, D]
   }
   // [B, G, H/G, Tq, d] · [B, G, 1, d, Tk] -> [B, G, H/G, Tq, Tk]
   torch::Tensor scores =

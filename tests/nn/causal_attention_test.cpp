@@ -108,6 +108,41 @@ TEST(FusedCausalAttentionTest, RefusesWhatItCannotCompute) {
       std::invalid_argument);  // keys at other positions than the queries
 }
 
+// A prompt chunk after cached keys (prefill): queries at the last T of Tk positions, forward only,
+// against the composed ops with the same offset mask; offsets within and across a query block.
+TEST(FusedCausalAttentionTest, QueriesAfterCachedKeysMatchTheComposedOps) {
+  torch::NoGradGuard no_grad;
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    for (const auto& [offset, tokens] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 1}, {5, 3}, {7, 66}, {70, 5}, {64, 64}, {3, 130}}) {
+      SCOPED_TRACE(std::to_string(offset) + " + " + std::to_string(tokens) +
+                   (dtype == torch::kFloat32 ? " f32" : " f64"));
+      torch::manual_seed(offset * 1000 + tokens);
+      const auto options = torch::TensorOptions().dtype(dtype);
+      const torch::Tensor q = torch::randn({2, tokens, 6, 5}, options);
+      const torch::Tensor k = torch::randn({2, offset + tokens, 2, 5}, options);
+      const torch::Tensor v = torch::randn({2, offset + tokens, 2, 7}, options);
+      const torch::Tensor fused = fused_causal_attention_after(q, k, v, 0.4);
+      const torch::Tensor composed = composed_causal_attention(q, k, v, 0.4);
+      EXPECT_TRUE(torch::isfinite(fused).all().item<bool>());
+      EXPECT_LT(max_abs_diff(fused, composed), dtype == torch::kFloat64 ? 1e-12 : 2e-6);
+      // the last query sees every key: changing the first key changes it
+      const torch::Tensor k2 = k.clone();
+      k2.select(1, 0).add_(1.0);
+      EXPECT_GT(max_abs_diff(fused_causal_attention_after(q, k2, v, 0.4).select(1, tokens - 1),
+                             fused.select(1, tokens - 1)),
+                1e-6);
+    }
+  }
+}
+
+TEST(FusedCausalAttentionTest, QueriesAfterCachedKeysTakeNoGradient) {
+  const torch::Tensor q = torch::randn({1, 2, 2, 4}).requires_grad_(true);
+  const torch::Tensor k = torch::randn({1, 5, 2, 4});
+  EXPECT_THROW(fused_causal_attention_after(q, k, k, 1.0), std::invalid_argument);
+  EXPECT_THROW(fused_causal_attention(q, k, k, 1.0), std::invalid_argument);  // offsets: no grad
+}
+
 // Whole layers: every causal softmax variant of the standard family, output and every
 // parameter's gradient, fused against composed.
 TEST(FusedCausalAttentionTest, LayersComputeTheSameWithTheFusedPathOnAndOff) {
@@ -173,6 +208,33 @@ TEST(FusedCausalAttentionTest, EveryFamilyComputesTheSameWithTheFusedPathOnAndOf
           EXPECT_LT(max_abs_diff(fused[i], composed[i]), 1e-11) << "tensor #" << i;
         }
       }
+    }
+  }
+}
+
+// A later prompt chunk (queries after cached rows, no gradient) of every softmax family, fused
+// against composed: the standard family's cached keys and values, gva's and gta's values (and
+// rope key), mla's and gla's latents.
+TEST(FusedCausalAttentionTest, EveryFamilysLaterPromptChunkIsTheSameFusedOrComposed) {
+  torch::NoGradGuard no_grad;
+  const ModelShape shape = small_shape(PosScheme::kRope);
+  for (const std::string text : {"gqa:2", "mha", "q-kv:knorm", "gva:2,dr=2", "gva:2,dr=0",
+                                 "gta:2,dr=2", "mla:dc=8,dr=2", "gla:hc=2,dc=8,dr=2"}) {
+    for (const int64_t start : {1, 6, 12}) {
+      SCOPED_TRACE(text + " after " + std::to_string(start));
+      torch::manual_seed(5);
+      const auto module = make_attention(spec_of(text, shape), testing::kF64);
+      const torch::Tensor x = torch::randn({2, 13, shape.d_model}, testing::kF64);
+      const std::vector<torch::Tensor> rows = module->cache_rows(x, 0);
+      const torch::Tensor chunk = x.narrow(1, start, 13 - start);
+      module->use_fused_attention(true);
+      const torch::Tensor fused = module->forward_from_cache(chunk, rows, start);
+      module->use_fused_attention(false);
+      const torch::Tensor composed = module->forward_from_cache(chunk, rows, start);
+      EXPECT_GT(composed.abs().max().item<double>(), 1e-3);
+      EXPECT_LT(max_abs_diff(fused, composed), 1e-11);
+      // and the chunk's rows equal the whole sequence's forward there
+      EXPECT_LT(max_abs_diff(fused, module->forward(x).narrow(1, start, 13 - start)), 1e-10);
     }
   }
 }

@@ -85,7 +85,7 @@ template <class T>
   for (int64_t i = 0; i < n; ++i) {
     const int64_t seen = s.key_offset + i + 1;  // keys 0..key_offset + i
     const T* qi = q + ((b * n + i) * H + h) * dk;
-    T* p = probs + ((b * H + h) * n + i) * nk;  // [seen]
+    T* p = s.keep_probs ? probs + ((b * H + h) * n + i) * nk : probs;  // [seen]
     std::fill(p, p + seen, T(0));
     for (int64_t c = 0; c < dk; ++c) axpy(static_cast<T>(qi[c] * scale), keys_t + c * nk, p, seen);
     const T max = row_max(p, seen);
@@ -185,8 +185,9 @@ void forward_item_gemm(const CausalAttentionShape& s, int64_t b, int64_t h, doub
     // the block's rows see keys 0..key_offset + first + r
     const int64_t rows = std::min(kQueryBlock, n - first), keys = s.key_offset + first + rows;
     const float* q_block = q + ((b * n + first) * H + h) * dk;  // [rows, dk], stride H·dk
-    float* p_block = probs + ((b * H + h) * n + first) * nk;    // [rows, keys], stride nk
-    float* out_block = out + ((b * n + first) * H + h) * dv;    // [rows, dv], stride H·dv
+    // [rows, keys], stride nk
+    float* p_block = s.keep_probs ? probs + ((b * H + h) * n + first) * nk : probs;
+    float* out_block = out + ((b * n + first) * H + h) * dv;  // [rows, dv], stride H·dv
     sgemm(false, true, rows, keys, dk, static_cast<float>(scale), q_block, H * dk, k0, G * dk, 0.0f,
           p_block, nk);
     softmax_rows(p_block, nk, s.key_offset + first, rows, keys);

@@ -20,12 +20,16 @@ constexpr int64_t kCausalQueryBlock = 64;
 // key_offset: keys cached before the first query (a prompt chunk after key_offset tokens): k and v
 // hold key_offset + tokens rows, query i attends to keys 0..key_offset + i, and probabilities are
 // [B, H, tokens, key_offset + tokens]. The forward only; the backward takes key_offset 0.
+// keep_probs false (inference): the forward writes each item's probabilities into an item-local
+// buffer of item_probs() elements instead of the [B, H, tokens, keys] tensor a backward reads.
 struct CausalAttentionShape {
   int64_t batch = 0, tokens = 0, heads = 0, groups = 0, key_dim = 0, value_dim = 0;
   int64_t key_offset = 0;
+  bool keep_probs = true;
 
   int64_t keys() const { return key_offset + tokens; }
   int64_t forward_scratch() const { return key_dim * keys(); }
+  int64_t item_probs() const { return kCausalQueryBlock * keys(); }
   int64_t backward_scratch() const { return std::max(value_dim + 2, kCausalQueryBlock) * tokens; }
 };
 

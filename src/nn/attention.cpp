@@ -50,8 +50,9 @@ bool AttentionImpl::runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_
 
 torch::Tensor AttentionImpl::fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                                              const torch::Tensor& v, double scale) {
-  return q.size(1) == k.size(1) ? fused_causal_attention(q, k, v, scale)
-                                : fused_causal_attention_after(q, k, v, scale);
+  // without a gradient nothing needs the probabilities the autograd function keeps
+  return torch::GradMode::is_enabled() ? fused_causal_attention(q, k, v, scale)
+                                       : fused_causal_attention_after(q, k, v, scale);
 }
 
 torch::Tensor AttentionImpl::softmax_scores(torch::Tensor scores, int64_t mask_offset) const {

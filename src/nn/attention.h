@@ -77,8 +77,8 @@ class AttentionImpl : public torch::nn::Module {
   // takes, and either queries and keys at the same positions or, without a gradient (prefill),
   // the queries the last Tq of the keys.
   bool runs_fused(const torch::Tensor& q, int64_t tk, int64_t mask_offset) const;
-  // The fused kernel where runs_fused: fused_causal_attention, or fused_causal_attention_after
-  // when keys start before the queries.
+  // The fused kernel where runs_fused: fused_causal_attention (with a gradient), else the forward
+  // alone, fused_causal_attention_after.
   static torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                                        const torch::Tensor& v, double scale);
 

@@ -110,17 +110,19 @@ torch::Tensor fused_causal_attention_after(const torch::Tensor& q, const torch::
   }
   RECORD_FUNCTION("kvlab::fused_causal_attention_after", std::vector<c10::IValue>());
   const torch::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  const CausalAttentionShape s = shape_of(qc, kc, vc);
+  CausalAttentionShape s = shape_of(qc, kc, vc);
+  // no backward reads them: each task's probabilities stay in a block-sized buffer of its own
+  // (at 2,048 tokens the [B, H, T, T] tensor was 134 MB a layer of fresh pages)
+  s.keep_probs = false;
   torch::Tensor out = torch::empty({s.batch, s.tokens, s.heads, s.value_dim}, q.options());
-  torch::Tensor probs = torch::empty({s.batch, s.heads, s.tokens, s.keys()}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_after", [&] {
     at::parallel_for(0, s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<scalar_t> scratch(static_cast<size_t>(s.forward_scratch()));
+      std::vector<scalar_t> probs(static_cast<size_t>(s.item_probs()));
       for (int64_t item = begin; item < end; ++item) {
         causal_attention_forward(s, item / s.heads, item % s.heads, scale, qc.data_ptr<scalar_t>(),
                                  kc.data_ptr<scalar_t>(), vc.data_ptr<scalar_t>(),
-                                 out.data_ptr<scalar_t>(), probs.data_ptr<scalar_t>(),
-                                 scratch.data());
+                                 out.data_ptr<scalar_t>(), probs.data(), scratch.data());
       }
     });
   });

@@ -14,9 +14,10 @@ namespace kvlab::nn {
 torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                      const torch::Tensor& v, double scale);
 
-// The queries of a prompt chunk after cached keys, forward only (prefill, no gradient): q [B, T,
-// H, d_k] at positions Tk − T .. Tk − 1 over k [B, Tk, G, d_k], v [B, Tk, G, d_v]; query i sees
-// keys 0..Tk − T + i. Throws std::invalid_argument where a gradient would be needed.
+// The forward alone, for inference (prefill, no gradient): q [B, T, H, d_k] at positions Tk − T ..
+// Tk − 1 over k [B, Tk, G, d_k], v [B, Tk, G, d_v] (Tk = T: a whole prompt; Tk > T: a chunk after
+// cached keys); query i sees keys 0..Tk − T + i. Keeps no [B, H, T, Tk] probabilities. Throws
+// std::invalid_argument where a gradient would be needed.
 torch::Tensor fused_causal_attention_after(const torch::Tensor& q, const torch::Tensor& k,
                                            const torch::Tensor& v, double scale);
 

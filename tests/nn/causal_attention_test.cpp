@@ -114,7 +114,7 @@ TEST(FusedCausalAttentionTest, QueriesAfterCachedKeysMatchTheComposedOps) {
   torch::NoGradGuard no_grad;
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
     for (const auto& [offset, tokens] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 1}, {5, 3}, {7, 66}, {70, 5}, {64, 64}, {3, 130}}) {
+             {0, 1}, {0, 70}, {1, 1}, {5, 3}, {7, 66}, {70, 5}, {64, 64}, {3, 130}}) {
       SCOPED_TRACE(std::to_string(offset) + " + " + std::to_string(tokens) +
                    (dtype == torch::kFloat32 ? " f32" : " f64"));
       torch::manual_seed(offset * 1000 + tokens);
@@ -126,10 +126,10 @@ TEST(FusedCausalAttentionTest, QueriesAfterCachedKeysMatchTheComposedOps) {
       const torch::Tensor composed = composed_causal_attention(q, k, v, 0.4);
       EXPECT_TRUE(torch::isfinite(fused).all().item<bool>());
       EXPECT_LT(max_abs_diff(fused, composed), dtype == torch::kFloat64 ? 1e-12 : 2e-6);
-      // the last query sees every key: changing the first key changes it
-      const torch::Tensor k2 = k.clone();
-      k2.select(1, 0).add_(1.0);
-      EXPECT_GT(max_abs_diff(fused_causal_attention_after(q, k2, v, 0.4).select(1, tokens - 1),
+      // the last query sees every key: changing the first value changes it
+      const torch::Tensor v2 = v.clone();
+      v2.select(1, 0).add_(1.0);
+      EXPECT_GT(max_abs_diff(fused_causal_attention_after(q, k, v2, 0.4).select(1, tokens - 1),
                              fused.select(1, tokens - 1)),
                 1e-6);
     }

@@ -95,12 +95,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
 }
 
 int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream& log) {
-  DType dtype = DType::kBf16;
-  try {
-    dtype = parse_dtype(o.cache_dtype);
-  } catch (const SpecError& e) {
-    throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
+  const DType dtype = parse_dtype(o.cache_dtype, "cache-dtype");
   const DType weight_dtype = parse_weight_dtype_flag(o.weight_dtype);
   const int64_t budget_bytes = serve::parse_memory_budget(o.kv_cache_memory, "kv-cache-memory");
   require_memory_bytes("kv-cache-memory", "a KV cache of " + o.kv_cache_memory,

@@ -21,11 +21,7 @@ void TextGenerator::check_request(const GenerateOptions& o) {
 
 TextGenerator::TextGenerator(const GenerateOptions& o)
     : precision_(o.precision), use_cache_(!o.no_cache) {
-  try {
-    cache_dtype_ = parse_dtype(o.cache_dtype);
-  } catch (const SpecError& e) {
-    throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
+  cache_dtype_ = parse_dtype(o.cache_dtype, "cache_dtype");
   weight_dtype_ = parse_weight_dtype_flag(o.weight_dtype);
   threads_ = nn::set_threads(o.threads);
   const std::string dir = nn::checkpoint_dir(o.checkpoint);

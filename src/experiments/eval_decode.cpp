@@ -114,13 +114,7 @@ std::vector<DecodeEval> run_decode(nn::TransformerModel& model,
 
 }  // namespace
 
-DType parse_cache_dtype_flag(const std::string& text) {
-  try {
-    return parse_dtype(text);
-  } catch (const SpecError& e) {
-    throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
-}
+DType parse_cache_dtype_flag(const std::string& text) { return parse_dtype(text, "cache-dtype"); }
 
 namespace {
 
@@ -154,12 +148,7 @@ DType parse_weight_dtype_flag(const std::string& text) {
 std::optional<DType> parse_rope_dtype_flag(const std::string& text, const AttentionSpec& attn,
                                            DType cache_dtype) {
   if (text.empty()) return std::nullopt;
-  DType dtype;
-  try {
-    dtype = parse_dtype(text);
-  } catch (const SpecError& e) {
-    throw SpecError("rope-dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
+  const DType dtype = parse_dtype(text, "rope-dtype");
   if (!rope_stream_dtype(attn.cache_layout()).has_value()) {
     throw SpecError("rope-dtype",
                     attn.to_string() + " keeps no rope stream (gva with dr > 0, gta and mla do)");

@@ -399,12 +399,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   for (const std::string& dtype : o.cache_dtypes) {  // each --attn again with these caches
     const size_t n = variants.size();
     for (size_t v = 0; v < n; ++v) {
-      DType cache_dtype = DType::kBf16;
-      try {
-        cache_dtype = parse_dtype(dtype);
-      } catch (const SpecError& e) {
-        throw SpecError("cache-dtype", std::string(e.what()).substr(e.field().size() + 2));
-      }
+      const DType cache_dtype = parse_dtype(dtype, "cache-dtype");
       variants.push_back(
           {variants[v].label + " " + dtype, variants[v].attn, cache_dtype, variants[v].checkpoint});
       configs.push_back(configs[v]);

@@ -26,12 +26,7 @@ class DecodeSession {
       : max_seqs_(max_seqs) {
     if (max_tokens < 1) throw SpecError("max_tokens", "must be >= 1");
     if (max_seqs < 1) throw SpecError("max_seqs", "must be >= 1");
-    DType dtype = DType::kF32;
-    try {
-      dtype = parse_dtype(cache_dtype);
-    } catch (const SpecError& e) {
-      throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
-    }
+    const DType dtype = parse_dtype(cache_dtype, "cache_dtype");
     const DType weights = parse_weight_dtype_flag(weight_dtype);
     nn::TransformerModel model = nn::load_model(nn::checkpoint_dir(checkpoint));
     require_memory("max_tokens", "a cache of max_seqs × max_tokens tokens",

@@ -1,5 +1,5 @@
-#include "python/bindings.h"
 #include "nn/threads.h"
+#include "python/bindings.h"
 #include "spec/spec_error.h"
 
 // import torch first: the modules' classes derive from torch._C's binding of torch::nn::Module,

@@ -20,9 +20,9 @@ namespace {
 
 DType cache_dtype_argument(const std::string& text, const char* field) {
   try {
-    return parse_dtype(text);
+    return parse_dtype(text, field);
   } catch (const SpecError& e) {
-    TORCH_CHECK_VALUE(false, field, ": ", std::string(e.what()).substr(e.field().size() + 2));
+    TORCH_CHECK_VALUE(false, e.what());
   }
   return DType::kF32;  // unreachable
 }

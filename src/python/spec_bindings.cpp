@@ -42,12 +42,7 @@ py::dict shape_dict(const ModelShape& s) {
 }
 
 AttentionSpec parse_spec(const std::string& text, const Preset& model, const std::string& dtype) {
-  DType cache_dtype = DType::kBf16;
-  try {
-    cache_dtype = parse_dtype(dtype);
-  } catch (const SpecError& e) {
-    throw SpecError("cache_dtype", std::string(e.what()).substr(e.field().size() + 2));
-  }
+  const DType cache_dtype = parse_dtype(dtype, "cache_dtype");
   return AttentionSpec::parse(text.empty() ? model.attn : text, model.shape, cache_dtype);
 }
 

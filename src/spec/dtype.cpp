@@ -35,4 +35,12 @@ DType parse_dtype(std::string_view text) {
                                "' (known: f32, bf16, f16, fp8, q8_0, q4_0)");
 }
 
+DType parse_dtype(std::string_view text, const std::string& field) {
+  try {
+    return parse_dtype(text);
+  } catch (const SpecError& e) {
+    throw SpecError(field, std::string(e.what()).substr(e.field().size() + 2));
+  }
+}
+
 }  // namespace kvlab

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace kvlab {
@@ -59,5 +60,7 @@ std::string_view dtype_name(DType dtype);
 // Accepts f32|bf16|f16|fp8|q8_0|q4_0 (and float32, bfloat16, float16); throws
 // SpecError("dtype").
 DType parse_dtype(std::string_view text);
+// The same, the error naming `field` (a flag or argument: "cache-dtype", "rope_dtype", ...).
+DType parse_dtype(std::string_view text, const std::string& field);
 
 }  // namespace kvlab

@@ -200,25 +200,38 @@ class RefusedTarget final : public TargetFamily {
   const char* why_;
 };
 
+// Each family's entry (attention_families.def names them <id>_target).
+const TargetFamily& standard_target() {
+  static const StandardTarget target;
+  return target;
+}
+const TargetFamily& gva_target() {
+  static const GroupedValueTarget target(/*tied=*/false);
+  return target;
+}
+const TargetFamily& gta_target() {
+  static const GroupedValueTarget target(/*tied=*/true);
+  return target;
+}
+const TargetFamily& mla_target() {
+  static const LatentTarget target;
+  return target;
+}
+const TargetFamily& gla_target() {
+  static const RefusedTarget target("conversion to gla is not implemented");
+  return target;
+}
+const TargetFamily& linear_target() {
+  static const RefusedTarget target("linear attention keeps no keys to convert to");
+  return target;
+}
+
 const TargetFamily& target_family(AttnFamily family) {
-  static const StandardTarget standard;
-  static const GroupedValueTarget gva(/*tied=*/false), gta(/*tied=*/true);
-  static const LatentTarget mla;
-  static const RefusedTarget gla("conversion to gla is not implemented");
-  static const RefusedTarget linear("linear attention keeps no keys to convert to");
   switch (family) {
-    case AttnFamily::kStandard:
-      return standard;
-    case AttnFamily::kGva:
-      return gva;
-    case AttnFamily::kGta:
-      return gta;
-    case AttnFamily::kMla:
-      return mla;
-    case AttnFamily::kGla:
-      return gla;
-    case AttnFamily::kLinear:
-      return linear;
+#define KVLAB_ATTENTION_FAMILY(Name, id) \
+  case AttnFamily::k##Name:              \
+    return id##_target();
+#include "spec/attention_families.def"
   }
   throw std::logic_error("attention family without a conversion entry");
 }

@@ -7,17 +7,10 @@ namespace kvlab::infer {
 std::unique_ptr<DecodeAttention> load_decode_attention(nn::AttentionImpl& module,
                                                        DType weight_dtype) {
   switch (module.spec().family()) {
-    case AttnFamily::kStandard:
-      return load_standard_decode(module, weight_dtype);
-    case AttnFamily::kGva:
-    case AttnFamily::kGta:
-      return load_gva_decode(module, weight_dtype);
-    case AttnFamily::kMla:
-      return load_mla_decode(module, weight_dtype);
-    case AttnFamily::kGla:
-      return load_gla_decode(module, weight_dtype);
-    case AttnFamily::kLinear:
-      return load_linear_decode(module, weight_dtype);
+#define KVLAB_ATTENTION_FAMILY(Name, id) \
+  case AttnFamily::k##Name:              \
+    return load_##id##_decode(module, weight_dtype);
+#include "spec/attention_families.def"
   }
   throw std::logic_error("attention family without a decode adapter");
 }

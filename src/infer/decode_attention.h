@@ -49,12 +49,9 @@ std::unique_ptr<DecodeAttention> load_decode_attention(nn::AttentionImpl& module
                                                        DType weight_dtype);
 
 // The families' adapters (infer/<family>_decode.cpp), found through load_decode_attention.
-std::unique_ptr<DecodeAttention> load_standard_decode(nn::AttentionImpl& module,
+#define KVLAB_ATTENTION_FAMILY(Name, id)                                         \
+  std::unique_ptr<DecodeAttention> load_##id##_decode(nn::AttentionImpl& module, \
                                                       DType weight_dtype);
-std::unique_ptr<DecodeAttention> load_gva_decode(nn::AttentionImpl& module,
-                                                 DType weight_dtype);  // gva and gta
-std::unique_ptr<DecodeAttention> load_mla_decode(nn::AttentionImpl& module, DType weight_dtype);
-std::unique_ptr<DecodeAttention> load_gla_decode(nn::AttentionImpl& module, DType weight_dtype);
-std::unique_ptr<DecodeAttention> load_linear_decode(nn::AttentionImpl& module, DType weight_dtype);
+#include "spec/attention_families.def"
 
 }  // namespace kvlab::infer

@@ -98,4 +98,9 @@ std::unique_ptr<DecodeAttention> load_gva_decode(nn::AttentionImpl& module, DTyp
   return std::make_unique<GvaDecode>(module_of<nn::GvaAttentionImpl>(module), weight_dtype);
 }
 
+// GTA decodes as GVA: an empty key_maps pads the query instead of multiplying by M_h.
+std::unique_ptr<DecodeAttention> load_gta_decode(nn::AttentionImpl& module, DType weight_dtype) {
+  return load_gva_decode(module, weight_dtype);
+}
+
 }  // namespace kvlab::infer

@@ -4,11 +4,6 @@
 #include <string>
 
 #include "nn/causal_attention.h"
-#include "nn/gla_attention.h"
-#include "nn/gva_attention.h"
-#include "nn/linear_attention.h"
-#include "nn/mla_attention.h"
-#include "nn/standard_attention.h"
 
 namespace kvlab::nn {
 
@@ -76,17 +71,10 @@ std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,
                                               const torch::TensorOptions& options) {
   spec.validate();
   switch (spec.family()) {
-    case AttnFamily::kStandard:
-      return std::make_shared<StandardAttentionImpl>(spec, options);
-    case AttnFamily::kMla:
-      return std::make_shared<MlaAttentionImpl>(spec, options);
-    case AttnFamily::kGva:
-    case AttnFamily::kGta:  // GVA's module with M_h fixed to the channel selection
-      return std::make_shared<GvaAttentionImpl>(spec, options);
-    case AttnFamily::kLinear:
-      return std::make_shared<LinearAttentionImpl>(spec, options);
-    case AttnFamily::kGla:
-      return std::make_shared<GlaAttentionImpl>(spec, options);
+#define KVLAB_ATTENTION_FAMILY(Name, id) \
+  case AttnFamily::k##Name:              \
+    return make_##id##_attention(spec, options);
+#include "spec/attention_families.def"
   }
   throw std::logic_error("attention family without a module");
 }

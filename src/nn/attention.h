@@ -92,6 +92,11 @@ class AttentionImpl : public torch::nn::Module {
 // device: the meta device builds without memory).
 std::shared_ptr<AttentionImpl> make_attention(const AttentionSpec& spec,
                                               const torch::TensorOptions& options);
+// The families' modules (nn/<family>_attention.cpp), found through make_attention.
+#define KVLAB_ATTENTION_FAMILY(Name, id)                                          \
+  std::shared_ptr<AttentionImpl> make_##id##_attention(const AttentionSpec& spec, \
+                                                       const torch::TensorOptions& options);
+#include "spec/attention_families.def"
 
 // Reshapes [B, T, n*d] to [B, T, n, d].
 torch::Tensor split_heads(const torch::Tensor& x, int64_t n_heads);

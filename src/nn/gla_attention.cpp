@@ -135,4 +135,9 @@ torch::Tensor GlaAttentionImpl::decode_output(const torch::Tensor& attended) {
   return o_proj(absorb_output(attended).flatten(2));
 }
 
+std::shared_ptr<AttentionImpl> make_gla_attention(const AttentionSpec& spec,
+                                                  const torch::TensorOptions& options) {
+  return std::make_shared<GlaAttentionImpl>(spec, options);
+}
+
 }  // namespace kvlab::nn

@@ -204,4 +204,15 @@ AttentionImpl::ProjectionWeights GvaAttentionImpl::projection_weights() const {
   return p;
 }
 
+std::shared_ptr<AttentionImpl> make_gva_attention(const AttentionSpec& spec,
+                                                  const torch::TensorOptions& options) {
+  return std::make_shared<GvaAttentionImpl>(spec, options);
+}
+
+// GTA is GVA's module with M_h fixed to the channel selection (no key_maps parameter).
+std::shared_ptr<AttentionImpl> make_gta_attention(const AttentionSpec& spec,
+                                                  const torch::TensorOptions& options) {
+  return std::make_shared<GvaAttentionImpl>(spec, options);
+}
+
 }  // namespace kvlab::nn

@@ -48,4 +48,9 @@ torch::Tensor LinearAttentionImpl::forward_recurrent(const torch::Tensor& x) {
   return torch::cat(outputs, 1);
 }
 
+std::shared_ptr<AttentionImpl> make_linear_attention(const AttentionSpec& spec,
+                                                     const torch::TensorOptions& options) {
+  return std::make_shared<LinearAttentionImpl>(spec, options);
+}
+
 }  // namespace kvlab::nn

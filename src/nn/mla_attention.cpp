@@ -178,4 +178,9 @@ torch::Tensor MlaAttentionImpl::decode_output(const torch::Tensor& attended) {
   return o_proj(absorb_output(attended).flatten(2));
 }
 
+std::shared_ptr<AttentionImpl> make_mla_attention(const AttentionSpec& spec,
+                                                  const torch::TensorOptions& options) {
+  return std::make_shared<MlaAttentionImpl>(spec, options);
+}
+
 }  // namespace kvlab::nn

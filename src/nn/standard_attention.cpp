@@ -179,4 +179,9 @@ AttentionImpl::ProjectionWeights StandardAttentionImpl::projection_weights() con
   return p;
 }
 
+std::shared_ptr<AttentionImpl> make_standard_attention(const AttentionSpec& spec,
+                                                       const torch::TensorOptions& options) {
+  return std::make_shared<StandardAttentionImpl>(spec, options);
+}
+
 }  // namespace kvlab::nn

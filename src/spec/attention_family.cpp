@@ -10,18 +10,10 @@ void AttentionFamily::finish_parse(AttentionSpec&) const {}
 
 const AttentionFamily& spec_family(AttnFamily family) {
   switch (family) {
-    case AttnFamily::kStandard:
-      return standard_family();
-    case AttnFamily::kMla:
-      return mla_family();
-    case AttnFamily::kGva:
-      return gva_family();
-    case AttnFamily::kLinear:
-      return linear_family();
-    case AttnFamily::kGta:
-      return gta_family();
-    case AttnFamily::kGla:
-      return gla_family();
+#define KVLAB_ATTENTION_FAMILY(Name, id) \
+  case AttnFamily::k##Name:              \
+    return id##_family();
+#include "spec/attention_families.def"
   }
   throw std::logic_error("attention family without a spec implementation");
 }

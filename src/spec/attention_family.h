@@ -12,7 +12,7 @@ namespace kvlab {
 // What the spec layer knows of one attention family (AttnFamily): its options, defaults,
 // rules, cache layout, parameters and multiply-adds. AttentionSpec's methods forward here, so
 // a family's arithmetic is one file (spec/<family>_family.cpp) and a new family is one more
-// implementation plus its line in spec_family(), the spec layer's one table of families.
+// implementation, found through spec_family(), the table attention_families.def generates.
 class AttentionFamily {
  public:
   virtual ~AttentionFamily() = default;
@@ -45,17 +45,12 @@ class AttentionFamily {
   virtual AttnMacs decode_macs(const AttentionSpec& spec, int64_t context) const = 0;
 };
 
-// The family object of each AttnFamily (one switch, no default: -Werror=switch catches a
-// family without one).
+// The family object of each AttnFamily (a switch generated from attention_families.def).
 const AttentionFamily& spec_family(AttnFamily family);
 
 // The families (spec/<family>_family.cpp).
-const AttentionFamily& standard_family();
-const AttentionFamily& mla_family();
-const AttentionFamily& gva_family();
-const AttentionFamily& linear_family();
-const AttentionFamily& gta_family();
-const AttentionFamily& gla_family();
+#define KVLAB_ATTENTION_FAMILY(Name, id) const AttentionFamily& id##_family();
+#include "spec/attention_families.def"
 
 // The standard family's projections: whether one projection is query and key (Q=K: qk-v, qkv1
 // and their '+' forms); AttentionSpec::shares_kv says whether one is key and value.

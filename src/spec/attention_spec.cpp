@@ -25,21 +25,9 @@ struct VariantInfo {
 };
 
 constexpr VariantInfo kVariants[] = {
-    {AttnVariant::kMha, "mha", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kGqa, "gqa", AttnFamily::kStandard, GroupRule::kGiven},
-    {AttnVariant::kMqa, "mqa", AttnFamily::kStandard, GroupRule::kOne},
-    {AttnVariant::kQkV, "qk-v", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kQKv, "q-kv", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kQkv1, "qkv1", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kQGqa, "q-gqa", AttnFamily::kStandard, GroupRule::kGiven},
-    {AttnVariant::kQMqa, "q-mqa", AttnFamily::kStandard, GroupRule::kOne},
-    {AttnVariant::kQkVPlus, "qk-v+", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kQkv1Plus, "qkv1+", AttnFamily::kStandard, GroupRule::kPerHead},
-    {AttnVariant::kMla, "mla", AttnFamily::kMla, GroupRule::kOne},
-    {AttnVariant::kGva, "gva", AttnFamily::kGva, GroupRule::kGiven},
-    {AttnVariant::kLinear, "linear", AttnFamily::kLinear, GroupRule::kPerHead},
-    {AttnVariant::kGta, "gta", AttnFamily::kGta, GroupRule::kGiven},
-    {AttnVariant::kGla, "gla", AttnFamily::kGla, GroupRule::kOption},
+#define KVLAB_ATTENTION_VARIANT(Name, id, Family, groups) \
+  {AttnVariant::k##Name, id, AttnFamily::k##Family, GroupRule::k##groups},
+#include "spec/attention_families.def"
 };
 
 const VariantInfo& info_of(AttnVariant variant) {

@@ -12,37 +12,20 @@
 
 namespace kvlab {
 
-// The attention variants of DESIGN.md's table. Each belongs to one family (AttnFamily); adding
-// a variant means a value here and its row in attention_spec.cpp's table, never a new bool.
+// The attention variants of DESIGN.md's table and their families, listed once in
+// attention_families.def. A variant belongs to one family: the variants that share a module, a
+// cache layout rule and a decode adapter. Every layer dispatches on the family in one table
+// generated from that list (spec: spec_family(), nn: make_attention(), infer:
+// load_decode_attention(), convert: target_family()); adding a variant is a line there, never a
+// new bool.
 enum class AttnVariant {
-  kMha,       // mha: W_q, W_k, W_v
-  kGqa,       // gqa:G
-  kMqa,       // mqa (gqa with G = 1)
-  kQkV,       // qk-v: Q=K≠V, one W_qk used twice
-  kQKv,       // q-kv: Q≠K=V, one W_kv used as key and value
-  kQkv1,      // qkv1: Q=K=V, one W
-  kQGqa,      // q-gqa:G: K=V within each of G groups
-  kQMqa,      // q-mqa: K=V with one group
-  kQkVPlus,   // qk-v+: Q=K≠V + 2-D positional bias (non-causal)
-  kQkv1Plus,  // qkv1+: Q=K=V + 2-D positional bias (non-causal)
-  kMla,       // mla: DeepSeek-V2 latent attention
-  kGva,       // gva:G,dr: grouped value attention
-  kLinear,    // linear: the Q=K=V collapse into a recurrent state
-  kGta,       // gta:G,dr: grouped-tied attention (GVA with M_h a channel selection)
-  kGla,       // gla:hc=C: grouped latent attention (MLA with C latent heads)
+#define KVLAB_ATTENTION_VARIANT(Name, id, Family, groups) k##Name,
+#include "spec/attention_families.def"
 };
 
-// Variants that share a module, a cache layout rule and a decode adapter. Every layer
-// dispatches on the family in one place (spec: spec_family(), nn: make_attention(), infer:
-// the decode adapters), each a switch without a default, so a new family that is not handled
-// everywhere does not compile.
 enum class AttnFamily {
-  kStandard,  // mha, gqa, mqa and the projection-sharing variants, with the '+' forms
-  kMla,
-  kGva,
-  kLinear,
-  kGta,
-  kGla,
+#define KVLAB_ATTENTION_FAMILY(Name, id) k##Name,
+#include "spec/attention_families.def"
 };
 
 // kvlab's definition of the three M_h initialisations the GVA seed names (DESIGN.md).

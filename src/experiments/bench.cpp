@@ -188,6 +188,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   // float weight dtype to f32; q8_0/q4_0 run integer dot products, whose peak is not this one).
   // Measured once the first row's memory is known to fit (the probes take seconds).
   double gb_per_s = 0, f32_gmacs = 0, bf16_gmacs = 0;
+  const int64_t bf16_rows = bf16_product_min_rows();  // 0: never
   bool measured_ceilings = false;
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
@@ -308,7 +309,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                               static_cast<double>(config.param_count().value() -
                                                   config.shape.vocab_size * config.shape.d_model);
           const bool bf16_products =
-              weight_dtype == DType::kBf16 && batch >= kBf16GemmMinRows && bf16_gmacs > 0;
+              weight_dtype == DType::kBf16 && bf16_rows > 0 && batch >= bf16_rows && bf16_gmacs > 0;
           const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
           const double compute_ms =
               is_element_dtype(weight_dtype) && peak_gmacs > 0 ? macs / (peak_gmacs * 1e6) : 0.0;
@@ -390,7 +391,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "dense / attention / other: one more generation with the kernels timed; keys: "
                "the cache's key order (--key-order)\n\n",
                cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s, f32_gmacs,
-               kBf16GemmMinRows, bf16_gmacs)
+               bf16_rows, bf16_gmacs)
         << table.to_markdown();
   }
   return 0;

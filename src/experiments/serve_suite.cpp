@@ -496,8 +496,9 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     }
     const double macs =
         static_cast<double>(request_macs.value()) / static_cast<double>(preset.output_len);
-    const bool bf16_products =
-        weight_dtype == DType::kBf16 && sat.peak_running >= kBf16GemmMinRows && bf16_gmacs > 0;
+    const int64_t bf16_rows = bf16_product_min_rows();
+    const bool bf16_products = weight_dtype == DType::kBf16 && bf16_rows > 0 &&
+                               sat.peak_running >= bf16_rows && bf16_gmacs > 0;
     const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
     const double compute_s = peak_gmacs > 0 ? macs / (peak_gmacs * 1e9) : 0.0;
     const double roofline = 1.0 / std::max(memory_s, compute_s);

@@ -5,7 +5,7 @@ namespace kvlab {
 // What a step's time is measured against (`bench generate`'s and the serve suite's rooflines):
 // the read bandwidth (bench memory's probe over 1 GiB, median of 5) and the multiply-add peaks
 // (bench compute's, median of 3) of f32 FMAs and — where the CPU has bf16 products, which the
-// bf16 weights' batched matmul runs from kBf16GemmMinRows sequences — of bf16 (else 0).
+// bf16 weights run bf16 products from bf16_product_min_rows() sequences — of bf16 (else 0).
 struct StepCeilings {
   double gb_per_s = 0;
   double f32_gmacs = 0;

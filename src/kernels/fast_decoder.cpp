@@ -185,8 +185,12 @@ void FastDecoder::run(const LinearStepParams& params) {
 void FastDecoder::run(const MatVecParams& params) {
   if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
-  } else if (matvec_runs_gemm(params)) {
-    matvec_gemm_bf16(params, matvec_scratch_);
+  } else if (matvec_runs_bf16_products(params)) {
+    if (isa_ == CpuIsa::kAmx) {
+      matvec_gemm_bf16(params, matvec_scratch_);
+    } else {
+      matvec_bf16_products(params, pool_, matvec_scratch_);
+    }
   } else if (matvec_runs_avx512(params.weight_dtype)) {
     matvec_avx512(params, pool_, matvec_scratch_);
   } else {
@@ -194,9 +198,22 @@ void FastDecoder::run(const MatVecParams& params) {
   }
 }
 
-bool FastDecoder::matvec_runs_gemm(const MatVecParams& params) const {
-  return isa_ != CpuIsa::kScalar && params.weight_dtype == DType::kBf16 &&
-         params.n >= kBf16GemmMinRows && bf16_gemm_native();
+bool FastDecoder::matvec_runs_bf16_products(const MatVecParams& params) const {
+  const int64_t min_rows = bf16_product_min_rows(isa_);
+  return params.weight_dtype == DType::kBf16 && min_rows > 0 && params.n >= min_rows;
+}
+
+int64_t bf16_product_min_rows(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+    case CpuIsa::kAvx2:
+      return 0;
+    case CpuIsa::kAvx512:
+      return cpu_has_avx512_bf16() ? kBf16ProductMinRows : 0;
+    case CpuIsa::kAmx:
+      return bf16_gemm_native() ? kBf16GemmMinRows : 0;
+  }
+  return 0;
 }
 
 bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {

@@ -29,6 +29,11 @@ std::string_view cpu_isa_name(CpuIsa isa);
 bool cpu_has_avx512_bf16();
 // AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
 bool cpu_has_avx512_vnni();
+// The fewest rows of x from which the dense layers multiply bf16 weights in bf16 products (x
+// rounded to bf16) on `isa`: matvec_bf16_products from kBf16ProductMinRows with AVX-512 BF16,
+// oneDNN's matmul (tiles) from kBf16GemmMinRows with AMX; 0 where they never do (the rows are
+// then widened to f32 in registers).
+int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
 // token reads), f32 on the scalar reference.
@@ -92,11 +97,11 @@ class FastDecoder {
   bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
-  // The dense layers around attention (projections, MLP, LM head): oneDNN's bf16 matmul where
-  // matvec_runs_gemm says, the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the
-  // scalar reference on kScalar).
+  // The dense layers around attention (projections, MLP, LM head): bf16 products where
+  // matvec_runs_bf16_products says (AVX-512 BF16's kernel, or oneDNN's matmul with AMX), the
+  // AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar reference on kScalar).
   void run(const MatVecParams& params);
-  bool matvec_runs_gemm(const MatVecParams& params) const;
+  bool matvec_runs_bf16_products(const MatVecParams& params) const;
   bool matvec_runs_avx512(DType weight_dtype) const;
   // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
   // that calls this once with its longest context never grows it between steps.

@@ -14,6 +14,10 @@ namespace kvlab {
 bool matvec_supports(DType dtype) { return dtype != DType::kFp8; }
 
 void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
+  if (p.weight_dtype == DType::kBf16) {
+    const auto need = static_cast<size_t>(p.n * bf16_row_stride(p.in));
+    if (scratch.bf16.size() < need) scratch.bf16.resize(need);
+  }
   if (is_element_dtype(p.weight_dtype)) return;
   const auto blocks =
       static_cast<size_t>(p.n * ((p.in + kQuantBlockElements - 1) / kQuantBlockElements));
@@ -25,13 +29,10 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
 
 void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
   validate_matvec(p);
-  if (p.weight_dtype != DType::kBf16) {
-    throw std::invalid_argument("matvec_gemm_bf16: weight_dtype: must be bf16");
-  }
+  require_bf16_weights(p, "matvec_gemm_bf16");
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-  const auto need = static_cast<size_t>(p.n * p.in);
-  if (scratch.bf16.size() < need) scratch.bf16.resize(need);
+  reserve_matvec_scratch(p, scratch);
   for (int64_t b = 0; b < p.n; ++b) {
     for (int64_t i = 0; i < p.in; ++i) scratch.bf16[b * p.in + i] = f32_to_bf16(p.x[b * xs + i]);
   }
@@ -41,6 +42,12 @@ void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
   if (p.bias != nullptr) {
     for (int64_t b = 0; b < p.n; ++b)
       for (int64_t o = 0; o < p.out; ++o) p.y[b * ys + o] += p.bias[o];
+  }
+}
+
+void require_bf16_weights(const MatVecParams& p, const char* caller) {
+  if (p.weight_dtype != DType::kBf16) {
+    throw std::invalid_argument(std::string(caller) + ": weight_dtype: must be bf16");
   }
 }
 

@@ -34,8 +34,14 @@ struct MatVecParams {
 struct MatVecScratch {
   std::vector<int8_t> quants;  // [n][blocks · 32]
   std::vector<float> scales;   // [n][blocks]
-  std::vector<uint16_t> bf16;  // [n][in]: x rounded to bf16 (matvec_gemm_bf16)
+  std::vector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
 };
+
+// x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
+constexpr int64_t kBf16RowChunk = 32;
+constexpr int64_t bf16_row_stride(int64_t in) {
+  return (in + kBf16RowChunk - 1) / kBf16RowChunk * kBf16RowChunk;
+}
 
 // From this many rows of x, bf16 weights on a CPU that multiplies bf16 in hardware
 // (bf16_gemm_native) go through oneDNN's matmul instead (matvec_gemm_bf16): at 16–64 rows it
@@ -46,6 +52,17 @@ constexpr int64_t kBf16GemmMinRows = 16;
 // matmul (vdpbf16ps or AMX tiles) on libtorch's OpenMP threads. The products differ from the
 // matrix-vector kernels' (which keep x in f32) by x's rounding.
 void matvec_gemm_bf16(const MatVecParams& params, MatVecScratch& scratch);
+
+// From this many rows of x, bf16 weights on a CPU with AVX-512 BF16 but no AMX go through
+// matvec_bf16_products (docs/kernels/dense-decode.md has the measurements).
+constexpr int64_t kBf16ProductMinRows = 2;
+
+// y = W x + b for bf16 weights with x rounded to bf16 (nearest even) and f32 sums, as
+// matvec_gemm_bf16, by AVX-512 BF16's vdpbf16ps (matvec_avx512_bf16.cpp) on the pool: four weight
+// rows read once for four rows of x, the output rows split over the threads.
+void matvec_bf16_products(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// Throws std::invalid_argument naming `caller` unless the weights are bf16.
+void require_bf16_weights(const MatVecParams& params, const char* caller);
 
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
 // instantiated with their flags).

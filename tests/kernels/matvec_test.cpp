@@ -1,6 +1,7 @@
-// The AVX2 matrix-vector kernel of the decode step's dense layers against the scalar
-// reference, for every weight dtype, over odd shapes, strides and batch sizes; the reference
-// against a hand value; the q8_0 rounding of the input against a bound computed here.
+// The matrix-vector kernels of the decode step's dense layers (AVX2, AVX-512, AVX-512 BF16's
+// bf16 products) against the scalar reference, for every weight dtype, over odd shapes, strides and
+// batch sizes; the reference against a hand value; the q8_0 rounding of the input against a bound
+// computed here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,7 +84,14 @@ TEST_P(MatVecIsaTest, FastMatchesTheReferenceForEveryWeightDtype) {
                            n,           in,
                            out,         x_stride,
                            y_stride,    dtype};
+            // bf16 products (matvec_runs_bf16_products) multiply x rounded to bf16
+            std::vector<float> rounded = x;
+            if (fast.matvec_runs_bf16_products(p)) {
+              for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));
+            }
+            p.x = rounded.data();
             matvec_reference(p);
+            p.x = x.data();
             p.y = actual.data();
             fast.run(p);
             for (size_t i = 0; i < actual.size(); ++i) {
@@ -165,16 +173,16 @@ TEST_P(MatVecIsaTest, NanInputsStayNanAndFp8WeightsAreRefused) {
       std::invalid_argument);
 }
 
-// From kBf16GemmMinRows rows, bf16 weights on a CPU with native bf16 products go through oneDNN
-// with x rounded to bf16: the reference on the rounded x, to f32 sums.
-TEST(MatVecTest, Bf16GemmFromSixteenRowsMatchesTheReferenceOnRoundedInputs) {
-  if (!cpu_supports(CpuIsa::kAvx2) || !bf16_gemm_native()) {
-    GTEST_SKIP() << "no hardware bf16 products (AVX-512 BF16 or AMX) on this CPU";
-  }
+// From bf16_product_min_rows() rows, bf16 weights on a CPU with hardware bf16 products multiply
+// x rounded to bf16 (AVX-512 BF16's kernel; oneDNN's matmul with AMX): the reference on the
+// rounded x, to f32 sums; below it the widening kernels keep x in f32.
+TEST(MatVecTest, Bf16ProductsMatchTheReferenceOnRoundedInputs) {
+  const int64_t min_rows = bf16_product_min_rows();
+  if (min_rows == 0) GTEST_SKIP() << "no hardware bf16 products (AVX-512 BF16 or AMX) on this CPU";
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   FastDecoder fast(2, detect_cpu_isa());
-  for (int64_t n : {kBf16GemmMinRows - 1, kBf16GemmMinRows, int64_t{37}}) {
+  for (int64_t n : {min_rows - 1, min_rows, int64_t{4}, int64_t{16}, int64_t{37}}) {
     const int64_t in = 70, out = 45, x_stride = in + 2, y_stride = out + 3;
     std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
     std::vector<float> x(static_cast<size_t>(n * x_stride));
@@ -184,9 +192,9 @@ TEST(MatVecTest, Bf16GemmFromSixteenRowsMatchesTheReferenceOnRoundedInputs) {
     const std::vector<std::byte> rows = pack(w, out, in, DType::kBf16);
     MatVecParams p{rows.data(), b.data(), x.data(), nullptr,  n,
                    in,          out,      x_stride, y_stride, DType::kBf16};
-    EXPECT_EQ(fast.matvec_runs_gemm(p), n >= kBf16GemmMinRows) << n;
+    EXPECT_EQ(fast.matvec_runs_bf16_products(p), n >= min_rows) << n;
     std::vector<float> rounded = x;
-    if (n >= kBf16GemmMinRows) {
+    if (n >= min_rows) {
       for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));
     }
     std::vector<float> actual(static_cast<size_t>(n * y_stride), -777.0f), expected = actual;
@@ -201,6 +209,49 @@ TEST(MatVecTest, Bf16GemmFromSixteenRowsMatchesTheReferenceOnRoundedInputs) {
           << "n " << n << " element " << i;
     }
   }
+}
+
+// The bf16 products round x to nearest even as f32_to_bf16 does: through an identity matrix,
+// y is x rounded, exactly — ties both ways, just above and below them, signs, a NaN (stays NaN).
+// (vdpbf16ps treats bf16 subnormals as zero, so none is used here.)
+TEST(MatVecTest, Bf16ProductsRoundTheInputToNearestEven) {
+  if (!cpu_supports(CpuIsa::kAvx512) || !cpu_has_avx512_bf16()) {
+    GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  }
+  const float tie_down = 1.0f + std::ldexp(1.0f, -8);    // halfway 1 and 1 + 2^-7: to 1 (even)
+  const float tie_up = 1.0f + 3 * std::ldexp(1.0f, -8);  // halfway, to 1 + 2^-6 (even)
+  const std::vector<float> values = {tie_down,
+                                     tie_up,
+                                     -tie_down,
+                                     std::nextafter(tie_down, 2.0f),
+                                     std::nextafter(tie_down, 0.0f),
+                                     3.14159265f,
+                                     -1e30f,
+                                     1e-30f,
+                                     0.0f,
+                                     -0.0f,
+                                     65504.0f,
+                                     -2.5e-3f};
+  const int64_t in = 45, out = in, n = 3;  // a tail chunk, and three rows of x: two tiles
+  std::vector<float> identity(static_cast<size_t>(in * out), 0.0f);
+  for (int64_t i = 0; i < in; ++i) identity[static_cast<size_t>(i * in + i)] = 1.0f;
+  const std::vector<std::byte> rows = pack(identity, out, in, DType::kBf16);
+  std::vector<float> x(static_cast<size_t>(n * in)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = values[i % values.size()] * (i % 7 == 3 ? -1 : 1);
+  x[static_cast<size_t>(in + 5)] = NAN;  // second row
+  ThreadPool pool(2);
+  MatVecScratch scratch;
+  matvec_bf16_products({rows.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0, DType::kBf16},
+                       pool, scratch);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (static_cast<int64_t>(i) / in == 1) {  // the row with the NaN: 0 · NaN in every sum
+      EXPECT_TRUE(std::isnan(y[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(y[i], bf16_to_f32(f32_to_bf16(x[i]))) << "x " << x[i] << " at " << i;
+  }
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(tie_down)), 1.0f);  // the test's ties are ties
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(tie_up)), 1.0f + std::ldexp(1.0f, -6));
 }
 
 }  // namespace

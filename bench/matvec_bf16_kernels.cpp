@@ -1,0 +1,57 @@
+// bf16 weights' dense-layer kernels side by side, GMAC/s (median of 9) per rows of x: the AVX-512
+// kernel that widens bf16 to f32, AVX-512 BF16's vdpbf16ps kernel (matvec_bf16_products) and
+// oneDNN's bf16 matmul (matvec_gemm_bf16). Not part of the build; after `make build`:
+//   g++ -O2 -std=c++20 -Isrc bench/matvec_bf16_kernels.cpp build/src/libkvlab_kernels.a \
+//       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvb
+//   /tmp/mvb THREADS OUT IN
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/compute_peak.h"
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+
+using namespace kvlab;
+
+int main(int argc, char** argv) {
+  if (argc != 4 || !cpu_supports(CpuIsa::kAvx512) || !cpu_has_avx512_bf16()) {
+    std::fprintf(stderr, "usage: %s THREADS OUT IN (needs AVX-512 BF16)\n", argv[0]);
+    return 2;
+  }
+  const int threads = std::atoi(argv[1]);
+  const int64_t out = std::atoll(argv[2]), in = std::atoll(argv[3]);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> weights(static_cast<size_t>(out * in));
+  for (uint16_t& w : weights) w = f32_to_bf16(normal(rng));
+  ThreadPool pool(threads);
+  MatVecScratch scratch;
+  std::printf("%s, %d threads, %lld x %lld bf16 weights\n", cpu_model_name().c_str(), threads,
+              static_cast<long long>(out), static_cast<long long>(in));
+  for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
+    std::vector<float> x(static_cast<size_t>(in * n)), y(static_cast<size_t>(out * n));
+    for (float& v : x) v = normal(rng);
+    const MatVecParams p{weights.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0,
+                         DType::kBf16};
+    auto gmacs = [&](auto run) {
+      run();
+      std::vector<double> seconds;
+      for (int r = 0; r < 9; ++r) {
+        const auto start = std::chrono::steady_clock::now();
+        run();
+        seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::sort(seconds.begin(), seconds.end());
+      return static_cast<double>(n * out * in) / seconds[4] / 1e9;
+    };
+    std::printf("n %2lld: widened %6.1f  vdpbf16ps %6.1f  oneDNN %6.1f GMAC/s\n",
+                static_cast<long long>(n), gmacs([&] { matvec_avx512(p, pool, scratch); }),
+                gmacs([&] { matvec_bf16_products(p, pool, scratch); }),
+                gmacs([&] { matvec_gemm_bf16(p, scratch); }));
+  }
+}

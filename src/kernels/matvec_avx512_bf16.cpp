@@ -160,7 +160,7 @@ void matvec_bf16_products(const MatVecParams& p, ThreadPool& pool, MatVecScratch
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = bf16_row_stride(p.in);
   round_rows(p, scratch.bf16.data(), xs);
-  const int64_t rows_per_block = rows_per_task(p.in, p.n);
+  const int64_t rows_per_block = rows_per_task(p.in, p.n, p.out, pool.size());
   const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
   const uint16_t* x = scratch.bf16.data();
   pool.parallel_for(n_blocks, [&](int64_t blk) {

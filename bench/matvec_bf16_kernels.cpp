@@ -3,7 +3,9 @@
 // oneDNN's bf16 matmul (matvec_gemm_bf16). Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -Isrc bench/matvec_bf16_kernels.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvb
-//   /tmp/mvb THREADS OUT IN
+//   /tmp/mvb THREADS OUT IN [CYCLE_MB]
+// With CYCLE_MB, that many MB of OUT x IN matrices are cycled through (each rep multiplies every
+// one), so the weights stream from memory as in a decode step; without it one matrix is reused.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,26 +20,33 @@
 using namespace kvlab;
 
 int main(int argc, char** argv) {
-  if (argc != 4 || !cpu_supports(CpuIsa::kAvx512) || !cpu_has_avx512_bf16()) {
-    std::fprintf(stderr, "usage: %s THREADS OUT IN (needs AVX-512 BF16)\n", argv[0]);
+  if ((argc != 4 && argc != 5) || !cpu_supports(CpuIsa::kAvx512) || !cpu_has_avx512_bf16()) {
+    std::fprintf(stderr, "usage: %s THREADS OUT IN [CYCLE_MB] (needs AVX-512 BF16)\n", argv[0]);
     return 2;
   }
   const int threads = std::atoi(argv[1]);
   const int64_t out = std::atoll(argv[2]), in = std::atoll(argv[3]);
+  const int64_t cycle_mb = argc == 5 ? std::atoll(argv[4]) : 0;
+  const int64_t matrices = std::max<int64_t>(1, (cycle_mb << 20) / (out * in * 2));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  std::vector<uint16_t> weights(static_cast<size_t>(out * in));
+  std::vector<uint16_t> weights(static_cast<size_t>(matrices * out * in));
   for (uint16_t& w : weights) w = f32_to_bf16(normal(rng));
   ThreadPool pool(threads);
   MatVecScratch scratch;
-  std::printf("%s, %d threads, %lld x %lld bf16 weights\n", cpu_model_name().c_str(), threads,
-              static_cast<long long>(out), static_cast<long long>(in));
+  std::printf("%s, %d threads, %lld x %lld bf16 weights, %lld matrices cycled\n",
+              cpu_model_name().c_str(), threads, static_cast<long long>(out),
+              static_cast<long long>(in), static_cast<long long>(matrices));
   for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
     std::vector<float> x(static_cast<size_t>(in * n)), y(static_cast<size_t>(out * n));
     for (float& v : x) v = normal(rng);
-    const MatVecParams p{weights.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0,
-                         DType::kBf16};
-    auto gmacs = [&](auto run) {
+    auto gmacs = [&](auto kernel) {
+      auto run = [&] {
+        for (int64_t m = 0; m < matrices; ++m) {
+          kernel(MatVecParams{weights.data() + m * out * in, nullptr, x.data(), y.data(), n, in,
+                              out, 0, 0, DType::kBf16});
+        }
+      };
       run();
       std::vector<double> seconds;
       for (int r = 0; r < 9; ++r) {
@@ -47,11 +56,12 @@ int main(int argc, char** argv) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       }
       std::sort(seconds.begin(), seconds.end());
-      return static_cast<double>(n * out * in) / seconds[4] / 1e9;
+      return static_cast<double>(matrices * n * out * in) / seconds[4] / 1e9;
     };
     std::printf("n %2lld: widened %6.1f  vdpbf16ps %6.1f  oneDNN %6.1f GMAC/s\n",
-                static_cast<long long>(n), gmacs([&] { matvec_avx512(p, pool, scratch); }),
-                gmacs([&] { matvec_bf16_products(p, pool, scratch); }),
-                gmacs([&] { matvec_gemm_bf16(p, scratch); }));
+                static_cast<long long>(n),
+                gmacs([&](const MatVecParams& p) { matvec_avx512(p, pool, scratch); }),
+                gmacs([&](const MatVecParams& p) { matvec_bf16_products(p, pool, scratch); }),
+                gmacs([&](const MatVecParams& p) { matvec_gemm_bf16(p, scratch); }));
   }
 }

@@ -52,7 +52,7 @@ class MatVecIsaTest : public ::testing::TestWithParam<CpuIsa> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Isa, MatVecIsaTest, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
-                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+                         [](const auto& isa) { return std::string(cpu_isa_name(isa.param)); });
 
 TEST_P(MatVecIsaTest, FastMatchesTheReferenceForEveryWeightDtype) {
   std::mt19937 rng(11);

@@ -79,9 +79,8 @@ void validate_matvec(const MatVecParams& params);
 // AVX2 + FMA + F16C (matvec_avx2.cpp): output rows in blocks spread over the pool; each pass
 // reads four weight rows once (widened or unpacked in registers) for two rows of x.
 void matvec_avx2(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// AVX-512 (matvec_avx512.cpp): sixteen lanes, four weight rows for four rows of x (element
-// dtypes, the tails masked) or two (block dtypes: two blocks a pass with VNNI's vpdpbusd, so these
-// need AVX-512 VNNI).
+// AVX-512 (matvec_avx512.cpp): sixteen lanes, four weight rows for four rows of x, the tails
+// masked (block dtypes two blocks a pass with VNNI's vpdpbusd, so these need AVX-512 VNNI).
 void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 
 }  // namespace kvlab

@@ -121,7 +121,7 @@ void tile_blocks(const std::byte* w, int64_t row_stride, int64_t blocks, const i
     for (int r = 0; r < R; ++r) out[b * R + r] = _mm512_reduce_add_ps(acc[b][r]);
 }
 
-constexpr int kElementBatch = 4, kBlockBatch = 2;
+constexpr int kElementBatch = 4, kBlockBatch = 4;
 
 #include "kernels/matvec_driver.inc"
 

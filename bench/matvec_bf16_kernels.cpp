@@ -27,6 +27,13 @@ int main(int argc, char** argv) {
   const int threads = std::atoi(argv[1]);
   const int64_t out = std::atoll(argv[2]), in = std::atoll(argv[3]);
   const int64_t cycle_mb = argc == 5 ? std::atoll(argv[4]) : 0;
+  if (threads < 1 || threads > 256 || out < 1 || out > 65536 || in < 1 || in > 65536 ||
+      cycle_mb < 0 || cycle_mb > 16384) {
+    std::fprintf(
+        stderr, "%s: THREADS 1..256, OUT and IN 1..65536, CYCLE_MB 0..16384 (got %s %s %s%s%s)\n",
+        argv[0], argv[1], argv[2], argv[3], argc == 5 ? " " : "", argc == 5 ? argv[4] : "");
+    return 2;
+  }
   const int64_t matrices = std::max<int64_t>(1, (cycle_mb << 20) / (out * in * 2));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;

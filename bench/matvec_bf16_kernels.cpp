@@ -1,7 +1,7 @@
 // bf16 weights' dense-layer kernels side by side, GMAC/s (median of 9) per rows of x: the AVX-512
 // kernel that widens bf16 to f32, AVX-512 BF16's vdpbf16ps kernel (matvec_bf16_products) and
 // oneDNN's bf16 matmul (matvec_gemm_bf16). Not part of the build; after `make build`:
-//   g++ -O2 -std=c++20 -Isrc bench/matvec_bf16_kernels.cpp build/src/libkvlab_kernels.a \
+//   g++ -O2 -std=c++20 -I. -Isrc bench/matvec_bf16_kernels.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvb
 //   /tmp/mvb THREADS OUT IN [CYCLE_MB]
 // With CYCLE_MB, that many MB of OUT x IN matrices are cycled through (each rep multiplies every
@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/matvec_bench_args.h"
 #include "kernels/compute_peak.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
@@ -20,20 +21,11 @@
 using namespace kvlab;
 
 int main(int argc, char** argv) {
-  if ((argc != 4 && argc != 5) || !cpu_supports(CpuIsa::kAvx512) || !cpu_has_avx512_bf16()) {
-    std::fprintf(stderr, "usage: %s THREADS OUT IN [CYCLE_MB] (needs AVX-512 BF16)\n", argv[0]);
-    return 2;
-  }
-  const int threads = std::atoi(argv[1]);
-  const int64_t out = std::atoll(argv[2]), in = std::atoll(argv[3]);
-  const int64_t cycle_mb = argc == 5 ? std::atoll(argv[4]) : 0;
-  if (threads < 1 || threads > 256 || out < 1 || out > 65536 || in < 1 || in > 65536 ||
-      cycle_mb < 0 || cycle_mb > 16384) {
-    std::fprintf(
-        stderr, "%s: THREADS 1..256, OUT and IN 1..65536, CYCLE_MB 0..16384 (got %s %s %s%s%s)\n",
-        argv[0], argv[1], argv[2], argv[3], argc == 5 ? " " : "", argc == 5 ? argv[4] : "");
-    return 2;
-  }
+  const std::optional<MatVecBenchArgs> args = parse_matvec_bench_args(
+      argc, argv, cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16(), "AVX-512 BF16");
+  if (!args) return 2;
+  const int threads = args->threads;
+  const int64_t out = args->out, in = args->in, cycle_mb = args->cycle_mb;
   const int64_t matrices = std::max<int64_t>(1, (cycle_mb << 20) / (out * in * 2));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -54,16 +46,7 @@ int main(int argc, char** argv) {
                               out, 0, 0, DType::kBf16});
         }
       };
-      run();
-      std::vector<double> seconds;
-      for (int r = 0; r < 9; ++r) {
-        const auto start = std::chrono::steady_clock::now();
-        run();
-        seconds.push_back(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-      std::sort(seconds.begin(), seconds.end());
-      return static_cast<double>(matrices * n * out * in) / seconds[4] / 1e9;
+      return static_cast<double>(matrices * n * out * in) / median_seconds(run) / 1e9;
     };
     std::printf("n %2lld: widened %6.1f  vdpbf16ps %6.1f  oneDNN %6.1f GMAC/s\n",
                 static_cast<long long>(n),

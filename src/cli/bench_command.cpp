@@ -55,6 +55,12 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->capture_default_str();
   memory->add_option("--repeats", m.repeats, "Timed passes after one warm-up")
       ->capture_default_str();
+  memory
+      ->add_option("--streams", m.streams,
+                   "Parts of its slice each thread reads side by side: 1, 2, 4 or 8 (1: one "
+                   "contiguous read), or 0: the faster of 1 and 4, the ceiling the decode "
+                   "benchmarks use")
+      ->capture_default_str();
   memory->add_option("--format", m.format, "table | json")->capture_default_str();
   CLI::App* compute = bench->add_subcommand(
       "compute",

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/memory_bandwidth.h"
+
 namespace kvlab {
 
 // `kvlab bench train`: tokens/s of full training steps (forward, backward, AdamW) of a
@@ -32,6 +34,7 @@ struct BenchMemoryOptions {
   int64_t mib = 1024;  // buffer size
   int threads = 0;     // 0: all cores
   int repeats = 7;
+  int streams = kCeilingStreams;  // parts each thread reads side by side (0: the ceiling)
   std::string format = "table";
 };
 
@@ -40,6 +43,7 @@ struct BenchMemoryOptions {
 struct BenchComputeOptions {
   int threads = 0;  // 0: all cores
   int repeats = 7;
+  int streams = kCeilingStreams;  // parts each thread reads side by side (0: the ceiling)
   std::string format = "table";
 };
 

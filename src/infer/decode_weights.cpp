@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
 #include "kernels/matvec.h"
 
 namespace kvlab::infer {
@@ -35,6 +36,10 @@ int64_t DecodeWeights::bytes_read_per_token() const {
 }
 
 void convert_dense(DenseWeights& dense, DType dtype) {
+  convert_dense(dense, dtype, fastest_q8_0_order());
+}
+
+void convert_dense(DenseWeights& dense, DType dtype, BlockOrder q8_0_order) {
   if (!matvec_supports(dtype)) {
     throw std::invalid_argument("weight dtype " + std::string(dtype_name(dtype)) +
                                 ": the dense layers take f32, bf16, f16, q8_0 or q4_0");
@@ -48,6 +53,12 @@ void convert_dense(DenseWeights& dense, DType dtype) {
   store_rows(dense.weight.data(), dense.out, dense.in, dtype, dense.packed.data());
   dense.weight = {};
   dense.dtype = dtype;
+  if (dtype == DType::kQ8_0 && q8_0_order == BlockOrder::kInterleaved) {
+    std::vector<std::byte> interleaved(dense.packed.size());
+    interleave_q8_0_rows(dense.packed.data(), dense.out, dense.in, interleaved.data());
+    dense.packed = std::move(interleaved);
+    dense.block_order = BlockOrder::kInterleaved;
+  }
 }
 
 }  // namespace kvlab::infer

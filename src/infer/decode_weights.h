@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "infer/decode_attention.h"
+#include "kernels/matvec.h"
 #include "spec/attention_spec.h"
 #include "spec/dtype.h"
 #include "spec/model_shape.h"
@@ -27,6 +28,7 @@ struct DenseWeights {
   std::vector<std::byte> packed;  // [out] rows of the other dtypes
   std::vector<float> bias;        // [out], or empty
   DType dtype = DType::kF32;
+  BlockOrder block_order = BlockOrder::kGgml;  // of q8_0 rows (kernels/matvec.h)
   int64_t in = 0;
   int64_t out = 0;
   bool empty() const { return out == 0; }
@@ -37,9 +39,11 @@ struct DenseWeights {
 };
 
 // Stores the f32 weights of `dense` in `dtype` (rounded, or quantized per block of 32 as the
-// cache does), releasing the f32 copy. Throws std::invalid_argument for fp8, which the
+// cache does; q8_0 in `q8_0_order`, by default the order this CPU's decoder reads fastest:
+// fastest_q8_0_order()), releasing the f32 copy. Throws std::invalid_argument for fp8, which the
 // matrix-vector kernels do not take.
 void convert_dense(DenseWeights& dense, DType dtype);
+void convert_dense(DenseWeights& dense, DType dtype, BlockOrder q8_0_order);
 
 // LayerNorm (weight, bias) or RMSNorm (weight) over `width`.
 struct NormWeights {

@@ -157,6 +157,12 @@ DType default_weight_dtype(CpuIsa isa) {
   return isa == CpuIsa::kScalar ? DType::kF32 : DType::kBf16;
 }
 
+BlockOrder fastest_q8_0_order(CpuIsa isa) {
+  return (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && cpu_has_avx512_vnni()
+             ? BlockOrder::kInterleaved
+             : BlockOrder::kGgml;
+}
+
 KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa) {
   return layout.takes_key_pairs() && isa != CpuIsa::kAmx ? KeyOrder::kTokenPairs : KeyOrder::kRows;
 }
@@ -183,7 +189,13 @@ void FastDecoder::run(const LinearStepParams& params) {
 }
 
 void FastDecoder::run(const MatVecParams& params) {
-  if (isa_ == CpuIsa::kScalar) {
+  if (params.block_order == BlockOrder::kInterleaved) {
+    if (fastest_q8_0_order(isa_) == BlockOrder::kInterleaved) {
+      matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
+    } else {
+      matvec_reference(params);
+    }
+  } else if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
   } else if (matvec_runs_bf16_products(params)) {
     if (isa_ == CpuIsa::kAmx) {

@@ -39,6 +39,10 @@ int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
 // token reads), f32 on the scalar reference.
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
+// The order the dense layers' q8_0 weights are stored in for a decoder on `isa`: interleaved
+// (matvec_q8_0_interleaved) where it runs AVX-512 and the CPU has VNNI, ggml's blocks elsewhere.
+BlockOrder fastest_q8_0_order(CpuIsa isa = detect_cpu_isa());
+
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
 // takes them (CacheLayout::takes_key_pairs), except with AMX, whose tile path reads key rows
 // (pairs measured faster with AVX-512 and AVX2, not yet on an AMX host:
@@ -100,6 +104,8 @@ class FastDecoder {
   // The dense layers around attention (projections, MLP, LM head): bf16 products where
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel, or oneDNN's matmul with AMX), the
   // AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar reference on kScalar).
+  // Interleaved q8_0 weights run matvec_q8_0_interleaved where fastest_q8_0_order(isa()) says
+  // interleaved, else the scalar reference (weights stored for another decoder's ISA).
   void run(const MatVecParams& params);
   bool matvec_runs_bf16_products(const MatVecParams& params) const;
   bool matvec_runs_avx512(DType weight_dtype) const;

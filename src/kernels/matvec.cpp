@@ -25,6 +25,13 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (scratch.quants.size() < blocks * kQuantBlockElements) {
     scratch.quants.resize(blocks * kQuantBlockElements);
   }
+  if (p.block_order == BlockOrder::kInterleaved) {
+    const int64_t groups = (p.in + kQuantBlockElements * kInterleavedGroupBlocks - 1) /
+                           (kQuantBlockElements * kInterleavedGroupBlocks);
+    const auto padded = static_cast<size_t>(p.n * groups * kInterleavedGroupBlocks);
+    if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
+    if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
+  }
 }
 
 void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
@@ -60,6 +67,8 @@ void validate_matvec(const MatVecParams& p) {
   require(p.x_stride == 0 || p.x_stride >= p.in, "x_stride", "0 or >= in");
   require(p.y_stride == 0 || p.y_stride >= p.out, "y_stride", "0 or >= out");
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
+  require(p.block_order == BlockOrder::kGgml || p.weight_dtype == DType::kQ8_0, "block_order",
+          "interleaved only for q8_0 weights");
 }
 
 namespace {
@@ -104,7 +113,13 @@ void matvec_reference(const MatVecParams& p) {
           std::copy(x + first, x + std::min(p.in, first + kQuantBlockElements), x_block);
           store_rows(x_block, 1, kQuantBlockElements, DType::kQ8_0, x_q8);
           const float x_scale = block_quants(x_q8, DType::kQ8_0, x_quants);
-          const float w_scale = block_quants(row + k * w_block_bytes, p.weight_dtype, w_quants);
+          std::byte w_block[row_bytes(DType::kQ8_0, kQuantBlockElements)];
+          const std::byte* w_q = row + k * w_block_bytes;
+          if (p.block_order == BlockOrder::kInterleaved) {
+            interleaved_q8_0_block(row, p.in, k, w_block);
+            w_q = w_block;
+          }
+          const float w_scale = block_quants(w_q, p.weight_dtype, w_quants);
           double dot = 0;
           for (int64_t i = 0; i < kQuantBlockElements; ++i) {
             dot += static_cast<double>(w_quants[i]) * x_quants[i];

@@ -17,6 +17,12 @@ namespace kvlab {
 // are f32. Float weights are widened to f32 and multiplied with x in f32. For q8_0 and q4_0
 // weights each row x_b is first rounded to q8_0 blocks (as llama.cpp does), and each block pair
 // contributes d_w · d_x · Σ q_w q_x (an exact integer sum).
+//
+// q8_0 rows come in two orders of the same bytes: ggml's blocks (each its f16 scale, then its 32
+// quants), or interleaved (interleave_q8_0_rows), the order the AVX-512 VNNI kernel reads in
+// whole vectors: no reshuffling of blocks, no sign trick, one scale conversion per 16 blocks.
+enum class BlockOrder : uint8_t { kGgml, kInterleaved };
+
 struct MatVecParams {
   const void* weight = nullptr;  // [out] rows of row_bytes(weight_dtype, in) bytes
   const float* bias = nullptr;   // [out], or nullptr
@@ -28,13 +34,36 @@ struct MatVecParams {
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
   DType weight_dtype = DType::kF32;
+  BlockOrder block_order = BlockOrder::kGgml;  // kInterleaved: q8_0 only
 };
+
+// The interleaved q8_0 row (row_bytes(kQ8_0, width) bytes, as ggml's): first the quants, 32 per
+// block, biased to unsigned (q + 128), in groups of 16 blocks (the last group m ≤ 16): within a
+// group at 512·g, chunk v (0..7) at 4·m·v holds elements 4v..4v+3 of each of the group's blocks
+// in turn, so one 64-byte load is four elements of sixteen blocks (a vpdpbusd lane each); then
+// the f16 scales in block order. Pure data movement: ggml's rows read back exactly.
+constexpr int64_t kInterleavedGroupBlocks = 16;
+// Where element e (0..31) of block k lands among a row's interleaved quants (`blocks` blocks).
+constexpr int64_t interleaved_q8_0_offset(int64_t blocks, int64_t k, int64_t e) {
+  const int64_t group = k / kInterleavedGroupBlocks;
+  const int64_t first = group * kInterleavedGroupBlocks;
+  const int64_t m =
+      blocks - first < kInterleavedGroupBlocks ? blocks - first : kInterleavedGroupBlocks;
+  return first * kQuantBlockElements + 4 * m * (e / 4) + 4 * (k - first) + e % 4;
+}
+void interleave_q8_0_rows(const std::byte* ggml_rows, int64_t n_rows, int64_t width,
+                          std::byte* interleaved);
+// Block k of an interleaved row in ggml's layout (row_bytes(kQ8_0, 32) bytes).
+void interleaved_q8_0_block(const std::byte* row, int64_t width, int64_t k, std::byte* block);
 
 // What the kernels keep between calls (the rows of x as q8_0 blocks): it only grows.
 struct MatVecScratch {
   std::vector<int8_t> quants;  // [n][blocks · 32]
   std::vector<float> scales;   // [n][blocks]
   std::vector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
+  // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16]
+  std::vector<int32_t> block_bias;
+  std::vector<float> block_scales;
 };
 
 // x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
@@ -82,5 +111,9 @@ void matvec_avx2(const MatVecParams& params, ThreadPool& pool, MatVecScratch& sc
 // AVX-512 (matvec_avx512.cpp): sixteen lanes, four weight rows for four rows of x, the tails
 // masked (block dtypes two blocks a pass with VNNI's vpdpbusd, so these need AVX-512 VNNI).
 void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// AVX-512 VNNI over interleaved q8_0 rows (matvec_avx512_q8_0.cpp): x's rows rounded to q8_0 and
+// interleaved alike, each 64-byte load of weights and of x one vpdpbusd into sixteen blocks' sums
+// (started at −128 · Σ q_x, which removes the weights' bias), scaled once per 16 blocks.
+void matvec_q8_0_interleaved(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 
 }  // namespace kvlab

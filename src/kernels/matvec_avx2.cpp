@@ -55,14 +55,13 @@ float load1(const std::byte* row, int64_t i) {
 // out[b][r] = W[r] · x_b for R weight rows (row_stride bytes apart) and NB rows of x: each
 // weight vector is loaded (and widened) once for the NB rows.
 template <DType D, int R, int NB>
-void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const float* x, int64_t xs,
-                   float* out) {
+void tile_elements(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t in,
+                   const float* x, int64_t xs, float* out) {
   __m256 acc[NB][R];
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
-  // the rows prefetch_ahead places ahead (contiguous after these) are fetched while these are
-  // multiplied
-  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  // the rows `ahead` bytes on in each run (walk_rows) are fetched while these are multiplied
+  const std::byte* next = w + ahead;
   constexpr int64_t kElementBytes = dtype_bytes(D);
   int64_t i = 0;
   for (; i + 8 <= in; i += 8) {
@@ -91,13 +90,13 @@ void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const flo
 // xs apart, scales [NB][blocks] ds apart): per block pair an exact integer dot product
 // (vpmaddubsw on |w| and x with w's sign, then vpmaddwd), scaled by both blocks' scales.
 template <DType D, int R, int NB>
-void tile_blocks(const std::byte* w, int64_t row_stride, int64_t blocks, const int8_t* xq,
-                 int64_t xs, const float* xd, int64_t ds, float* out) {
+void tile_blocks(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t blocks,
+                 const int8_t* xq, int64_t xs, const float* xd, int64_t ds, float* out) {
   __m256 acc[NB][R];
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  const std::byte* next = w + prefetch_ahead(R * row_stride);  // prefetched as in tile_elements
+  const std::byte* next = w + ahead;  // prefetched as in tile_elements
   for (int64_t k = 0; k < blocks; ++k) {
     for (int r = 0; r < R; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(next + r * row_stride + k * block_bytes<D>()),

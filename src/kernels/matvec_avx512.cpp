@@ -30,15 +30,14 @@ __m512 load16(const std::byte* row, int64_t i, __mmask16 mask) {
 }
 
 // out[b][r] = W[r] · x_b for R weight rows (row_stride bytes apart) and NB rows of x, sixteen
-// elements a pass (the tail masked); the rows prefetch_ahead places ahead are prefetched
-// meanwhile.
+// elements a pass (the tail masked); the rows `ahead` bytes on are prefetched meanwhile.
 template <DType D, int R, int NB>
-void tile_elements(const std::byte* w, int64_t row_stride, int64_t in, const float* x, int64_t xs,
-                   float* out) {
+void tile_elements(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t in,
+                   const float* x, int64_t xs, float* out) {
   __m512 acc[NB][R];
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
-  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  const std::byte* next = w + ahead;
   constexpr int64_t kElementBytes = dtype_bytes(D);
   for (int64_t i = 0; i < in; i += 16) {
     const __mmask16 mask =
@@ -82,12 +81,12 @@ float block_scale(const std::byte* block) {
 // Block weights against rows of x rounded to q8_0 (as matvec_avx2.cpp's), two blocks a pass:
 // vpdpbusd on |w| and x with w's sign (x negated where w < 0), scaled per block by d_w · d_x.
 template <DType D, int R, int NB>
-void tile_blocks(const std::byte* w, int64_t row_stride, int64_t blocks, const int8_t* xq,
-                 int64_t xs, const float* xd, int64_t ds, float* out) {
+void tile_blocks(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t blocks,
+                 const int8_t* xq, int64_t xs, const float* xd, int64_t ds, float* out) {
   __m512 acc[NB][R];
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
-  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  const std::byte* next = w + ahead;
   for (int64_t k = 0; k < blocks; k += 2) {
     const bool second = k + 1 < blocks;
     __m512i magnitude[R];

@@ -69,14 +69,14 @@ inline __attribute__((always_inline)) __m512 sum_sixteen(const __m512 (&v)[4][4]
 // by pragma: left to g++ 12's -O3 heuristics, the accumulators lived in memory, stored on every
 // pass (half the kernel's rate).
 template <int R, int NB, bool kPrefetch>
-void tile_pairs(const std::byte* w, int64_t row_stride, int64_t in, const uint16_t* x, int64_t xs,
-                float* out) {
+void tile_pairs(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t in,
+                const uint16_t* x, int64_t xs, float* out) {
   __m512 acc[NB][R];
 #pragma GCC unroll 4
   for (int b = 0; b < NB; ++b)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
-  const std::byte* next = w + prefetch_ahead(R * row_stride);
+  const std::byte* next = w + ahead;
   for (int64_t i = 0; i < in; i += kPairChunk) {
     const __mmask32 mask =
         in - i >= kPairChunk ? ~__mmask32{0} : static_cast<__mmask32>((1u << (in - i)) - 1);
@@ -106,50 +106,42 @@ void tile_pairs(const std::byte* w, int64_t row_stride, int64_t in, const uint16
   }
 }
 
-// y for output rows [first, last): four weight rows at a time (then one) against four rows of
-// x at a time (then the rest together).
+// y for output rows [first, last): four weight rows at a time (walk_rows's four runs; then one)
+// against four rows of x at a time (then the rest together).
 void rows_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t first, int64_t last) {
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
   const int64_t stride = row_bytes(DType::kBf16, p.in);
+  const int64_t ahead = prefetch_ahead(stride);
   const auto* weight = static_cast<const std::byte*>(p.weight);
-  auto write = [&](int64_t o, int64_t b, int rows, int batch, const float* out) {
-    for (int j = 0; j < batch; ++j) {
-      float* y = p.y + (b + j) * ys + o;
-      for (int r = 0; r < rows; ++r) y[r] = out[j * rows + r] + (p.bias ? p.bias[o + r] : 0.0f);
-    }
-  };
-  auto tile = [&]<int R, int NB>(int64_t o, int64_t b) {
+  // rows o + r · spread against rows b.. of x
+  auto tile = [&]<int R, int NB>(int64_t o, int64_t spread, int64_t b) {
     alignas(64) float out[R * NB];
     // the first rows of x bring the weight rows into L1 and prefetch the next ones; the rest
     // find them there
     if (b == 0) {
-      tile_pairs<R, NB, true>(weight + o * stride, stride, p.in, x, xs, out);
+      tile_pairs<R, NB, true>(weight + o * stride, spread * stride, ahead, p.in, x, xs, out);
     } else {
-      tile_pairs<R, NB, false>(weight + o * stride, stride, p.in, x + b * xs, xs, out);
+      tile_pairs<R, NB, false>(weight + o * stride, spread * stride, ahead, p.in, x + b * xs, xs,
+                               out);
     }
-    write(o, b, R, NB, out);
+    write_tile<R, NB>(p, o, spread, b, out);
   };
-  int64_t o = first;
-  for (; o + 4 <= last; o += 4) {
+  walk_rows(first, last, [&]<int R>(int64_t o, int64_t spread) {
     int64_t b = 0;
-    for (; b + 4 <= p.n; b += 4) tile.template operator()<4, 4>(o, b);
+    for (; b + 4 <= p.n; b += 4) tile.template operator()<R, 4>(o, spread, b);
     switch (p.n - b) {
       case 3:
-        tile.template operator()<4, 3>(o, b);
+        tile.template operator()<R, 3>(o, spread, b);
         break;
       case 2:
-        tile.template operator()<4, 2>(o, b);
+        tile.template operator()<R, 2>(o, spread, b);
         break;
       case 1:
-        tile.template operator()<4, 1>(o, b);
+        tile.template operator()<R, 1>(o, spread, b);
         break;
       default:
         break;  // 0: every row of x done
     }
-  }
-  for (; o < last; ++o) {
-    for (int64_t b = 0; b < p.n; ++b) tile.template operator()<1, 1>(o, b);
-  }
+  });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/memory_bandwidth.h"
 
+#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -8,27 +9,81 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "report/statistics.h"
 
 namespace kvlab {
 namespace {
 
-// Four independent accumulators keep several loads in flight; the compiler vectorises it.
-uint64_t sum_words(const uint64_t* data, int64_t n) {
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a += data[i];
-    b += data[i + 1];
-    c += data[i + 2];
-    d += data[i + 3];
+constexpr int64_t kLineWords = 8;  // 64-byte cache lines
+
+// The sum of n words read as S equal parts side by side, a line of each in turn (each part its
+// own accumulators, so the loads stay independent); the words past the parts' whole lines are
+// read after. With AVX2 a line is two 32-byte loads: the probe must not be limited by its own
+// instructions (plain scalar code measured below the bandwidth it was to measure).
+template <int S>
+__attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* data, int64_t n) {
+  const int64_t part = n / S / kLineWords * kLineWords;
+  __m256i low[S], high[S];
+  for (int s = 0; s < S; ++s) low[s] = high[s] = _mm256_setzero_si256();
+  for (int64_t i = 0; i < part; i += kLineWords) {
+    for (int s = 0; s < S; ++s) {
+      const auto* line = reinterpret_cast<const __m256i*>(data + s * part + i);
+      low[s] = _mm256_add_epi64(low[s], _mm256_loadu_si256(line));
+      high[s] = _mm256_add_epi64(high[s], _mm256_loadu_si256(line + 1));
+    }
   }
-  for (; i < n; ++i) a += data[i];
-  return a + b + c + d;
+  alignas(32) uint64_t lanes[4];
+  uint64_t total = 0;
+  for (int s = 0; s < S; ++s) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(low[s], high[s]));
+    total += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  }
+  for (int64_t i = S * part; i < n; ++i) total += data[i];
+  return total;
+}
+
+template <int S>
+uint64_t sum_words_plain(const uint64_t* data, int64_t n) {
+  const int64_t part = n / S / kLineWords * kLineWords;
+  uint64_t sums[S] = {};
+  for (int64_t i = 0; i < part; i += kLineWords) {
+    for (int s = 0; s < S; ++s) {
+      for (int64_t w = 0; w < kLineWords; ++w) sums[s] += data[s * part + i + w];
+    }
+  }
+  uint64_t total = 0;
+  for (int s = 0; s < S; ++s) total += sums[s];
+  for (int64_t i = S * part; i < n; ++i) total += data[i];
+  return total;
+}
+
+template <int S>
+uint64_t sum_words(const uint64_t* data, int64_t n) {
+  return __builtin_cpu_supports("avx2") ? sum_words_avx2<S>(data, n) : sum_words_plain<S>(data, n);
+}
+
+uint64_t sum_words(const uint64_t* data, int64_t n, int streams) {
+  switch (streams) {
+    case 1:
+      return sum_words<1>(data, n);
+    case 2:
+      return sum_words<2>(data, n);
+    case 4:
+      return sum_words<4>(data, n);
+    case 8:
+      return sum_words<8>(data, n);
+    default:
+      throw std::invalid_argument("bandwidth: streams must be 1, 2, 4 or 8");
+  }
 }
 
 }  // namespace
+
+bool probe_takes_streams(int streams) {
+  return streams == kCeilingStreams || streams == 1 || streams == 2 || streams == 4 || streams == 8;
+}
 
 double BandwidthResult::median() const { return median_of(gb_per_s); }
 double BandwidthResult::min() const { return min_of(gb_per_s); }
@@ -46,7 +101,11 @@ BandwidthProbe::BandwidthProbe(int64_t bytes) : buffer_(nullptr, std::free), wor
   for (int64_t i = 0; i < words_; ++i) buffer_.get()[i] = static_cast<uint64_t>(i);
 }
 
-double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
+double BandwidthProbe::read_gb_per_s(ThreadPool& pool, int streams) {
+  if (!probe_takes_streams(streams)) {
+    throw std::invalid_argument("bandwidth: streams must be 1, 2, 4 or 8");
+  }
+  if (streams == kCeilingStreams) return std::max(read_gb_per_s(pool, 1), read_gb_per_s(pool, 4));
   const int64_t parts = pool.size();
   std::vector<uint64_t>& sums = sums_;
   if (static_cast<int64_t>(sums.size()) < parts) sums.resize(static_cast<size_t>(parts));
@@ -55,7 +114,7 @@ double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
   pool.parallel_for(parts, [&](int64_t t) {
     const int64_t begin = t * slice;
     const int64_t n = t == parts - 1 ? words_ - begin : slice;
-    sums[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n);
+    sums[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n, streams);
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -66,18 +125,30 @@ double BandwidthProbe::read_gb_per_s(ThreadPool& pool) {
   return static_cast<double>(bytes()) / seconds / 1e9;
 }
 
-BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats) {
+BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats, int streams) {
   if (repeats <= 0 || threads <= 0) {
     throw std::invalid_argument("bandwidth: repeats > 0 and threads > 0");
   }
   BandwidthProbe probe(bytes);
   ThreadPool pool(threads);
-  BandwidthResult result;
-  result.bytes = probe.bytes();
-  result.threads = threads;
-  probe.read_gb_per_s(pool);  // warm-up
-  for (int r = 0; r < repeats; ++r) result.gb_per_s.push_back(probe.read_gb_per_s(pool));
-  return result;
+  // the ceiling: both patterns, their passes alternating (the machine drifts), the faster median
+  const std::vector<int> patterns =
+      streams == kCeilingStreams ? std::vector<int>{1, 4} : std::vector<int>{streams};
+  std::vector<BandwidthResult> results(patterns.size());
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    results[i].bytes = probe.bytes();
+    results[i].threads = threads;
+    results[i].streams = patterns[i];
+    probe.read_gb_per_s(pool, patterns[i]);  // warm-up
+  }
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      results[i].gb_per_s.push_back(probe.read_gb_per_s(pool, patterns[i]));
+    }
+  }
+  return *std::max_element(
+      results.begin(), results.end(),
+      [](const BandwidthResult& a, const BandwidthResult& b) { return a.median() < b.median(); });
 }
 
 }  // namespace kvlab

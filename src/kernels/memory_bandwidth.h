@@ -10,17 +10,27 @@ namespace kvlab {
 
 // Streaming read bandwidth of this machine: `threads` threads each sum their slice of a
 // buffer of `bytes` (touched first, so pages are resident), repeated; the ceiling decode
-// benchmarks are measured against.
+// benchmarks are measured against. Each thread reads its slice as `streams` equal parts side by
+// side, a cache line of each in turn: the hardware prefetchers keep more lines in flight for
+// several streams than for one (on a Zen 5 VM four streams a thread measured faster than one
+// with two threads, and no faster with one: docs/kernels/dense-decode.md); the decode kernels
+// read their weights in four runs (walk_rows). kCeilingStreams: both one and four streams, the
+// faster taken, the ceiling.
+constexpr int kCeilingStreams = 0;
+bool probe_takes_streams(int streams);  // 1, 2, 4, 8, or kCeilingStreams
+
 struct BandwidthResult {
   int64_t bytes = 0;
   int threads = 0;
+  int streams = 0;               // of the pattern measured (for the ceiling: the faster one)
   std::vector<double> gb_per_s;  // one per repeat, in run order
   double median() const;
   double min() const;
   double max() const;
 };
 
-BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats);
+BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats,
+                                       int streams = kCeilingStreams);
 
 // One buffer (on transparent huge pages), read on demand on a pool's threads: for benchmarks
 // that sample the bandwidth between steps of kernels on that pool (and so also evict the
@@ -28,8 +38,10 @@ BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats);
 class BandwidthProbe {
  public:
   explicit BandwidthProbe(int64_t bytes);
-  // One streaming read of the whole buffer, split over the pool's threads, in GB/s (10^9 B/s).
-  double read_gb_per_s(ThreadPool& pool);
+  // One streaming read of the whole buffer, split over the pool's threads (each reading
+  // `streams` parts side by side), in GB/s (10^9 B/s); for kCeilingStreams one read with one
+  // stream and one with four, the faster.
+  double read_gb_per_s(ThreadPool& pool, int streams = kCeilingStreams);
   int64_t bytes() const { return words_ * 8; }
 
  private:

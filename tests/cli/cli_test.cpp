@@ -1063,6 +1063,15 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult memory = run_kvlab("bench memory --mib 16 --repeats 2 --format json");
   ASSERT_EQ(memory.exit_code, 0) << memory.err;
   EXPECT_GT(nlohmann::json::parse(memory.out)["gb_per_s_median"].get<double>(), 0);
+  const int streams = nlohmann::json::parse(memory.out)["streams"].get<int>();
+  EXPECT_TRUE(streams == 1 || streams == 4) << streams;  // the faster pattern, named
+  // the probe checks its own sum: an odd buffer (words past the streams' whole lines) read fully
+  const RunResult one = run_kvlab("bench memory --mib 3 --repeats 1 --threads 2 --streams 8");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_TRUE(contains(one.out, "8 streams each")) << one.out;
+  const RunResult three = run_kvlab("bench memory --streams 3");
+  EXPECT_EQ(three.exit_code, 2);
+  EXPECT_TRUE(contains(three.err, "streams")) << three.err;
   const RunResult decode = run_kvlab(
       "bench decode --attn gqa:2 --attn gva:2,dr=16 --attn q-gqa:2,knorm --attn gva:2,dr=0 "
       "--heads 4 --head-dim 32 "

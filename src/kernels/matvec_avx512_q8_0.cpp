@@ -1,0 +1,178 @@
+// Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder for interleaved q8_0
+// weights where the decoder runs AVX-512 and the CPU has VNNI (matvec_runs_interleaved_q8_0).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_common.inc"
+
+constexpr int64_t kGroup = kInterleavedGroupBlocks;
+constexpr int64_t kChunks = kQB / 4;  // 64-byte loads a group of sixteen blocks takes
+
+// x's rows as the kernel reads them: each row's q8_0 quants interleaved as the weights' are
+// (signed, no bias), and per block, padded with zeros to whole groups: −128 · Σ q_x (the
+// starting value of the block's integer sum, which takes the weights' +128 back out) and d_x.
+struct InterleavedX {
+  const int8_t* quants;  // [n][blocks · 32]
+  const int32_t* bias;   // [n][padded]
+  const float* scales;   // [n][padded]
+  int64_t quant_stride;
+  int64_t block_stride;
+};
+
+void interleave_row(const float* x, int64_t in, int64_t blocks, int8_t* quants, int32_t* bias,
+                    float* scales, int64_t padded) {
+  for (int64_t k = 0; k < blocks; ++k) {
+    alignas(32) float block[kQB] = {};
+    int8_t q[kQB];
+    const int64_t first = k * kQB, count = std::min(kQB, in - first);
+    std::memcpy(block, x + first, static_cast<size_t>(count) * sizeof(float));
+    scales[k] = quantize_q8_0_block(block, q);
+    int32_t sum = 0;
+    for (int64_t e = 0; e < kQB; ++e) {
+      quants[interleaved_q8_0_offset(blocks, k, e)] = q[e];
+      sum += q[e];
+    }
+    bias[k] = -128 * sum;
+  }
+  for (int64_t k = blocks; k < padded; ++k) {
+    bias[k] = 0;
+    scales[k] = 0.0f;
+  }
+}
+
+// out[b][r] = W[r] · x_b for R interleaved weight rows (row_stride bytes apart) and NB rows of
+// x, a group of sixteen blocks a pass: eight vpdpbusd per row and row of x into one vector of
+// sixteen block sums, then one multiply by d_w · d_x and one add into the f32 sums. A group of
+// m < 16 blocks is read with m-lane masks (zeros beyond: no sum, no scale). kPrefetch: the
+// rows `ahead` bytes on are prefetched meanwhile.
+template <int R, int NB, bool kPrefetch>
+void tile_groups(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t blocks,
+                 const InterleavedX& x, int64_t b0, float* out) {
+  __m512 acc[NB][R] = {};
+  const std::byte* next = w + ahead;
+  const std::byte* scales = w + blocks * kQB;
+  for (int64_t first = 0; first < blocks; first += kGroup) {
+    const int64_t m = std::min(kGroup, blocks - first);
+    const __mmask16 mask = static_cast<__mmask16>((1u << m) - 1);
+    const std::byte* group = w + first * kQB;
+    __m512i dot[NB][R];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      const __m512i start = _mm512_loadu_si512(x.bias + (b0 + b) * x.block_stride + first);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) dot[b][r] = start;
+    }
+#pragma GCC unroll 8
+    for (int64_t v = 0; v < kChunks; ++v) {
+      __m512i wv[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const std::byte* chunk = group + r * row_stride + 4 * m * v;
+        if constexpr (kPrefetch) {
+          _mm_prefetch(reinterpret_cast<const char*>(chunk + (next - w)), _MM_HINT_T0);
+        }
+        wv[r] = _mm512_maskz_loadu_epi32(mask, chunk);
+      }
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        const __m512i xv = _mm512_maskz_loadu_epi32(
+            mask, x.quants + (b0 + b) * x.quant_stride + first * kQB + 4 * m * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) dot[b][r] = _mm512_dpbusd_epi32(dot[b][r], wv[r], xv);
+      }
+    }
+    __m512 dw[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::byte* row_scales = scales + r * row_stride + first * 2;
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(row_scales + (next - w)), _MM_HINT_T0);
+      }
+      dw[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row_scales));
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      const __m512 dx = _mm512_loadu_ps(x.scales + (b0 + b) * x.block_stride + first);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        acc[b][r] =
+            _mm512_fmadd_ps(_mm512_mul_ps(dw[r], dx), _mm512_cvtepi32_ps(dot[b][r]), acc[b][r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) out[b * R + r] = _mm512_reduce_add_ps(acc[b][r]);
+}
+
+constexpr int kBatch = 2;  // rows of x a tile takes: 2 × 4 rows' sums and f32 sums fit 32 registers
+
+// y for output rows [first, last): four weight rows at a time (walk_rows's four runs; then one)
+// against two rows of x at a time (then one); the first rows of x bring the weight rows into L1
+// and prefetch the next.
+void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int64_t last) {
+  const int64_t stride = row_bytes(DType::kQ8_0, p.in);
+  const int64_t ahead = prefetch_ahead(stride);
+  const int64_t blocks = (p.in + kQB - 1) / kQB;
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  // rows o + r · spread against rows b.. of x
+  auto tile = [&]<int R, int NB>(int64_t o, int64_t spread, int64_t b) {
+    alignas(64) float out[R * NB];
+    const std::byte* w = weight + o * stride;
+    if (b == 0) {
+      tile_groups<R, NB, true>(w, spread * stride, ahead, blocks, x, b, out);
+    } else {
+      tile_groups<R, NB, false>(w, spread * stride, ahead, blocks, x, b, out);
+    }
+    write_tile<R, NB>(p, o, spread, b, out);
+  };
+  walk_rows(first, last, [&]<int R>(int64_t o, int64_t spread) {
+    int64_t b = 0;
+    for (; b + kBatch <= p.n; b += kBatch) tile.template operator()<R, kBatch>(o, spread, b);
+    for (; b < p.n; ++b) tile.template operator()<R, 1>(o, spread, b);
+  });
+}
+
+}  // namespace
+
+void matvec_q8_0_interleaved(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  validate_matvec(p);
+  if (p.weight_dtype != DType::kQ8_0 || p.block_order != BlockOrder::kInterleaved) {
+    throw std::invalid_argument(
+        "matvec_q8_0_interleaved: weight_dtype/block_order: must be interleaved q8_0");
+  }
+  reserve_matvec_scratch(p, scratch);
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const int64_t blocks = (p.in + kQB - 1) / kQB;
+  const int64_t padded = (blocks + kGroup - 1) / kGroup * kGroup;
+  const InterleavedX x{scratch.quants.data(), scratch.block_bias.data(),
+                       scratch.block_scales.data(), blocks * kQB, padded};
+  auto prepare = [&](int64_t b) {
+    interleave_row(p.x + b * xs, p.in, blocks, scratch.quants.data() + b * x.quant_stride,
+                   scratch.block_bias.data() + b * padded, scratch.block_scales.data() + b * padded,
+                   padded);
+  };
+  // a batch's rows of x are rounded on the pool, not on one thread
+  if (p.n >= 4) {
+    pool.parallel_for(p.n, prepare);
+  } else {
+    for (int64_t b = 0; b < p.n; ++b) prepare(b);
+  }
+  const int64_t rows_per_block = rows_per_task(p.in, p.n, p.out, pool.size());
+  const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
+  pool.parallel_for(n_blocks, [&](int64_t blk) {
+    const int64_t first = blk * rows_per_block;
+    rows_range(p, x, first, std::min(p.out, first + rows_per_block));
+  });
+}
+
+}  // namespace kvlab

@@ -1066,7 +1066,7 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const int streams = nlohmann::json::parse(memory.out)["streams"].get<int>();
   EXPECT_TRUE(streams == 1 || streams == 4) << streams;  // the faster pattern, named
   // the probe checks its own sum: an odd buffer (words past the streams' whole lines) read fully
-  const RunResult one = run_kvlab("bench memory --mib 3 --repeats 1 --threads 2 --streams 8");
+  const RunResult one = run_kvlab("bench memory --mib 1 --repeats 1 --threads 3 --streams 8");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_TRUE(contains(one.out, "8 streams each")) << one.out;
   const RunResult three = run_kvlab("bench memory --streams 3");

@@ -43,7 +43,6 @@ struct BenchMemoryOptions {
 struct BenchComputeOptions {
   int threads = 0;  // 0: all cores
   int repeats = 7;
-  int streams = kCeilingStreams;  // parts each thread reads side by side (0: the ceiling)
   std::string format = "table";
 };
 

@@ -26,9 +26,7 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
     scratch.quants.resize(blocks * kQuantBlockElements);
   }
   if (p.block_order == BlockOrder::kInterleaved) {
-    const int64_t groups = (p.in + kQuantBlockElements * kInterleavedGroupBlocks - 1) /
-                           (kQuantBlockElements * kInterleavedGroupBlocks);
-    const auto padded = static_cast<size_t>(p.n * groups * kInterleavedGroupBlocks);
+    const auto padded = static_cast<size_t>(p.n * interleaved_q8_0_padded_blocks(p.in));
     if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
     if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
   }

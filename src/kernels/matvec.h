@@ -43,6 +43,12 @@ struct MatVecParams {
 // in turn, so one 64-byte load is four elements of sixteen blocks (a vpdpbusd lane each); then
 // the f16 scales in block order. Pure data movement: ggml's rows read back exactly.
 constexpr int64_t kInterleavedGroupBlocks = 16;
+// A row of `width` elements' blocks rounded up to whole groups: the length of the per-block
+// arrays the interleaved kernel keeps for each row of x (MatVecScratch::block_bias, block_scales).
+constexpr int64_t interleaved_q8_0_padded_blocks(int64_t width) {
+  const int64_t blocks = (width + kQuantBlockElements - 1) / kQuantBlockElements;
+  return (blocks + kInterleavedGroupBlocks - 1) / kInterleavedGroupBlocks * kInterleavedGroupBlocks;
+}
 // Where element e (0..31) of block k lands among a row's interleaved quants (`blocks` blocks).
 constexpr int64_t interleaved_q8_0_offset(int64_t blocks, int64_t k, int64_t e) {
   const int64_t group = k / kInterleavedGroupBlocks;

@@ -1,9 +1,9 @@
 // Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder for interleaved q8_0
-// weights where the decoder runs AVX-512 and the CPU has VNNI (matvec_runs_interleaved_q8_0).
+// weights where the decoder runs AVX-512 and the CPU has VNNI (fastest_q8_0_order).
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cmath>  // NAN in q8_0_blocks.inc
 #include <cstring>
 
 #include "kernels/matvec.h"
@@ -153,7 +153,7 @@ void matvec_q8_0_interleaved(const MatVecParams& p, ThreadPool& pool, MatVecScra
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const int64_t blocks = (p.in + kQB - 1) / kQB;
-  const int64_t padded = (blocks + kGroup - 1) / kGroup * kGroup;
+  const int64_t padded = interleaved_q8_0_padded_blocks(p.in);
   const InterleavedX x{scratch.quants.data(), scratch.block_bias.data(),
                        scratch.block_scales.data(), blocks * kQB, padded};
   auto prepare = [&](int64_t b) {

@@ -25,7 +25,7 @@ using namespace kvlab;
 
 int main(int argc, char** argv) {
   const std::optional<MatVecBenchArgs> args = parse_matvec_bench_args(
-      argc, argv, fastest_q8_0_order() == BlockOrder::kInterleaved, "AVX-512 VNNI");
+      argc, argv, fastest_weight_order(DType::kQ8_0) == WeightOrder::kInterleaved, "AVX-512 VNNI");
   if (!args) return 2;
   const int threads = args->threads;
   const int64_t out = args->out, in = args->in, cycle_mb = args->cycle_mb;
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
           if (interleaved_order) {
             p.weight = interleaved.data() + m * matrix_bytes;
             p.y = y_interleaved.data();
-            p.block_order = BlockOrder::kInterleaved;
+            p.weight_order = WeightOrder::kInterleaved;
             matvec_q8_0_interleaved(p, pool, scratch);
           } else {
             p.weight = ggml.data() + m * matrix_bytes;

@@ -59,7 +59,7 @@ void AttentionStep::dense(const DenseWeights& layer, const float* x, int64_t x_s
   MatVecParams p;
   p.weight = layer.data();
   p.weight_dtype = layer.dtype;
-  p.block_order = layer.block_order;
+  p.weight_order = layer.weight_order;
   p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
   p.x = x;
   p.y = y;

@@ -10,7 +10,10 @@
 namespace kvlab::infer {
 
 int64_t DenseWeights::bytes() const {
-  return out * row_bytes(dtype, in) + static_cast<int64_t>(bias.size() * sizeof(float));
+  // as stored: bf16 panels read their padding too
+  const int64_t stored =
+      dtype == DType::kF32 ? float_bytes(weight) : static_cast<int64_t>(packed.size());
+  return stored + float_bytes(bias);
 }
 
 int64_t DecodeWeights::bytes_read_per_token() const {
@@ -36,13 +39,18 @@ int64_t DecodeWeights::bytes_read_per_token() const {
 }
 
 void convert_dense(DenseWeights& dense, DType dtype) {
-  convert_dense(dense, dtype, fastest_q8_0_order());
+  convert_dense(dense, dtype, fastest_weight_order(dtype));
 }
 
-void convert_dense(DenseWeights& dense, DType dtype, BlockOrder q8_0_order) {
+void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
   if (!matvec_supports(dtype)) {
     throw std::invalid_argument("weight dtype " + std::string(dtype_name(dtype)) +
                                 ": the dense layers take f32, bf16, f16, q8_0 or q4_0");
+  }
+  if (order == WeightOrder::kInterleaved ? dtype != DType::kQ8_0
+                                         : order == WeightOrder::kPanels && dtype != DType::kBf16) {
+    throw std::invalid_argument("weight order: " + std::string(dtype_name(dtype)) +
+                                " weights are stored as rows (interleaved: q8_0, panels: bf16)");
   }
   if (dense.empty() || dtype == dense.dtype) return;
   if (dense.dtype != DType::kF32) {
@@ -53,12 +61,17 @@ void convert_dense(DenseWeights& dense, DType dtype, BlockOrder q8_0_order) {
   store_rows(dense.weight.data(), dense.out, dense.in, dtype, dense.packed.data());
   dense.weight = {};
   dense.dtype = dtype;
-  if (dtype == DType::kQ8_0 && q8_0_order == BlockOrder::kInterleaved) {
-    std::vector<std::byte> interleaved(dense.packed.size());
+  if (order == WeightOrder::kInterleaved) {
+    PackedBytes interleaved(dense.packed.size());
     interleave_q8_0_rows(dense.packed.data(), dense.out, dense.in, interleaved.data());
     dense.packed = std::move(interleaved);
-    dense.block_order = BlockOrder::kInterleaved;
+  } else if (order == WeightOrder::kPanels) {
+    PackedBytes panels(static_cast<size_t>(bf16_panel_bytes(dense.out, dense.in)));
+    pack_bf16_panels(reinterpret_cast<const uint16_t*>(dense.packed.data()), dense.out, dense.in,
+                     panels.data());
+    dense.packed = std::move(panels);
   }
+  dense.weight_order = order;
 }
 
 }  // namespace kvlab::infer

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "infer/decode_attention.h"
+#include "kernels/cache_line_allocator.h"
 #include "kernels/matvec.h"
 #include "spec/attention_spec.h"
 #include "spec/dtype.h"
@@ -16,6 +17,9 @@ namespace kvlab::infer {
 // DecodeModel needs and nothing of libtorch. Filled from the modules by
 // load_decode_weights() (infer/load_decode_weights.h).
 
+// Packed weights start on a cache line (kernels/cache_line_allocator.h).
+using PackedBytes = std::vector<std::byte, CacheLineAllocator<std::byte>>;
+
 inline int64_t float_bytes(const std::vector<float>& v) {
   return static_cast<int64_t>(v.size() * sizeof(float));
 }
@@ -24,11 +28,11 @@ inline int64_t float_bytes(const std::vector<float>& v) {
 // `weight`, any other dtype as rows in `packed` (row_bytes(dtype, in) bytes each, as
 // kernels/matvec.h reads them); the bias stays f32.
 struct DenseWeights {
-  std::vector<float> weight;      // [out][in] when dtype is f32
-  std::vector<std::byte> packed;  // [out] rows of the other dtypes
-  std::vector<float> bias;        // [out], or empty
+  std::vector<float> weight;  // [out][in] when dtype is f32
+  PackedBytes packed;         // [out] rows of the other dtypes (or their WeightOrder)
+  std::vector<float> bias;    // [out], or empty
   DType dtype = DType::kF32;
-  BlockOrder block_order = BlockOrder::kGgml;  // of q8_0 rows (kernels/matvec.h)
+  WeightOrder weight_order = WeightOrder::kRows;  // kernels/matvec.h
   int64_t in = 0;
   int64_t out = 0;
   bool empty() const { return out == 0; }
@@ -39,11 +43,11 @@ struct DenseWeights {
 };
 
 // Stores the f32 weights of `dense` in `dtype` (rounded, or quantized per block of 32 as the
-// cache does; q8_0 in `q8_0_order`, by default the order this CPU's decoder reads fastest:
-// fastest_q8_0_order()), releasing the f32 copy. Throws std::invalid_argument for fp8, which the
-// matrix-vector kernels do not take.
+// cache does) in `order`, by default the order this CPU's decoder reads fastest
+// (fastest_weight_order), releasing the f32 copy. Throws std::invalid_argument for fp8, which the
+// matrix-vector kernels do not take, and for an order `dtype` does not have.
 void convert_dense(DenseWeights& dense, DType dtype);
-void convert_dense(DenseWeights& dense, DType dtype, BlockOrder q8_0_order);
+void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order);
 
 // LayerNorm (weight, bias) or RMSNorm (weight) over `width`.
 struct NormWeights {

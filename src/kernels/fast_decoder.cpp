@@ -157,10 +157,15 @@ DType default_weight_dtype(CpuIsa isa) {
   return isa == CpuIsa::kScalar ? DType::kF32 : DType::kBf16;
 }
 
-BlockOrder fastest_q8_0_order(CpuIsa isa) {
-  return (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && cpu_has_avx512_vnni()
-             ? BlockOrder::kInterleaved
-             : BlockOrder::kGgml;
+WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
+  if (dtype == DType::kQ8_0 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
+      cpu_has_avx512_vnni()) {
+    return WeightOrder::kInterleaved;
+  }
+  if (dtype == DType::kBf16 && isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16()) {
+    return WeightOrder::kPanels;
+  }
+  return WeightOrder::kRows;
 }
 
 KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa) {
@@ -189,11 +194,13 @@ void FastDecoder::run(const LinearStepParams& params) {
 }
 
 void FastDecoder::run(const MatVecParams& params) {
-  if (params.block_order == BlockOrder::kInterleaved) {
-    if (fastest_q8_0_order(isa_) == BlockOrder::kInterleaved) {
+  if (params.weight_order != WeightOrder::kRows) {
+    if (fastest_weight_order(params.weight_dtype, isa_) != params.weight_order) {
+      matvec_reference(params);
+    } else if (params.weight_order == WeightOrder::kInterleaved) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
     } else {
-      matvec_reference(params);
+      matvec_bf16_panels(params, pool_, matvec_scratch_);
     }
   } else if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
@@ -211,6 +218,10 @@ void FastDecoder::run(const MatVecParams& params) {
 }
 
 bool FastDecoder::matvec_runs_bf16_products(const MatVecParams& params) const {
+  if (params.weight_order != WeightOrder::kRows &&
+      fastest_weight_order(params.weight_dtype, isa_) != params.weight_order) {
+    return false;  // the reference, which keeps x in f32
+  }
   const int64_t min_rows = bf16_product_min_rows(isa_);
   return params.weight_dtype == DType::kBf16 && min_rows > 0 && params.n >= min_rows;
 }

@@ -25,7 +25,7 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (scratch.quants.size() < blocks * kQuantBlockElements) {
     scratch.quants.resize(blocks * kQuantBlockElements);
   }
-  if (p.block_order == BlockOrder::kInterleaved) {
+  if (p.weight_order == WeightOrder::kInterleaved) {
     const auto padded = static_cast<size_t>(p.n * interleaved_q8_0_padded_blocks(p.in));
     if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
     if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
@@ -65,8 +65,10 @@ void validate_matvec(const MatVecParams& p) {
   require(p.x_stride == 0 || p.x_stride >= p.in, "x_stride", "0 or >= in");
   require(p.y_stride == 0 || p.y_stride >= p.out, "y_stride", "0 or >= out");
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
-  require(p.block_order == BlockOrder::kGgml || p.weight_dtype == DType::kQ8_0, "block_order",
-          "interleaved only for q8_0 weights");
+  require(p.weight_order == WeightOrder::kRows ||
+              (p.weight_order == WeightOrder::kInterleaved && p.weight_dtype == DType::kQ8_0) ||
+              (p.weight_order == WeightOrder::kPanels && p.weight_dtype == DType::kBf16),
+          "weight_order", "interleaved only for q8_0 weights, panels only for bf16");
 }
 
 namespace {
@@ -98,7 +100,12 @@ void matvec_reference(const MatVecParams& p) {
     for (int64_t o = 0; o < p.out; ++o) {
       const auto* row = static_cast<const std::byte*>(p.weight) + o * w_row_bytes;
       double sum = p.bias != nullptr ? p.bias[o] : 0.0;
-      if (is_element_dtype(p.weight_dtype)) {
+      if (p.weight_order == WeightOrder::kPanels) {
+        const auto* panels = static_cast<const uint16_t*>(p.weight);
+        for (int64_t i = 0; i < p.in; ++i) {
+          sum += static_cast<double>(bf16_to_f32(panels[bf16_panel_index(p.in, o, i)])) * x[i];
+        }
+      } else if (is_element_dtype(p.weight_dtype)) {
         for (int64_t i = 0; i < p.in; ++i) {
           sum += static_cast<double>(load_element(row, p.weight_dtype, i)) * x[i];
         }
@@ -113,7 +120,7 @@ void matvec_reference(const MatVecParams& p) {
           const float x_scale = block_quants(x_q8, DType::kQ8_0, x_quants);
           std::byte w_block[row_bytes(DType::kQ8_0, kQuantBlockElements)];
           const std::byte* w_q = row + k * w_block_bytes;
-          if (p.block_order == BlockOrder::kInterleaved) {
+          if (p.weight_order == WeightOrder::kInterleaved) {
             interleaved_q8_0_block(row, p.in, k, w_block);
             w_q = w_block;
           }

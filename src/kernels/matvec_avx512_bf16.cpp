@@ -11,33 +11,10 @@
 namespace kvlab {
 namespace {
 
+#include "kernels/matvec_bf16_rounding.inc"
 #include "kernels/matvec_rows.inc"
 
 constexpr int64_t kPairChunk = kBf16RowChunk;  // bf16 elements a vdpbf16ps takes from each operand
-
-// Rows of x rounded to bf16 as f32_to_bf16 rounds (nearest even; a NaN stays a quiet NaN), each
-// row padded with zeros to whole chunks.
-void round_rows(const MatVecParams& p, uint16_t* rounded, int64_t rounded_stride) {
-  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
-  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x007FFFFF);
-  const __m512i half_ulp = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (int64_t b = 0; b < p.n; ++b) {
-    const float* x = p.x + b * xs;
-    uint16_t* row = rounded + b * rounded_stride;
-    for (int64_t i = 0; i < rounded_stride; i += 16) {
-      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, p.in - i));
-      const __mmask16 mask = static_cast<__mmask16>((1u << left) - 1);
-      const __m512i bits = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, x + i));
-      const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent) &
-                            _mm512_test_epi32_mask(bits, mantissa);
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-      __m512i top = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(half_ulp, odd)), 16);
-      top = _mm512_mask_or_epi32(top, nan, _mm512_srli_epi32(bits, 16), quiet);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i), _mm512_cvtepi32_epi16(top));
-    }
-  }
-}
 
 // The sums of sixteen vectors v[b][r]: lane 4b + r of the result is the sum of v[b][r]'s lanes
 // (pairs within 128-bit lanes, then quads, then across the 128-bit lanes).

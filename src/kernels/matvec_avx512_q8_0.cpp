@@ -1,5 +1,5 @@
 // Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder for interleaved q8_0
-// weights where the decoder runs AVX-512 and the CPU has VNNI (fastest_q8_0_order).
+// weights where the decoder runs AVX-512 and the CPU has VNNI (fastest_weight_order).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -146,9 +146,9 @@ void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int
 
 void matvec_q8_0_interleaved(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
   validate_matvec(p);
-  if (p.weight_dtype != DType::kQ8_0 || p.block_order != BlockOrder::kInterleaved) {
+  if (p.weight_dtype != DType::kQ8_0 || p.weight_order != WeightOrder::kInterleaved) {
     throw std::invalid_argument(
-        "matvec_q8_0_interleaved: weight_dtype/block_order: must be interleaved q8_0");
+        "matvec_q8_0_interleaved: weight_dtype/weight_order: must be interleaved q8_0");
   }
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;

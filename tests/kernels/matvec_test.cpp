@@ -1,7 +1,7 @@
 // The matrix-vector kernels of the decode step's dense layers (AVX2, AVX-512, AVX-512 BF16's
-// bf16 products) against the scalar reference, for every weight dtype, over odd shapes, strides and
-// batch sizes; the reference against a hand value; the q8_0 rounding of the input against a bound
-// computed here.
+// bf16 products over rows and panels, interleaved q8_0) against the scalar reference, for every
+// weight dtype, over odd shapes, strides and batch sizes; the reference against a hand value; the
+// q8_0 rounding of the input against a bound computed here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -292,17 +292,57 @@ TEST(MatVecTest, InterleavedQ8_0RowsReadBackExactly) {
   EXPECT_THROW(interleave_q8_0_rows(row.data(), 1, 0, row.data()), std::invalid_argument);
 }
 
-// Interleaved q8_0 weights through the decoder (AVX-512 VNNI's kernel where fastest_q8_0_order
+// Normal weights [out][in], bias [out] and n rows of x (x_stride apart) for a reordered layout's
+// test; with three rows, a NaN in row 1 only.
+struct RandomProblem {
+  std::vector<float> w, b, x;
+};
+RandomProblem random_problem(std::mt19937& rng, int64_t in, int64_t out, int64_t n,
+                             int64_t x_stride) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  RandomProblem r{std::vector<float>(static_cast<size_t>(in * out)),
+                  std::vector<float>(static_cast<size_t>(out)),
+                  std::vector<float>(static_cast<size_t>(n * x_stride))};
+  for (std::vector<float>* values : {&r.w, &r.b, &r.x}) {
+    for (float& v : *values) v = normal(rng);
+  }
+  if (n == 3) r.x[static_cast<size_t>(x_stride + in / 2)] = NAN;
+  return r;
+}
+
+// A reordered layout's results (WeightOrder) against the reference on plain rows, `expected`:
+// the reference reading the reordered weights equal to it exactly, the decoder within f32
+// rounding of `in` products, NaN where it is NaN (random_problem's row 1 of three).
+void expect_reordered_matches(const std::vector<float>& expected,
+                              const std::vector<float>& read_back, const std::vector<float>& actual,
+                              int64_t in, int64_t n, int64_t y_stride) {
+  if (n == 3) {
+    ASSERT_TRUE(std::isnan(actual[static_cast<size_t>(y_stride)]));
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      ASSERT_TRUE(std::isnan(actual[i]) && std::isnan(read_back[i])) << i;
+      continue;
+    }
+    ASSERT_FALSE(std::isnan(actual[i])) << i;
+    ASSERT_EQ(read_back[i], expected[i]) << i;
+    ASSERT_NEAR(actual[i], expected[i],
+                1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
+        << "element " << i;
+  }
+}
+
+// Interleaved q8_0 weights through the decoder (AVX-512 VNNI's kernel where fastest_weight_order
 // says so, the reference elsewhere) against the reference on ggml's rows of the same weights:
 // odd shapes, partial groups, strides, batches (two rows of x a tile, then one), bias, a NaN in
 // one row of x. The reference reading interleaved rows equals it exactly.
 TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
   std::mt19937 rng(23);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   FastDecoder fast(2, detect_cpu_isa());
   std::cout << "[ INFO     ] interleaved q8_0 on this CPU: "
-            << (fastest_q8_0_order() == BlockOrder::kInterleaved ? "AVX-512 VNNI kernel"
-                                                                 : "the scalar reference")
+            << (fastest_weight_order(DType::kQ8_0) == WeightOrder::kInterleaved
+                    ? "AVX-512 VNNI kernel"
+                    : "the scalar reference")
             << "\n";
   for (int64_t in : {1, 33, 90, 513, 1100}) {
     for (int64_t out : {1, 3, 4, 5, 33, 301}) {
@@ -310,12 +350,7 @@ TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
         SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
                      std::to_string(n));
         const int64_t x_stride = in + 3, y_stride = out + 2;
-        std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
-        std::vector<float> x(static_cast<size_t>(n * x_stride));
-        for (float& v : w) v = normal(rng);
-        for (float& v : b) v = normal(rng);
-        for (float& v : x) v = normal(rng);
-        if (n == 3) x[static_cast<size_t>(x_stride + in / 2)] = NAN;  // row 1 only
+        auto [w, b, x] = random_problem(rng, in, out, n, x_stride);
         const std::vector<std::byte> rows = pack(w, out, in, DType::kQ8_0);
         std::vector<std::byte> interleaved(rows.size());
         interleave_q8_0_rows(rows.data(), out, in, interleaved.data());
@@ -325,33 +360,113 @@ TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
                        in,          out,      x_stride, y_stride,        DType::kQ8_0};
         matvec_reference(p);
         p.weight = interleaved.data();
-        p.block_order = BlockOrder::kInterleaved;
+        p.weight_order = WeightOrder::kInterleaved;
         p.y = read_back.data();
         matvec_reference(p);
         p.y = actual.data();
         fast.run(p);
-        for (size_t i = 0; i < actual.size(); ++i) {
-          if (std::isnan(expected[i])) {
-            ASSERT_TRUE(std::isnan(actual[i]) && std::isnan(read_back[i])) << i;
-            continue;
-          }
-          ASSERT_FALSE(std::isnan(actual[i])) << i;
-          ASSERT_EQ(read_back[i], expected[i]) << i;
-          ASSERT_NEAR(actual[i], expected[i],
-                      1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
-              << "element " << i;
-        }
-        if (n == 3) {
-          ASSERT_TRUE(std::isnan(actual[static_cast<size_t>(y_stride)]));
-        }
+        expect_reordered_matches(expected, read_back, actual, in, n, y_stride);
       }
     }
   }
   std::vector<float> w(64), x(64), y(1);
   const std::vector<std::byte> bf16 = pack(w, 1, 64, DType::kBf16);
   MatVecParams wrong{bf16.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kBf16};
-  wrong.block_order = BlockOrder::kInterleaved;
+  wrong.weight_order = WeightOrder::kInterleaved;
   EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // interleaved bf16 is no layout
+}
+
+// bf16 panels move elements only: every element of odd shapes (a partial last panel, an odd
+// input width) reads back at bf16_panel_index, the padding is zero, and the order is not rows'.
+TEST(MatVecTest, Bf16PanelsReadBackExactly) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t out : {1, 15, 16, 17, 40}) {
+    for (int64_t in : {1, 2, 3, 31, 64, 65}) {
+      SCOPED_TRACE("out " + std::to_string(out) + " in " + std::to_string(in));
+      std::vector<uint16_t> rows(static_cast<size_t>(out * in));
+      for (uint16_t& v : rows) v = f32_to_bf16(normal(rng));
+      const int64_t bytes = bf16_panel_bytes(out, in);
+      ASSERT_EQ(bytes, (out + 15) / 16 * 16 * ((in + 1) / 2 * 2) * 2);
+      std::vector<uint16_t> panels(static_cast<size_t>(bytes / 2), 0xFFFF);
+      pack_bf16_panels(rows.data(), out, in, reinterpret_cast<std::byte*>(panels.data()));
+      std::vector<bool> used(panels.size(), false);
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          const auto at = static_cast<size_t>(bf16_panel_index(in, o, i));
+          ASSERT_FALSE(used[at]) << "two elements at " << at;
+          used[at] = true;
+          ASSERT_EQ(panels[at], rows[static_cast<size_t>(o * in + i)]) << o << ", " << i;
+        }
+      }
+      for (size_t at = 0; at < panels.size(); ++at) {
+        if (!used[at]) {
+          ASSERT_EQ(panels[at], 0) << "padding at " << at;
+        }
+      }
+      // row 0's second element sits right after its first (a pair); row 1's first 2 elements on
+      if (out >= 2 && in >= 2) {
+        EXPECT_EQ(panels[1], rows[1]);
+        EXPECT_EQ(panels[2], rows[static_cast<size_t>(in)]);
+      }
+    }
+  }
+  std::vector<std::byte> none(64);
+  EXPECT_THROW(pack_bf16_panels(nullptr, 0, 4, none.data()), std::invalid_argument);
+}
+
+// bf16 panels through the decoder (AVX-512 BF16's panel kernel where fastest_weight_order says
+// so, the reference elsewhere) against the reference on plain rows of the same weights: odd
+// shapes (partial panels, odd widths, one to three panels left after the four-panel runs),
+// strides, batches of one (x in f32) and of 2..13 (x rounded to bf16: six rows a tile, then the
+// rest), bias, a NaN in one row of x. The reference reading panels equals it exactly.
+TEST(MatVecTest, Bf16PanelsMatchTheReference) {
+  std::mt19937 rng(31);
+  FastDecoder fast(2, detect_cpu_isa());
+  std::cout << "[ INFO     ] bf16 panels on this CPU: "
+            << (fastest_weight_order(DType::kBf16) == WeightOrder::kPanels ? "AVX-512 BF16 kernel"
+                                                                           : "the scalar reference")
+            << "\n";
+  for (int64_t in : {1, 2, 7, 64, 65, 513}) {
+    for (int64_t out : {1, 5, 16, 17, 33, 200, 1000}) {
+      for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) {
+        SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
+                     std::to_string(n));
+        const int64_t x_stride = in + 3, y_stride = out + 2;
+        auto [w, b, x] = random_problem(rng, in, out, n, x_stride);
+        const std::vector<std::byte> rows = pack(w, out, in, DType::kBf16);
+        std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
+        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), out, in, panels.data());
+        std::vector<float> expected(static_cast<size_t>(n * y_stride), -777.0f);
+        std::vector<float> actual = expected, read_back = expected;
+        MatVecParams p{panels.data(), b.data(), x.data(), read_back.data(), n, in,
+                       out,           x_stride, y_stride, DType::kBf16};
+        p.weight_order = WeightOrder::kPanels;
+        const bool rounds = fast.matvec_runs_bf16_products(p);
+        EXPECT_EQ(rounds, fastest_weight_order(DType::kBf16) == WeightOrder::kPanels && n >= 2);
+        std::vector<float> rounded = x;  // what the products multiply
+        if (rounds) {
+          for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));
+        }
+        p.x = rounded.data();
+        matvec_reference(p);  // panels
+        p.weight = rows.data();
+        p.weight_order = WeightOrder::kRows;
+        p.y = expected.data();
+        matvec_reference(p);
+        p.weight = panels.data();
+        p.weight_order = WeightOrder::kPanels;
+        p.x = x.data();
+        p.y = actual.data();
+        fast.run(p);
+        expect_reordered_matches(expected, read_back, actual, in, n, y_stride);
+      }
+    }
+  }
+  std::vector<float> w(64), x(64), y(1);
+  MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
+  wrong.weight_order = WeightOrder::kPanels;
+  EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // f32 panels are no layout
 }
 
 }  // namespace

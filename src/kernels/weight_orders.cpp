@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,15 @@ void interleaved_q8_0_block(const std::byte* row, int64_t width, int64_t k, std:
   std::memcpy(block, row + blocks * kQuantBlockElements + k * kScaleBytes, kScaleBytes);
   for (int64_t e = 0; e < kQuantBlockElements; ++e) {
     block[kScaleBytes + e] = row[interleaved_q8_0_offset(blocks, k, e)] ^ std::byte{0x80};
+  }
+}
+
+void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* panels) {
+  if (out <= 0 || in <= 0) throw std::invalid_argument("pack_bf16_panels: out/in: must be > 0");
+  auto* packed = reinterpret_cast<uint16_t*>(panels);
+  std::memset(panels, 0, static_cast<size_t>(bf16_panel_bytes(out, in)));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) packed[bf16_panel_index(in, o, i)] = rows[o * in + i];
   }
 }
 

@@ -1,0 +1,187 @@
+// Built with AVX-512 F/BW/VL/DQ + BF16; reached only through FastDecoder where the CPU has
+// AVX-512 BF16 and the weights are stored in panels (fastest_weight_order).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_bf16_rounding.inc"
+#include "kernels/matvec_rows.inc"
+
+// Rows of x a products tile takes: four panels × six rows is 24 accumulators, with the four
+// panel loads and the broadcast 29 of the 32 registers.
+constexpr int kTileRows = 6;
+// How far ahead, in its own panel, a tile prefetches: 2 KiB. At one row of x the row kernels'
+// 4 KiB (matvec_rows.inc) ran 0.76× the widening row kernel's rate here, 2 KiB 0.88–0.98×
+// (docs/kernels/dense-decode.md).
+constexpr int64_t kAheadElements = 1024;
+
+// acc[r] = W_panel(r) · x for one row of x in f32, R panels panel_stride elements apart: each
+// 64-byte load is one pair of inputs for sixteen rows, widened to f32 as its even elements (the
+// low halves shifted up) and odd ones (the high halves masked), each against its x broadcast.
+// Two pairs a pass, even and odd sums apart: 2R independent chains over the FMA latency.
+template <int R>
+inline __attribute__((always_inline)) void one_row(const uint16_t* w, int64_t panel_stride,
+                                                   int64_t in, const float* x, __m512 (&acc)[R]) {
+  __m512 even[R], odd[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const auto pair = [&](int r, const uint16_t* p, __m512 x0, __m512 x1) {
+    const __m512i v = _mm512_loadu_si512(p);
+    even[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), x0, even[r]);
+    odd[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), x1, odd[r]);
+  };
+  const int64_t whole_pairs = in / 2;
+  int64_t j = 0;
+  for (; j + 2 <= whole_pairs; j += 2) {
+    const __m512 x0 = _mm512_set1_ps(x[2 * j]), x1 = _mm512_set1_ps(x[2 * j + 1]);
+    const __m512 x2 = _mm512_set1_ps(x[2 * j + 2]), x3 = _mm512_set1_ps(x[2 * j + 3]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* p = w + r * panel_stride + j * 2 * kPanelRows;
+      _mm_prefetch(reinterpret_cast<const char*>(p + kAheadElements), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + kAheadElements + 2 * kPanelRows), _MM_HINT_T0);
+      pair(r, p, x0, x1);
+      pair(r, p + 2 * kPanelRows, x2, x3);
+    }
+  }
+  for (; 2 * j < in; ++j) {  // the last whole pair, and an odd input's last element
+    const __m512 x0 = _mm512_set1_ps(x[2 * j]);
+    const __m512 x1 = _mm512_set1_ps(2 * j + 1 < in ? x[2 * j + 1] : 0.0f);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) pair(r, w + r * panel_stride + j * 2 * kPanelRows, x0, x1);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_add_ps(even[r], odd[r]);
+}
+
+// acc[b][r] = W_panel(r) · x_b for NB rows of x rounded to bf16 (xs elements apart, zero-padded
+// to whole pairs): each panel load one vdpbf16ps per row of x, x's pair broadcast. The first rows
+// of x bring the panels into cache and prefetch ahead; the rest find them there.
+template <int R, int NB, bool kPrefetch>
+inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t panel_stride,
+                                                    int64_t pairs, const uint16_t* x, int64_t xs,
+                                                    __m512 (&acc)[NB][R]) {
+#pragma GCC unroll 6
+  for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < pairs; ++j) {
+    __m512bh wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* p = w + r * panel_stride + j * 2 * kPanelRows;
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + kAheadElements), _MM_HINT_T0);
+      }
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+    }
+#pragma GCC unroll 6
+    for (int b = 0; b < NB; ++b) {
+      int32_t both;
+      std::memcpy(&both, x + b * xs + 2 * j, sizeof both);
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(both));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[b][r] = _mm512_dpbf16_ps(acc[b][r], wv[r], xv);
+    }
+  }
+}
+
+// y[b + j][rows of panel (first + r · spread)] = acc[j][r] (+ bias), the last panel's padding
+// rows masked off.
+template <int R, int NB>
+void write_panels(const MatVecParams& p, int64_t first, int64_t spread, int64_t b,
+                  const __m512 (&acc)[NB][R]) {
+  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const int64_t o = (first + r * spread) * kPanelRows;
+    const int64_t rows = std::min(kPanelRows, p.out - o);
+    const auto mask = static_cast<__mmask16>((1u << rows) - 1);
+    const __m512 bias =
+        p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int j = 0; j < NB; ++j) {
+      _mm512_mask_storeu_ps(p.y + (b + j) * ys + o, mask, _mm512_add_ps(acc[j][r], bias));
+    }
+  }
+}
+
+// y for panels [first, last): four panels at a time (walk_rows's four runs; then one), against
+// x in f32 at one row (below kBf16ProductMinRows), else kTileRows rows of x rounded to bf16 at a
+// time (then the rest).
+void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int64_t first,
+                 int64_t last) {
+  const int64_t stride = bf16_panel_elements(p.in), pairs = (p.in + 1) / 2;
+  const auto* weight = static_cast<const uint16_t*>(p.weight);
+  auto tile = [&]<int R, int NB>(int64_t panel, int64_t spread, int64_t b) {
+    __m512 acc[NB][R];
+    const uint16_t* w = weight + panel * stride;
+    if constexpr (NB == 1) {
+      if (p.n < kBf16ProductMinRows) {
+        one_row<R>(w, spread * stride, p.in, p.x, acc[0]);
+        write_panels<R, NB>(p, panel, spread, b, acc);
+        return;
+      }
+    }
+    if (b == 0) {
+      products<R, NB, true>(w, spread * stride, pairs, rounded, xs, acc);
+    } else {
+      products<R, NB, false>(w, spread * stride, pairs, rounded + b * xs, xs, acc);
+    }
+    write_panels<R, NB>(p, panel, spread, b, acc);
+  };
+  walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
+    int64_t b = 0;
+    for (; b + kTileRows <= p.n; b += kTileRows) {
+      tile.template operator()<R, kTileRows>(panel, spread, b);
+    }
+    switch (p.n - b) {
+      case 5:
+        return tile.template operator()<R, 5>(panel, spread, b);
+      case 4:
+        return tile.template operator()<R, 4>(panel, spread, b);
+      case 3:
+        return tile.template operator()<R, 3>(panel, spread, b);
+      case 2:
+        return tile.template operator()<R, 2>(panel, spread, b);
+      case 1:
+        return tile.template operator()<R, 1>(panel, spread, b);
+      default:
+        return;  // 0: every row of x done
+    }
+  });
+}
+
+}  // namespace
+
+void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  validate_matvec(p);
+  if (p.weight_dtype != DType::kBf16 || p.weight_order != WeightOrder::kPanels) {
+    throw std::invalid_argument(
+        "matvec_bf16_panels: weight_dtype/weight_order: must be bf16 panels");
+  }
+  if (p.n == 0) return;
+  reserve_matvec_scratch(p, scratch);
+  const int64_t xs = bf16_row_stride(p.in);
+  if (p.n >= kBf16ProductMinRows) round_rows(p, scratch.bf16.data(), xs);
+  // rows_per_task's rows (a multiple of four) in whole panels
+  const int64_t panels = bf16_panel_count(p.out);
+  const int64_t per_task =
+      (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  const int64_t n_tasks = (panels + per_task - 1) / per_task;
+  const uint16_t* rounded = scratch.bf16.data();
+  pool.parallel_for(n_tasks, [&](int64_t task) {
+    const int64_t first = task * per_task;
+    panel_range(p, rounded, xs, first, std::min(panels, first + per_task));
+  });
+}
+
+}  // namespace kvlab

@@ -33,8 +33,7 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
 }
 
 void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
-  validate_matvec(p);
-  require_bf16_weights(p, "matvec_gemm_bf16");
+  require_weights(p, "matvec_gemm_bf16", WeightOrder::kRows, DType::kBf16);
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
   reserve_matvec_scratch(p, scratch);
@@ -50,9 +49,17 @@ void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
   }
 }
 
-void require_bf16_weights(const MatVecParams& p, const char* caller) {
-  if (p.weight_dtype != DType::kBf16) {
-    throw std::invalid_argument(std::string(caller) + ": weight_dtype: must be bf16");
+void require_weights(const MatVecParams& p, const char* caller, WeightOrder order,
+                     std::optional<DType> dtype) {
+  validate_matvec(p);
+  if (dtype && p.weight_dtype != *dtype) {
+    throw std::invalid_argument(std::string(caller) + ": weight_dtype: must be " +
+                                std::string(dtype_name(*dtype)));
+  }
+  if (p.weight_order != order) {
+    constexpr const char* kNames[] = {"rows", "interleaved", "panels"};
+    throw std::invalid_argument(std::string(caller) + ": weight_order: must be " +
+                                kNames[static_cast<int>(order)]);
   }
 }
 

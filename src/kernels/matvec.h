@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/thread_pool.h"
@@ -120,8 +121,10 @@ constexpr int64_t kBf16ProductMinRows = 2;
 // rows read once for four rows of x, the output rows split over the threads. (Where panels are
 // the stored order, matvec_bf16_panels: 1.3–1.8× this rate measured at 16–64 rows.)
 void matvec_bf16_products(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// Throws std::invalid_argument naming `caller` unless the weights are bf16.
-void require_bf16_weights(const MatVecParams& params, const char* caller);
+// validate_matvec, then std::invalid_argument naming `caller` and the field unless the weights are
+// stored in `order` (and are `dtype`, where given): what each kernel checks before it reads them.
+void require_weights(const MatVecParams& params, const char* caller, WeightOrder order,
+                     std::optional<DType> dtype = std::nullopt);
 
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
 // instantiated with their flags).

@@ -124,18 +124,13 @@ void rows_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t fi
 }  // namespace
 
 void matvec_bf16_products(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  validate_matvec(p);
-  require_bf16_weights(p, "matvec_bf16_products");
+  require_weights(p, "matvec_bf16_products", WeightOrder::kRows, DType::kBf16);
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = bf16_row_stride(p.in);
   round_rows(p, scratch.bf16.data(), xs);
-  const int64_t rows_per_block = rows_per_task(p.in, p.n, p.out, pool.size());
-  const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
   const uint16_t* x = scratch.bf16.data();
-  pool.parallel_for(n_blocks, [&](int64_t blk) {
-    const int64_t first = blk * rows_per_block;
-    rows_range(p, x, xs, first, std::min(p.out, first + rows_per_block));
-  });
+  for_each_task(pool, p.out, rows_per_task(p.in, p.n, p.out, pool.size()),
+                [&](int64_t first, int64_t last) { rows_range(p, x, xs, first, last); });
 }
 
 }  // namespace kvlab

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
 #include "kernels/matvec.h"
 
@@ -163,11 +162,7 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
 }  // namespace
 
 void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  validate_matvec(p);
-  if (p.weight_dtype != DType::kBf16 || p.weight_order != WeightOrder::kPanels) {
-    throw std::invalid_argument(
-        "matvec_bf16_panels: weight_dtype/weight_order: must be bf16 panels");
-  }
+  require_weights(p, "matvec_bf16_panels", WeightOrder::kPanels, DType::kBf16);
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = bf16_row_stride(p.in);
@@ -176,12 +171,9 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
   const int64_t panels = bf16_panel_count(p.out);
   const int64_t per_task =
       (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
-  const int64_t n_tasks = (panels + per_task - 1) / per_task;
   const uint16_t* rounded = scratch.bf16.data();
-  pool.parallel_for(n_tasks, [&](int64_t task) {
-    const int64_t first = task * per_task;
-    panel_range(p, rounded, xs, first, std::min(panels, first + per_task));
-  });
+  for_each_task(pool, panels, per_task,
+                [&](int64_t first, int64_t last) { panel_range(p, rounded, xs, first, last); });
 }
 
 }  // namespace kvlab

@@ -145,11 +145,7 @@ void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int
 }  // namespace
 
 void matvec_q8_0_interleaved(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  validate_matvec(p);
-  if (p.weight_dtype != DType::kQ8_0 || p.weight_order != WeightOrder::kInterleaved) {
-    throw std::invalid_argument(
-        "matvec_q8_0_interleaved: weight_dtype/weight_order: must be interleaved q8_0");
-  }
+  require_weights(p, "matvec_q8_0_interleaved", WeightOrder::kInterleaved, DType::kQ8_0);
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const int64_t blocks = (p.in + kQB - 1) / kQB;
@@ -167,12 +163,8 @@ void matvec_q8_0_interleaved(const MatVecParams& p, ThreadPool& pool, MatVecScra
   } else {
     for (int64_t b = 0; b < p.n; ++b) prepare(b);
   }
-  const int64_t rows_per_block = rows_per_task(p.in, p.n, p.out, pool.size());
-  const int64_t n_blocks = (p.out + rows_per_block - 1) / rows_per_block;
-  pool.parallel_for(n_blocks, [&](int64_t blk) {
-    const int64_t first = blk * rows_per_block;
-    rows_range(p, x, first, std::min(p.out, first + rows_per_block));
-  });
+  for_each_task(pool, p.out, rows_per_task(p.in, p.n, p.out, pool.size()),
+                [&](int64_t first, int64_t last) { rows_range(p, x, first, last); });
 }
 
 }  // namespace kvlab

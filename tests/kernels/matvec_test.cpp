@@ -467,6 +467,35 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
   wrong.weight_order = WeightOrder::kPanels;
   EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // f32 panels are no layout
+  // every kernel called directly refuses a layout it does not read, naming the field
+  std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(1, 64)));
+  MatVecParams bf16_panels{panels.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0,
+                           DType::kBf16};
+  bf16_panels.weight_order = WeightOrder::kPanels;
+  ThreadPool pool(1);
+  MatVecScratch scratch;
+  auto refusal = [](auto&& call) {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refusal([&] { matvec_gemm_bf16(bf16_panels, scratch); }),
+            "matvec_gemm_bf16: weight_order: must be rows");
+  if (cpu_supports(CpuIsa::kAvx2)) {
+    EXPECT_EQ(refusal([&] { matvec_avx2(bf16_panels, pool, scratch); }),
+              "matvec: weight_order: must be rows");
+  }
+  if (cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16()) {
+    EXPECT_EQ(refusal([&] { matvec_bf16_products(bf16_panels, pool, scratch); }),
+              "matvec_bf16_products: weight_order: must be rows");
+    MatVecParams rows = bf16_panels;
+    rows.weight_order = WeightOrder::kRows;
+    EXPECT_EQ(refusal([&] { matvec_bf16_panels(rows, pool, scratch); }),
+              "matvec_bf16_panels: weight_order: must be panels");
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "cache/decode_params.h"
 #include "kernels/rope.h"
+#include "kernels/target_clones.h"
 
 namespace kvlab::infer {
 namespace {
@@ -17,19 +18,35 @@ double us_since(StepClock::time_point start) {
 
 }  // namespace
 
-void apply_norm(const NormWeights& norm, const float* x, float* y) {
-  const int64_t n = norm.width;
+// In double, as eight running sums: a loop the compiler vectorises without reassociating (a
+// single running sum is one dependent add per element: 1.1 µs a row of 1024 against 0.35).
+KVLAB_CLONES void apply_norm(const NormWeights& norm, const float* x, float* y) {
+  constexpr int64_t kLanes = 8;
+  const int64_t n = norm.width, whole = n / kLanes * kLanes;
+  const auto sum = [&](auto term) {
+    double lanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes) {
+      for (int64_t j = 0; j < kLanes; ++j) lanes[j] += term(i + j);
+    }
+    for (int64_t i = whole; i < n; ++i) lanes[0] += term(i);
+    double total = 0;
+    for (double lane : lanes) total += lane;
+    return total;
+  };
   double mean = 0;
   if (norm.kind == NormKind::kLayerNorm) {
-    for (int64_t i = 0; i < n; ++i) mean += x[i];
-    mean /= static_cast<double>(n);
+    mean = sum([&](int64_t i) { return static_cast<double>(x[i]); }) / static_cast<double>(n);
   }
-  double square = 0;
-  for (int64_t i = 0; i < n; ++i) square += (x[i] - mean) * (x[i] - mean);
+  const double square = sum([&](int64_t i) {
+    const double centred = x[i] - mean;
+    return centred * centred;
+  });
   const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
+  const float* weight = norm.weight.data();
+  const float* bias = norm.bias.empty() ? nullptr : norm.bias.data();
   for (int64_t i = 0; i < n; ++i) {
-    const double v = (x[i] - mean) * inv * norm.weight[static_cast<size_t>(i)];
-    y[i] = static_cast<float>(norm.bias.empty() ? v : v + norm.bias[static_cast<size_t>(i)]);
+    const double v = (x[i] - mean) * inv * weight[i];
+    y[i] = static_cast<float>(bias == nullptr ? v : v + bias[i]);
   }
 }
 

@@ -6,12 +6,11 @@
 
 #include "kernels/exp_nonpositive.h"
 #include "kernels/gemm.h"
+#include "kernels/target_clones.h"
 
 // Every inner loop is an axpy over contiguous elements (keys and values transposed once per
-// item so the score and dp loops run along keys), which the compiler vectorises without
-// reassociating sums; target_clones builds each entry point for AVX-512, AVX2 + FMA and the
-// baseline, picked at load time.
-#define KVLAB_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// item so the score and dp loops run along keys), which the compiler vectorises under
+// KVLAB_CLONES without reassociating sums.
 
 namespace kvlab {
 

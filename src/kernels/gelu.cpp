@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "kernels/exp_nonpositive.h"
+#include "kernels/target_clones.h"
 
-// Branch-free element functions (selects, no calls), so that each loop vectorises;
-// target_clones builds the entry points for AVX-512, AVX2 + FMA and the baseline.
-#define KVLAB_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// Branch-free element functions (selects, no calls), so that each loop vectorises under
+// KVLAB_CLONES.
 
 namespace kvlab {
 namespace {

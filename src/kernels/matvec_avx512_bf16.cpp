@@ -127,7 +127,7 @@ void matvec_bf16_products(const MatVecParams& p, ThreadPool& pool, MatVecScratch
   require_weights(p, "matvec_bf16_products", WeightOrder::kRows, DType::kBf16);
   reserve_matvec_scratch(p, scratch);
   const int64_t xs = bf16_row_stride(p.in);
-  round_rows(p, scratch.bf16.data(), xs);
+  round_rows(p, scratch.bf16.data(), xs, pool);
   const uint16_t* x = scratch.bf16.data();
   for_each_task(pool, p.out, rows_per_task(p.in, p.n, p.out, pool.size()),
                 [&](int64_t first, int64_t last) { rows_range(p, x, xs, first, last); });

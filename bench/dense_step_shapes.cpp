@@ -1,0 +1,101 @@
+// The dense products of a decode step, in the step's order, timed by matrix: a Llama-style gqa:4
+// model's layers (q, k, v, o, up, gate, down; d 1024, 16 heads of 64, SwiGLU width 4096, 16
+// layers: the d 1024 × 16 model of `kvlab bench generate`), bf16 weights in the order the decoder
+// stores them on this CPU (fastest_weight_order), each step through FastDecoder::run as the
+// decoder calls it. Per batch: the median step's ms, GMAC/s, and each matrix's ms summed over the
+// layers (mean of the steps after the first) — where the dense part of a batched step goes.
+// Not part of the build; after `make build`:
+//   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
+//       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
+//   /tmp/dss THREADS
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/cache_line_allocator.h"
+#include "kernels/compute_peak.h"
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+
+using namespace kvlab;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Matrix {
+  const char* name;
+  int64_t out, in;
+};
+constexpr Matrix kLayer[] = {{"q", 1024, 1024},   {"k", 256, 1024},   {"v", 256, 1024},
+                             {"o", 1024, 1024},   {"up", 4096, 1024}, {"gate", 4096, 1024},
+                             {"down", 1024, 4096}};
+constexpr int kMatrices = sizeof kLayer / sizeof kLayer[0];
+constexpr int kLayers = 16, kSteps = 9;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc == 2 ? std::atoi(argv[1]) : 0;
+  if (threads < 1 || threads > 256) {
+    std::fprintf(stderr, "usage: %s THREADS (1..256)\n", argv[0]);
+    return 2;
+  }
+  const CpuIsa isa = detect_cpu_isa();
+  const WeightOrder order = fastest_weight_order(DType::kBf16, isa);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<std::byte, CacheLineAllocator<std::byte>>> weights;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const Matrix& m : kLayer) {
+      std::vector<uint16_t> rows(static_cast<size_t>(m.out * m.in));
+      for (uint16_t& v : rows) v = f32_to_bf16(normal(rng));
+      auto& stored = weights.emplace_back();
+      if (order == WeightOrder::kPanels) {
+        stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
+        pack_bf16_panels(rows.data(), m.out, m.in, stored.data());
+      } else {
+        stored.resize(rows.size() * sizeof(uint16_t));
+        std::copy_n(reinterpret_cast<const std::byte*>(rows.data()), stored.size(), stored.data());
+      }
+    }
+  }
+  FastDecoder decoder(threads, isa);
+  std::printf("%s, %.*s, %d threads, bf16 weights as %s, %d layers\n", cpu_model_name().c_str(),
+              static_cast<int>(cpu_isa_name(isa).size()), cpu_isa_name(isa).data(), threads,
+              order == WeightOrder::kPanels ? "panels" : "rows", kLayers);
+  std::vector<float> x(64 * 4096), y(64 * 4096);
+  for (float& v : x) v = normal(rng);
+  for (int64_t n : {1, 8, 16, 32, 64}) {
+    double per_matrix[kMatrices] = {};
+    std::vector<double> steps_ms;
+    for (int step = 0; step < kSteps; ++step) {
+      const auto step_start = Clock::now();
+      for (size_t k = 0; k < weights.size(); ++k) {
+        const Matrix& m = kLayer[k % kMatrices];
+        MatVecParams p{weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0,
+                       DType::kBf16};
+        p.weight_order = order;
+        const auto start = Clock::now();
+        decoder.run(p);
+        if (step > 0) per_matrix[k % kMatrices] += ms_since(start) / (kSteps - 1);
+      }
+      steps_ms.push_back(ms_since(step_start));
+    }
+    std::sort(steps_ms.begin() + 1, steps_ms.end());
+    const double median_ms = steps_ms[kSteps / 2 + 1];
+    double macs = 0;
+    for (const Matrix& m : kLayer) macs += static_cast<double>(kLayers * m.out * m.in * n);
+    std::printf("batch %2lld: %6.2f ms (%5.1f GMAC/s) |", static_cast<long long>(n), median_ms,
+                macs / median_ms / 1e6);
+    for (int k = 0; k < kMatrices; ++k) std::printf(" %s %.2f", kLayer[k].name, per_matrix[k]);
+    std::printf("\n");
+  }
+}

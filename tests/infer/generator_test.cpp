@@ -9,6 +9,7 @@
 
 #include "nn/nn_test_util.h"
 #include "spec/spec_error.h"
+#include "thrown_message.h"
 
 namespace kvlab::infer {
 namespace {
@@ -346,32 +347,30 @@ TEST(GeneratorTest, RefusesWhatCannotDecode) {
   Generator gen(model, DType::kBf16, 16, 2, 1);
   const int32_t a = gen.add_sequence(), b = gen.add_sequence();
   gen.feed(a, {1, 2});
-  auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] {
+  EXPECT_NE(thrown_message([&] {
               gen.feed(a, {3, 11});
             }).find("token 11 is outside the vocabulary of 11"),
             std::string::npos);
-  EXPECT_NE(message([&] { gen.step({a}, {-1}); }).find("token -1"), std::string::npos);
-  EXPECT_NE(message([&] { gen.step({a, a}, {1, 2}); }).find("appears twice"), std::string::npos);
-  EXPECT_NE(message([&] { gen.step({a, b, a}, {1, 2, 3}); }).find("batch of 3"), std::string::npos);
+  EXPECT_NE(thrown_message([&] { gen.step({a}, {-1}); }).find("token -1"), std::string::npos);
+  EXPECT_NE(thrown_message([&] {
+              gen.step({a, a}, {1, 2});
+            }).find("appears twice"),
+            std::string::npos);
+  EXPECT_NE(thrown_message([&] {
+              gen.step({a, b, a}, {1, 2, 3});
+            }).find("batch of 3"),
+            std::string::npos);
   EXPECT_EQ(gen.length(a), 2);
   EXPECT_EQ(gen.length(b), 0);
   // the learned position table holds 16 positions
   for (int64_t t = 2; t < 16; ++t) gen.step({a}, {1});
-  EXPECT_NE(message([&] { gen.step({a}, {1}); }).find("exceeds the learned table of 16"),
+  EXPECT_NE(thrown_message([&] { gen.step({a}, {1}); }).find("exceeds the learned table of 16"),
             std::string::npos);
   EXPECT_EQ(gen.length(a), 16);
   // a prompt past the table fails whole (the cache has room): nothing of it stays
   Generator roomy(model, DType::kBf16, /*max_tokens_per_seq=*/32, 1, 1);
   const int32_t r = roomy.add_sequence();
-  EXPECT_NE(message([&] {
+  EXPECT_NE(thrown_message([&] {
               roomy.feed(r, std::vector<int64_t>(17, 1));
             }).find("exceed the learned table of 16"),
             std::string::npos);
@@ -383,7 +382,10 @@ TEST(GeneratorTest, RefusesWhatCannotDecode) {
   Generator full(rope, DType::kBf16, /*max_tokens_per_seq=*/16, /*max_seqs=*/2, 1);
   const int32_t x = full.add_sequence(), y = full.add_sequence();
   full.feed(x, std::vector<int64_t>(17, 1));  // both pages of the pool
-  EXPECT_NE(message([&] { full.step({x, y}, {1, 1}); }).find("cache full"), std::string::npos);
+  EXPECT_NE(thrown_message([&] {
+              full.step({x, y}, {1, 1});
+            }).find("cache full"),
+            std::string::npos);
   EXPECT_EQ(full.length(x), 17);
   EXPECT_EQ(full.length(y), 0);
 }

@@ -12,6 +12,7 @@
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/gemm.h"
+#include "thrown_message.h"
 
 namespace kvlab {
 namespace {
@@ -478,26 +479,18 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   bf16_panels.weight_order = WeightOrder::kPanels;
   ThreadPool pool(1);
   MatVecScratch scratch;
-  auto refusal = [](auto&& call) {
-    try {
-      call();
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(refusal([&] { matvec_gemm_bf16(bf16_panels, scratch); }),
+  EXPECT_EQ(thrown_message([&] { matvec_gemm_bf16(bf16_panels, scratch); }),
             "matvec_gemm_bf16: weight_order: must be rows");
   if (cpu_supports(CpuIsa::kAvx2)) {
-    EXPECT_EQ(refusal([&] { matvec_avx2(bf16_panels, pool, scratch); }),
+    EXPECT_EQ(thrown_message([&] { matvec_avx2(bf16_panels, pool, scratch); }),
               "matvec: weight_order: must be rows");
   }
   if (cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16()) {
-    EXPECT_EQ(refusal([&] { matvec_bf16_products(bf16_panels, pool, scratch); }),
+    EXPECT_EQ(thrown_message([&] { matvec_bf16_products(bf16_panels, pool, scratch); }),
               "matvec_bf16_products: weight_order: must be rows");
     MatVecParams rows = bf16_panels;
     rows.weight_order = WeightOrder::kRows;
-    EXPECT_EQ(refusal([&] { matvec_bf16_panels(rows, pool, scratch); }),
+    EXPECT_EQ(thrown_message([&] { matvec_bf16_panels(rows, pool, scratch); }),
               "matvec_bf16_panels: weight_order: must be panels");
   }
 }

@@ -155,6 +155,10 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   generate->add_option("--generate", b.generate, "Generated tokens")->capture_default_str();
   generate->add_option("--long-prompt", b.long_prompt, "Prompt of the long-context row (0: none)")
       ->capture_default_str();
+  generate->add_flag("--ragged", b.ragged,
+                     "Give sequence s of a batch a prompt of P − (s mod ⌈P/2⌉) tokens (P: the "
+                     "row's prompt), so the batch decodes at different positions, as a server's "
+                     "does");
   generate
       ->add_option("--cache-dtype", b.cache_dtype,
                    "f32 | bf16 | f16 | q8_0 | q4_0 | fp8 (q8_0/q4_0 decode in int8 with "

@@ -253,13 +253,24 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
         for (int64_t batch : b.decode_batch) {
           std::vector<int32_t> seqs(static_cast<size_t>(batch));
           std::vector<int64_t> next(static_cast<size_t>(batch));
+          std::vector<std::vector<int64_t>> batch_prompts(static_cast<size_t>(batch), tokens);
+          int64_t prompt_tokens = 0, shortest_prompt = prompt;  // over the batch's sequences
+          for (int64_t s = 0; s < batch; ++s) {
+            std::vector<int64_t>& own = batch_prompts[static_cast<size_t>(s)];
+            if (b.ragged) own.resize(static_cast<size_t>(prompt - s % ((prompt + 1) / 2)));
+            prompt_tokens += static_cast<int64_t>(own.size());
+            shortest_prompt = std::min(shortest_prompt, static_cast<int64_t>(own.size()));
+          }
+          const double mean_prompt =
+              static_cast<double>(prompt_tokens) / static_cast<double>(batch);
           // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
           // through the raw decode step (allocation-free); returns {prefill s, decode s}
           auto generation = [&]() {
             const auto t0 = std::chrono::steady_clock::now();
             for (int64_t s = 0; s < batch; ++s) {
               seqs[static_cast<size_t>(s)] = gen.add_sequence();
-              const torch::Tensor prompt_logits = gen.feed(seqs[static_cast<size_t>(s)], tokens);
+              const torch::Tensor prompt_logits =
+                  gen.feed(seqs[static_cast<size_t>(s)], batch_prompts[static_cast<size_t>(s)]);
               next[static_cast<size_t>(s)] =
                   infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
             }
@@ -301,8 +312,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           // context per step at the measured bandwidth, or the step's dense multiply-adds
           // (a weight's one per sequence) at the f32 peak, whichever is longer
           const double mean_cache_bytes = static_cast<double>(cache_bytes) *
-                                          (static_cast<double>(prompt) + steps / 2) /
-                                          static_cast<double>(prompt + b.generate);
+                                          (mean_prompt + steps / 2) /
+                                          (mean_prompt + static_cast<double>(b.generate));
           const double memory_ms =
               (static_cast<double>(weight_bytes) + mean_cache_bytes) / (gb_per_s * 1e6);
           const double macs = static_cast<double>(batch) *
@@ -328,9 +339,11 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"attn_precision", precision_used},
                {"key_order", keys_used},
                {"prompt", prompt},
+               {"ragged", b.ragged},
+               {"mean_prompt", mean_prompt},
                {"generated", b.generate},
                {"repeats", b.repeats},
-               {"prefill_tokens_per_s", static_cast<double>(prompt * batch) / prefill_median},
+               {"prefill_tokens_per_s", static_cast<double>(prompt_tokens) / prefill_median},
                {"decode_tokens_per_s", tokens_per_s},
                {"ms_per_step", ms_per_step},
                {"ms_per_step_min", 1e3 * min_of(decode_s) / steps},
@@ -349,8 +362,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           table.add_row(
               {is_checkpoint ? source : config.attn.to_string(),
                std::string(dtype_name(weight_dtype)), std::to_string(batch), precision_used,
-               keys_used, std::to_string(prompt), std::to_string(b.generate),
-               fmt::format("{:.0f}", static_cast<double>(prompt * batch) / prefill_median),
+               keys_used,
+               b.ragged ? fmt::format("{}–{}", shortest_prompt, prompt) : std::to_string(prompt),
+               std::to_string(b.generate),
+               fmt::format("{:.0f}", static_cast<double>(prompt_tokens) / prefill_median),
                fmt::format("{:.0f}", tokens_per_s), fmt::format("{:.3f}", ms_per_step),
                fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
                            1e3 * max_of(decode_s) / steps),

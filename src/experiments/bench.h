@@ -81,6 +81,9 @@ struct BenchModelOptions {
   std::vector<std::string> weight_dtypes = {"auto"};
   std::vector<int64_t> length = {1024, 2048};
   int64_t prompt = 128, generate = 128, long_prompt = 2048;
+  // generate: sequence s of a batch gets a prompt of prompt − (s mod ⌈prompt/2⌉) tokens, so the
+  // batch's new tokens sit at different positions, as a server's do
+  bool ragged = false;
   std::string cache_dtype = "bf16";
   int threads = 0;
   int repeats = 5;                 // generate: timed generations after one warm-up

@@ -62,7 +62,9 @@ void AttentionStep::reserve(const ScratchWidths& w, int64_t max_batch, int64_t m
   query_rope.resize(rows(w.query_rope));
   attended.resize(rows(w.attended));
   expanded.resize(rows(w.expanded));
-  rope_row_.resize(static_cast<size_t>(w.rope + 2));
+  rope_stride_ = w.rope + 2;
+  rope_rows_.resize(static_cast<size_t>(max_batch * rope_stride_));
+  rope_keys_.assign(static_cast<size_t>(max_batch), RopeRowKey{});
   seqs_.reserve(static_cast<size_t>(max_batch));
   positions_.resize(static_cast<size_t>(max_batch));
   table_.indptr.reserve(static_cast<size_t>(max_batch + 1));
@@ -109,18 +111,17 @@ void AttentionStep::per_head(const float* weights, const float* bias, int64_t ou
   }
 }
 
-void AttentionStep::rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec) {
-  const int64_t half = width / 2;
-  if (pos != rope_pos_ || width != rope_width_ || spec.rope_theta != rope_theta_ ||
-      spec.rope_scaling != rope_scaling_) {
-    rope_row(pos, width, spec.rope_theta, spec.rope_scaling, rope_row_.data());
-    rope_pos_ = pos;
-    rope_width_ = width;
-    rope_theta_ = spec.rope_theta;
-    rope_scaling_ = spec.rope_scaling;
+void AttentionStep::rotate(float* x, int64_t width, int64_t b, const AttentionSpec& spec) {
+  const int64_t half = width / 2, position = pos(b);
+  float* row = rope_rows_.data() + b * rope_stride_;
+  RopeRowKey& key = rope_keys_[static_cast<size_t>(b)];
+  if (position != key.pos || width != key.width || spec.rope_theta != key.theta ||
+      spec.rope_scaling != key.scaling) {
+    rope_row(position, width, spec.rope_theta, spec.rope_scaling, row);
+    key = {position, width, spec.rope_theta, spec.rope_scaling};
   }
-  const float* cos = rope_row_.data();
-  const float* sin = rope_row_.data() + half;
+  const float* cos = row;
+  const float* sin = row + half;
   for (int64_t i = 0; i < half; ++i) {
     const float x1 = x[i], x2 = x[half + i];
     x[i] = x1 * cos[i] - x2 * sin[i];

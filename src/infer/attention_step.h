@@ -46,9 +46,10 @@ class AttentionStep {
   // head's slice used), y [n][H][out].
   void per_head(const float* weights, const float* bias, int64_t out, int64_t in, const float* x,
                 int64_t x_width, float* y, int64_t n, int64_t H);
-  // Rotates x [width] (RoPE, halves form) to position pos; the cos/sin of the last
-  // (pos, width, θ, scaling) are kept, so the heads of one token share them.
-  void rotate(float* x, int64_t width, int64_t pos, const AttentionSpec& spec);
+  // Rotates x [width] (RoPE, halves form) to the position of batch row b's new token. Each row
+  // keeps the cos/sin of its last (position, width, θ, scaling), so a token's heads and layers
+  // share them while the batch's sequences sit at different positions.
+  void rotate(float* x, int64_t width, int64_t b, const AttentionSpec& spec);
   // Rows [n][width] of the batch's new tokens into the stream of `role`.
   void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
   // The kernel's parameters for `layer` of a spec over the step's batch: the query from
@@ -79,10 +80,15 @@ class AttentionStep {
   PageTable table_;
   std::vector<int32_t> seqs_;
   std::vector<int64_t> positions_;  // per batch row: position of its new token
-  std::vector<float> rope_row_;     // [cos ; sin] of the position rotate() last turned
-  int64_t rope_pos_ = -1, rope_width_ = 0;
-  double rope_theta_ = 0;
-  RopeScaling rope_scaling_;
+  // What row b of rope_rows_ holds: the [cos ; sin] of this position, width, θ and scaling
+  struct RopeRowKey {
+    int64_t pos = -1, width = 0;
+    double theta = 0;
+    RopeScaling scaling;
+  };
+  std::vector<float> rope_rows_;  // [max_batch][rope_stride_]
+  std::vector<RopeRowKey> rope_keys_;
+  int64_t rope_stride_ = 0;
 };
 
 }  // namespace kvlab::infer

@@ -51,7 +51,7 @@ class GlaDecode final : public DecodeAttention {
     for (int64_t b = 0; b < n; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         float* q = step.proj_a.data() + (b * H + h) * q_width;
-        step.rotate(q + dn, dr, step.pos(b), s);
+        step.rotate(q + dn, dr, b, s);
         float* q_tilde = step.query.data() + (b * H + h) * row;  // [d_c + d_r]
         const float* absorbed = step.expanded.data() + (b * H + h) * dc;
         std::copy(absorbed, absorbed + dc, q_tilde);
@@ -63,7 +63,7 @@ class GlaDecode final : public DecodeAttention {
       float* projected = step.proj_b.data() + bg * row;
       float* cached = step.proj_c.data() + bg * row;
       apply_norm(latent_norm_, projected, cached);
-      step.rotate(projected + dc, dr, step.pos(bg / C), s);
+      step.rotate(projected + dc, dr, bg / C, s);
       std::copy(projected + dc, projected + row, cached + dc);
     }
     step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), C * row, n);

@@ -54,17 +54,17 @@ class GvaDecode final : public DecodeAttention {
         float* q = step.proj_a.data() + (b * H + h) * q_width;
         if (!query_norm_.empty()) apply_norm(query_norm_, q, q);
         if (dr > 0) {
-          step.rotate(q + dn, dr, step.pos(b), s);
+          step.rotate(q + dn, dr, b, s);
           std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
         } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
-          step.rotate(q, dn, step.pos(b), s);
+          step.rotate(q, dn, b, s);
           std::copy(q, q + dn, step.query.data() + (b * H + h) * dn);
         }
       }
     }
     if (dr > 0) {
       step.dense(rope_key_, x, D, step.proj_b.data(), dr, n);  // [n, d_r], shared by all heads
-      for (int64_t b = 0; b < n; ++b) step.rotate(step.proj_b.data() + b * dr, dr, step.pos(b), s);
+      for (int64_t b = 0; b < n; ++b) step.rotate(step.proj_b.data() + b * dr, dr, b, s);
       step.store_rows(layer, StreamRole::kRope, step.proj_b.data(), dr, n);
       if (key_maps_.empty()) {  // gta: M_h selects the first d_n channels, q̃_h = [q_h^nope ; 0]
         for (int64_t bh = 0; bh < n * H; ++bh) {

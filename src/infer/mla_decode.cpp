@@ -62,7 +62,7 @@ class MlaDecode final : public DecodeAttention {
     for (int64_t b = 0; b < n; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         float* q = step.proj_a.data() + (b * H + h) * q_width;
-        step.rotate(q + dn, dr, step.pos(b), s);
+        step.rotate(q + dn, dr, b, s);
         std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
       }
     }
@@ -77,7 +77,7 @@ class MlaDecode final : public DecodeAttention {
       } else {
         apply_norm(latent_norm_, row, step.proj_c.data() + b * dc);  // c: [n, d_c]
       }
-      step.rotate(row + dc, dr, step.pos(b), s);
+      step.rotate(row + dc, dr, b, s);
     }
     step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), dc, n);
     const int64_t rope_stream = step.cache().stream(StreamRole::kRope);

@@ -70,7 +70,7 @@ class StandardDecode final : public DecodeAttention {
           for (int64_t g = 0; g < G; ++g) {
             float* k = step.proj_b.data() + (b * G + g) * d;
             if (s.qk_norm) apply_norm(key_norm_, k, k);
-            if (rope) step.rotate(k, d, step.pos(b), s);
+            if (rope) step.rotate(k, d, b, s);
           }
         }
         step.store_rows(layer, StreamRole::kKey, step.proj_b.data(), key_.out, n);
@@ -82,7 +82,7 @@ class StandardDecode final : public DecodeAttention {
         const float* projected = step.proj_a.data() + (b * H + h) * d;
         std::copy(projected, projected + d, q);
         if (s.qk_norm) apply_norm(query_norm_, q, q);
-        if (rope) step.rotate(q, d, step.pos(b), s);
+        if (rope) step.rotate(q, d, b, s);
       }
     }
     if (key_.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys

@@ -1307,10 +1307,11 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
     EXPECT_GE(row["profile_other_ms"].get<double>(), 0);
   }
   // --weight-dtype and --batch: a row each; the dense layers' bytes by dtype (bf16 half of f32's
-  // matrices, q8_0 34 bytes a block of 32), every sequence of a batch decoded
+  // matrices, q8_0 34 bytes a block of 32), every sequence of a batch decoded; --ragged: prompts
+  // of 8, 7 and 6 tokens (one page each, as 8 would be)
   const RunResult dtypes = run_kvlab(
       "bench generate --attn gqa:2 --prompt 8 --generate 4 --long-prompt 0 --repeats 1 "
-      "--weight-dtype f32,bf16,q8_0 --batch 1,3" +
+      "--weight-dtype f32,bf16,q8_0 --batch 1,3 --ragged" +
       model);
   ASSERT_EQ(dtypes.exit_code, 0) << dtypes.err;
   const nlohmann::json drows = nlohmann::json::parse(dtypes.out)["rows"];
@@ -1319,6 +1320,9 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
   EXPECT_EQ(drows[1]["batch"], 3);
   EXPECT_EQ(drows[4]["weight_dtype"], "q8_0");
   EXPECT_EQ(drows[1]["cache_bytes"].get<int64_t>(), 3 * drows[0]["cache_bytes"].get<int64_t>());
+  EXPECT_EQ(drows[1]["ragged"], true);
+  EXPECT_DOUBLE_EQ(drows[0]["mean_prompt"].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(drows[1]["mean_prompt"].get<double>(), 7.0);
   // the matrices' elements, written out: q 32×32, k and v 16×32 (2 groups of 8), o 32×32, gate
   // and up 128×32, down 32×128, the tied LM head 256×32; norms and the embedding row stay f32
   const int64_t elements = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 128 * 32 + 256 * 32;

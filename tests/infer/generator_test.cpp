@@ -279,24 +279,33 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithRopeScalingQkNormsAndRoute
   }
 }
 
+// Three sequences at three positions in one step, then again with the rows in another order (a
+// row's RoPE cos/sin kept from the last step belong to another position now).
 TEST(GeneratorTest, RaggedBatchEqualsEachSequenceAlone) {
   torch::manual_seed(41);
   const ModelShape shape = small_shape(PosScheme::kRope);
-  for (const char* attn : {"gqa:2", "gva:2,dr=4", "mla"}) {
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3, 4, 5, 6, 7}, {9, 8}, {4, 4, 4, 4}};
+  for (const char* attn : {"gqa:2", "gva:2,dr=4", "gva:2,dr=0", "mla", "gla:hc=2"}) {
     SCOPED_TRACE(attn);
     nn::TransformerModel model(ModelConfig::make(shape, attn, DType::kF32), torch::kFloat32);
-    Generator batch(model, DType::kF32, 16, 2, 2), alone(model, DType::kF32, 16, 2, 1);
-    const int32_t a = batch.add_sequence(), b = batch.add_sequence();
-    batch.feed(a, {1, 2, 3, 4, 5, 6, 7});
-    batch.feed(b, {9, 8});
-    const torch::Tensor both = batch.step({a, b}, {3, 3});
-    const int32_t x = alone.add_sequence();
-    alone.feed(x, {1, 2, 3, 4, 5, 6, 7});
-    EXPECT_LT(max_abs_diff(both[0], alone.step({x}, {3})[0]), 1e-5);
-    alone.free_sequence(x);
-    const int32_t y = alone.add_sequence();
-    alone.feed(y, {9, 8});
-    EXPECT_LT(max_abs_diff(both[1], alone.step({y}, {3})[0]), 1e-5);
+    Generator batch(model, DType::kF32, 16, 3, 2);
+    std::vector<int32_t> seqs;
+    for (const std::vector<int64_t>& prompt : prompts) {
+      seqs.push_back(batch.add_sequence());
+      batch.feed(seqs.back(), prompt);
+    }
+    const torch::Tensor first = batch.step(seqs, {3, 3, 3});                          // [3, V]
+    const torch::Tensor second = batch.step({seqs[2], seqs[0], seqs[1]}, {5, 6, 7});  // [3, V]
+    const int64_t second_row[3] = {1, 2, 0};  // sequence i's row in the second step
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE(i);
+      Generator alone(model, DType::kF32, 16, 1, 1);
+      const int32_t x = alone.add_sequence();
+      alone.feed(x, prompts[i]);
+      EXPECT_LT(max_abs_diff(first[static_cast<int64_t>(i)], alone.step({x}, {3})[0]), 1e-5);
+      const int64_t next = 5 + static_cast<int64_t>((i + 1) % 3);
+      EXPECT_LT(max_abs_diff(second[second_row[i]], alone.step({x}, {next})[0]), 1e-5);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/rope.h"
+#include "kernels/target_clones.h"
 
 namespace kvlab {
 namespace {
@@ -76,6 +77,7 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
   work.tokens.resize(static_cast<size_t>(p.n_seqs));
   work.item_start.assign(static_cast<size_t>(p.n_seqs) + 1, 0);
   work.item_seq.clear();
+  int64_t split_seqs = 0;
   for (int64_t b = 0; b < p.n_seqs; ++b) {
     const int32_t first = p.pages.indptr[b], last = p.pages.indptr[b + 1];
     const int64_t t =
@@ -84,10 +86,12 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
     const int64_t chunks = std::max<int64_t>(1, (t + chunk_tokens - 1) / chunk_tokens);
     work.item_start[static_cast<size_t>(b) + 1] = work.item_start[static_cast<size_t>(b)] + chunks;
     work.item_seq.insert(work.item_seq.end(), static_cast<size_t>(chunks), b);
+    split_seqs += chunks > 1 ? 1 : 0;
   }
   constexpr int64_t kLineFloats = 16, kPageFloats = 1024;
   DecodePlan plan;
   plan.n_items = work.item_start.back();
+  plan.split_seqs = split_seqs;
   plan.item_stride = (floats_per_item + kPageFloats - 1) / kPageFloats * kPageFloats;
   const int64_t fixed = (fixed_floats + kLineFloats - 1) / kLineFloats * kLineFloats;
   // room to align the start to a line and the items to a page
@@ -106,43 +110,66 @@ DecodePlan plan_decode(const DecodeParams& p, DecodeWorkspace& work, int64_t chu
   return plan;
 }
 
-void merge_partials(const DecodeParams& p, const DecodePlan& plan, ThreadPool& pool) {
-  constexpr int64_t kHeads = 8;  // heads a task
+namespace {
+
+constexpr int64_t kMergeHeads = 8;  // heads a merge task
+
+// params.out of sequence b's heads [h0, h0 + kMergeHeads) (fewer at the end) from its items'
+// partials
+KVLAB_CLONES void merge_heads(const DecodeParams& p, const DecodePlan& plan, int64_t b,
+                              int64_t h0) {
   const int64_t H = p.n_heads, vw = p.value_width, stride = 2 + vw;
-  const int64_t head_blocks = (H + kHeads - 1) / kHeads;
-  pool.parallel_for(p.n_seqs * head_blocks, [&](int64_t task) {
-    const int64_t b = task / head_blocks, h0 = task % head_blocks * kHeads;
-    const int64_t heads = std::min(kHeads, H - h0);
-    const int64_t first = plan.item_start[b], items = plan.item_start[b + 1] - first;
-    float* out = p.out + (b * H + h0) * vw;  // [heads][vw]
-    for (int64_t i = 0; i < heads * vw; ++i) out[i] = 0.0f;
-    if (plan.tokens[b] == 0) return;
-    float m[kHeads], l[kHeads];
+  const int64_t heads = std::min(kMergeHeads, H - h0);
+  const int64_t first = plan.item_start[b], items = plan.item_start[b + 1] - first;
+  float* out = p.out + (b * H + h0) * vw;  // [heads][vw]
+  for (int64_t i = 0; i < heads * vw; ++i) out[i] = 0.0f;
+  if (plan.tokens[b] == 0) return;
+  float m[kMergeHeads], l[kMergeHeads];
+  for (int64_t hh = 0; hh < heads; ++hh) {
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+  }
+  for (int64_t k = 0; k < items; ++k) {
+    const float* part = plan.item(first + k) + h0 * stride;
+    for (int64_t hh = 0; hh < heads; ++hh) m[hh] = std::max(m[hh], part[hh * stride]);
+  }
+  for (int64_t k = 0; k < items; ++k) {
+    const float* part = plan.item(first + k) + h0 * stride;
     for (int64_t hh = 0; hh < heads; ++hh) {
-      m[hh] = -INFINITY;
-      l[hh] = 0.0f;
-    }
-    for (int64_t k = 0; k < items; ++k) {
-      const float* part = plan.item(first + k) + h0 * stride;
-      for (int64_t hh = 0; hh < heads; ++hh) m[hh] = std::max(m[hh], part[hh * stride]);
-    }
-    for (int64_t k = 0; k < items; ++k) {
-      const float* part = plan.item(first + k) + h0 * stride;
-      for (int64_t hh = 0; hh < heads; ++hh) {
-        const float* ph = part + hh * stride;
-        if (ph[1] == 0.0f) continue;
-        const float w = std::exp(ph[0] - m[hh]);
-        l[hh] += ph[1] * w;
-        float* o = out + hh * vw;
-        for (int64_t i = 0; i < vw; ++i) o[i] += w * ph[2 + i];
-      }
-    }
-    for (int64_t hh = 0; hh < heads; ++hh) {
-      const float inverse = 1.0f / l[hh];
+      const float* ph = part + hh * stride;
+      if (ph[1] == 0.0f) continue;
+      const float w = std::exp(ph[0] - m[hh]);
+      l[hh] += ph[1] * w;
       float* o = out + hh * vw;
-      for (int64_t i = 0; i < vw; ++i) o[i] *= inverse;
+      for (int64_t i = 0; i < vw; ++i) o[i] += w * ph[2 + i];
     }
+  }
+  for (int64_t hh = 0; hh < heads; ++hh) {
+    const float inverse = 1.0f / l[hh];
+    float* o = out + hh * vw;
+    for (int64_t i = 0; i < vw; ++i) o[i] *= inverse;
+  }
+}
+
+bool lone_item(const DecodePlan& plan, int64_t b) {
+  return plan.item_start[b + 1] - plan.item_start[b] == 1;
+}
+
+}  // namespace
+
+void merge_partials(const DecodeParams& p, const DecodePlan& plan, ThreadPool& pool) {
+  if (plan.split_seqs == 0) return;
+  const int64_t head_blocks = (p.n_heads + kMergeHeads - 1) / kMergeHeads;
+  pool.parallel_for(p.n_seqs * head_blocks, [&](int64_t task) {
+    const int64_t b = task / head_blocks;
+    if (!lone_item(plan, b)) merge_heads(p, plan, b, task % head_blocks * kMergeHeads);
   });
+}
+
+void merge_lone_item(const DecodeParams& p, const DecodePlan& plan, int64_t item) {
+  const int64_t b = plan.item_seq[item];
+  if (!lone_item(plan, b)) return;
+  for (int64_t h0 = 0; h0 < p.n_heads; h0 += kMergeHeads) merge_heads(p, plan, b, h0);
 }
 
 bool cpu_has_avx512_bf16() {

@@ -15,10 +15,10 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cache_line_allocator.h"
 #include "kernels/compute_peak.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/weight_allocator.h"
 
 using namespace kvlab;
 
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   const WeightOrder order = fastest_weight_order(DType::kBf16, isa);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  std::vector<std::vector<std::byte, CacheLineAllocator<std::byte>>> weights;
+  std::vector<std::vector<std::byte, WeightAllocator<std::byte>>> weights;
   for (int l = 0; l < kLayers; ++l) {
     for (const Matrix& m : kLayer) {
       std::vector<uint16_t> rows(static_cast<size_t>(m.out * m.in));

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "bench/matvec_bench_args.h"
-#include "kernels/cache_line_allocator.h"
 #include "kernels/compute_peak.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/weight_allocator.h"
 
 using namespace kvlab;
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> weights(static_cast<size_t>(matrices * out * in));
   for (uint16_t& w : weights) w = f32_to_bf16(normal(rng));
   const int64_t panel_bytes = bf16_panel_bytes(out, in);
-  std::vector<std::byte, CacheLineAllocator<std::byte>> panels(
+  std::vector<std::byte, WeightAllocator<std::byte>> panels(
       static_cast<size_t>(matrices * panel_bytes));
   for (int64_t m = 0; m < matrices; ++m) {
     pack_bf16_panels(weights.data() + m * out * in, out, in, panels.data() + m * panel_bytes);

@@ -264,8 +264,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           const double mean_prompt =
               static_cast<double>(prompt_tokens) / static_cast<double>(batch);
           // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
-          // through the raw decode step (allocation-free); returns {prefill s, decode s}
-          auto generation = [&]() {
+          // through the raw decode step (allocation-free), those steps timed into `profile` where
+          // given (not the prefill: a short prompt is fed through the same step); returns
+          // {prefill s, decode s}
+          auto generation = [&](infer::StepProfile* profile) {
             const auto t0 = std::chrono::steady_clock::now();
             for (int64_t s = 0; s < batch; ++s) {
               seqs[static_cast<size_t>(s)] = gen.add_sequence();
@@ -275,6 +277,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                   infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
             }
             const auto t1 = std::chrono::steady_clock::now();
+            decode.set_profile(profile);
             for (int64_t i = 0; i < b.generate; ++i) {
               gen.step(seqs.data(), next.data(), batch, logits.data());
               for (int64_t s = 0; s < batch; ++s) {
@@ -283,17 +286,18 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
               }
             }
             const auto t2 = std::chrono::steady_clock::now();
+            decode.set_profile(nullptr);
             const int64_t cache_bytes = gen.cache().bytes_in_use();
             for (int32_t seq : seqs) gen.free_sequence(seq);
             return std::tuple<double, double, int64_t>{
                 std::chrono::duration<double>(t1 - t0).count(),
                 std::chrono::duration<double>(t2 - t1).count(), cache_bytes};
           };
-          generation();  // warm-up: caches, pages, the pool's threads
+          generation(nullptr);  // warm-up: caches, pages, the pool's threads
           std::vector<double> prefill_s, decode_s;
           int64_t cache_bytes = 0;  // every sequence's cache at the end of a run
           for (int r = 0; r < b.repeats; ++r) {
-            const auto [p, d, bytes] = generation();
+            const auto [p, d, bytes] = generation(nullptr);
             prefill_s.push_back(p);
             decode_s.push_back(d);
             cache_bytes = bytes;
@@ -301,9 +305,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           // where a step's time goes: one more generation with the kernels timed (not in the
           // medians: the clock reads cost a little)
           infer::StepProfile profile;
-          decode.set_profile(&profile);
-          generation();
-          decode.set_profile(nullptr);
+          generation(&profile);
           const double prefill_median = median_of(prefill_s);
           const double decode_median = median_of(decode_s);
           const double steps = static_cast<double>(b.generate);

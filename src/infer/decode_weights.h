@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "infer/decode_attention.h"
-#include "kernels/cache_line_allocator.h"
 #include "kernels/matvec.h"
+#include "kernels/weight_allocator.h"
 #include "spec/attention_spec.h"
 #include "spec/dtype.h"
 #include "spec/model_shape.h"
@@ -17,10 +17,13 @@ namespace kvlab::infer {
 // DecodeModel needs and nothing of libtorch. Filled from the modules by
 // load_decode_weights() (infer/load_decode_weights.h).
 
-// Packed weights start on a cache line (kernels/cache_line_allocator.h).
-using PackedBytes = std::vector<std::byte, CacheLineAllocator<std::byte>>;
+// The dense layers' stored weights: on a cache line, large ones on huge pages
+// (kernels/weight_allocator.h).
+using PackedBytes = std::vector<std::byte, WeightAllocator<std::byte>>;
+using WeightFloats = std::vector<float, WeightAllocator<float>>;
 
-inline int64_t float_bytes(const std::vector<float>& v) {
+template <class Floats>
+int64_t float_bytes(const Floats& v) {
   return static_cast<int64_t>(v.size() * sizeof(float));
 }
 
@@ -28,9 +31,9 @@ inline int64_t float_bytes(const std::vector<float>& v) {
 // `weight`, any other dtype as rows in `packed` (row_bytes(dtype, in) bytes each, as
 // kernels/matvec.h reads them); the bias stays f32.
 struct DenseWeights {
-  std::vector<float> weight;  // [out][in] when dtype is f32
-  PackedBytes packed;         // [out] rows of the other dtypes (or their WeightOrder)
-  std::vector<float> bias;    // [out], or empty
+  WeightFloats weight;      // [out][in] when dtype is f32
+  PackedBytes packed;       // [out] rows of the other dtypes (or their WeightOrder)
+  std::vector<float> bias;  // [out], or empty
   DType dtype = DType::kF32;
   WeightOrder weight_order = WeightOrder::kRows;  // kernels/matvec.h
   int64_t in = 0;

@@ -56,7 +56,7 @@ DecodeWeights load_decode_weights(nn::TransformerModel& model, DType weight_dtyp
   if (model->lm_head) {
     w.lm_head = dense_weights(model->lm_head, weight_dtype);
   } else {
-    w.lm_head.weight = w.embed_tokens;
+    w.lm_head.weight.assign(w.embed_tokens.begin(), w.embed_tokens.end());
     w.lm_head.out = shape.vocab_size;
     w.lm_head.in = shape.d_model;
     convert_dense(w.lm_head, weight_dtype);

@@ -2,16 +2,23 @@
 
 namespace kvlab::infer {
 
-std::vector<float> floats(const torch::Tensor& t) {
+namespace {
+
+template <class Floats>
+Floats floats_as(const torch::Tensor& t) {
   if (!t.defined()) return {};
   const torch::Tensor f = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  return Floats(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
 }
+
+}  // namespace
+
+std::vector<float> floats(const torch::Tensor& t) { return floats_as<std::vector<float>>(t); }
 
 DenseWeights dense_weights(const nn::Linear& linear, DType weight_dtype) {
   DenseWeights d;
   if (!linear) return d;
-  d.weight = floats(linear->weight);
+  d.weight = floats_as<WeightFloats>(linear->weight);
   d.bias = floats(linear->bias);
   d.out = linear->weight.size(0);
   d.in = linear->weight.size(1);

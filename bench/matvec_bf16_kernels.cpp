@@ -1,6 +1,7 @@
 // bf16 weights' dense-layer kernels side by side, GMAC/s (median of 9) per rows of x: on rows, the
 // AVX-512 kernel that widens bf16 to f32, AVX-512 BF16's vdpbf16ps kernel (matvec_bf16_products)
-// and oneDNN's bf16 matmul (matvec_gemm_bf16); on the same weights in panels, matvec_bf16_panels.
+// and oneDNN's bf16 matmul (matvec_gemm_bf16); on the same weights in panels, matvec_bf16_panels
+// and, where the CPU has AMX, matvec_amx_bf16_panels (0 elsewhere).
 // Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/matvec_bf16_kernels.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvb
@@ -67,12 +68,20 @@ int main(int argc, char** argv) {
       };
       return static_cast<double>(matrices * n * out * in) / median_seconds(run) / 1e9;
     };
-    std::printf("n %2lld: widened %6.1f  vdpbf16ps %6.1f  oneDNN %6.1f  panels %6.1f GMAC/s\n",
-                static_cast<long long>(n),
-                gmacs([&](const MatVecParams& p) { matvec_avx512(p, pool, scratch); }),
-                gmacs([&](const MatVecParams& p) { matvec_bf16_products(p, pool, scratch); }),
-                gmacs([&](const MatVecParams& p) { matvec_gemm_bf16(p, scratch); }),
-                gmacs([&](const MatVecParams& p) { matvec_bf16_panels(p, pool, scratch); },
-                      WeightOrder::kPanels));
+    const double amx =
+        cpu_supports(CpuIsa::kAmx)
+            ? gmacs([&](const MatVecParams& p) { matvec_amx_bf16_panels(p, pool, scratch); },
+                    WeightOrder::kPanels)
+            : 0.0;
+    std::printf(
+        "n %2lld: widened %6.1f  vdpbf16ps %6.1f  oneDNN %6.1f  panels %6.1f  AMX panels %6.1f "
+        "GMAC/s\n",
+        static_cast<long long>(n),
+        gmacs([&](const MatVecParams& p) { matvec_avx512(p, pool, scratch); }),
+        gmacs([&](const MatVecParams& p) { matvec_bf16_products(p, pool, scratch); }),
+        gmacs([&](const MatVecParams& p) { matvec_gemm_bf16(p, scratch); }),
+        gmacs([&](const MatVecParams& p) { matvec_bf16_panels(p, pool, scratch); },
+              WeightOrder::kPanels),
+        amx);
   }
 }

@@ -21,8 +21,9 @@ namespace kvlab::infer {
 // Every buffer is sized at construction for max_batch sequences, the RoPE table for
 // max_tokens positions, and the cache's page lists up front: once constructed, step()
 // allocates nothing (tested with every heap allocation of the process counted) — except
-// where bf16 weights meet kBf16GemmMinRows or more sequences on a CPU with AMX: those products
-// are oneDNN's, whose primitive cache lookups allocate.
+// where bf16 weights stored as rows meet kBf16GemmMinRows or more sequences on a CPU with AMX
+// (one without AVX-512 BF16, which no AMX CPU is known to lack; panels elsewhere): those
+// products are oneDNN's, whose primitive cache lookups allocate.
 class DecodeModel {
  public:
   // `cache` must be laid out by the weights' attention spec (any cache dtype) and outlive

@@ -25,6 +25,7 @@ LoopChoice choose_loop(MacKind kind, bool cap_avx2) {
       if (cpu_supports(CpuIsa::kAvx2)) return {mac_loop_f32_avx2, "avx2 vfmadd231ps"};
       return {};
     case MacKind::kBf16:
+      if (avx512 && detect_cpu_isa() == CpuIsa::kAmx) return {mac_loop_bf16_amx, "amx tdpbf16ps"};
       if (avx512 && cpu_has_avx512_bf16()) return {mac_loop_bf16_avx512, "avx512 vdpbf16ps"};
       return {};
     case MacKind::kInt8:

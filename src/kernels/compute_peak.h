@@ -11,8 +11,9 @@
 namespace kvlab {
 
 // The multiply-add precisions whose peak rate `kvlab bench compute` measures: f32 FMA, bf16
-// dot products (vdpbf16ps: two products per f32 lane) and int8 dot products (vpdpbusd: four
-// u8 × s8 products per i32 lane).
+// dot products (vdpbf16ps: two products per f32 lane; AMX's tdpbf16ps where the decoder runs
+// AMX, as its dense layers then do) and int8 dot products (vpdpbusd: four u8 × s8 products per
+// i32 lane).
 enum class MacKind { kF32, kBf16, kInt8 };
 std::string_view mac_kind_name(MacKind kind);
 
@@ -44,5 +45,7 @@ int64_t mac_loop_f32_avx2(int64_t iterations, float* sink);
 int64_t mac_loop_f32_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_bf16_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_int8_avx512(int64_t iterations, float* sink);
+// AMX (compute_peak_amx.cpp): bf16 tile multiplies, as the dense kernels run them with AMX.
+int64_t mac_loop_bf16_amx(int64_t iterations, float* sink);
 
 }  // namespace kvlab

@@ -189,7 +189,8 @@ WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
       cpu_has_avx512_vnni()) {
     return WeightOrder::kInterleaved;
   }
-  if (dtype == DType::kBf16 && isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16()) {
+  if (dtype == DType::kBf16 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
+      cpu_has_avx512_bf16()) {
     return WeightOrder::kPanels;
   }
   return WeightOrder::kRows;
@@ -226,13 +227,15 @@ void FastDecoder::run(const MatVecParams& params) {
       matvec_reference(params);
     } else if (params.weight_order == WeightOrder::kInterleaved) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
+    } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
+      matvec_amx_bf16_panels(params, pool_, matvec_scratch_);
     } else {
       matvec_bf16_panels(params, pool_, matvec_scratch_);
     }
   } else if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
   } else if (matvec_runs_bf16_products(params)) {
-    if (isa_ == CpuIsa::kAmx) {
+    if (isa_ == CpuIsa::kAmx && params.n >= kBf16GemmMinRows) {
       matvec_gemm_bf16(params, matvec_scratch_);
     } else {
       matvec_bf16_products(params, pool_, matvec_scratch_);
@@ -261,6 +264,7 @@ int64_t bf16_product_min_rows(CpuIsa isa) {
     case CpuIsa::kAvx512:
       return cpu_has_avx512_bf16() ? kBf16ProductMinRows : 0;
     case CpuIsa::kAmx:
+      if (cpu_has_avx512_bf16()) return kBf16ProductMinRows;
       return bf16_gemm_native() ? kBf16GemmMinRows : 0;
   }
   return 0;

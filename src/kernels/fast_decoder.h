@@ -30,9 +30,10 @@ bool cpu_has_avx512_bf16();
 // AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
 bool cpu_has_avx512_vnni();
 // The fewest rows of x from which the dense layers multiply bf16 weights in bf16 products (x
-// rounded to bf16) on `isa`: from kBf16ProductMinRows with AVX-512 BF16 (matvec_bf16_panels, or
-// matvec_bf16_products over rows), oneDNN's matmul (tiles) from kBf16GemmMinRows with AMX; 0 where
-// they never do (the rows are then widened to f32 in registers).
+// rounded to bf16) on `isa`: from kBf16ProductMinRows with AVX-512 BF16 (matvec_bf16_panels, with
+// AMX matvec_amx_bf16_panels, or matvec_bf16_products over rows); oneDNN's matmul from
+// kBf16GemmMinRows with AMX but no AVX-512 BF16; 0 where they never do (the rows are then widened
+// to f32 in registers).
 int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
@@ -41,8 +42,8 @@ DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
 // The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`: q8_0
 // interleaved (matvec_q8_0_interleaved) where it runs AVX-512 or AMX and the CPU has VNNI; bf16 in
-// panels (matvec_bf16_panels) where it runs AVX-512 with AVX-512 BF16 (with AMX, rows: oneDNN's
-// matmul reads them from kBf16GemmMinRows); rows elsewhere.
+// panels where it runs AVX-512 or AMX and the CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX
+// from kAmxPanelMinRows rows matvec_amx_bf16_panels); rows elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
@@ -112,9 +113,10 @@ class FastDecoder {
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
   // The dense layers around attention (projections, MLP, LM head): bf16 products where
-  // matvec_runs_bf16_products says (AVX-512 BF16's kernel, or oneDNN's matmul with AMX), the
-  // AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar reference on kScalar).
-  // Interleaved q8_0 weights run matvec_q8_0_interleaved, bf16 panels matvec_bf16_panels, where
+  // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
+  // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
+  // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, bf16 panels
+  // matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows), where
   // fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights stored
   // for another decoder's ISA).
   void run(const MatVecParams& params);

@@ -15,7 +15,11 @@ bool matvec_supports(DType dtype) { return dtype != DType::kFp8; }
 
 void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (p.weight_dtype == DType::kBf16) {
-    const auto need = static_cast<size_t>(p.n * bf16_row_stride(p.in));
+    // whole blocks of 16 rows, each a chunk longer: the AMX kernel's last block of x is padded
+    // with zero rows, and its rows lie a chunk more than whole pages apart where they would be
+    // whole pages apart (matvec_amx_bf16_panels.cpp)
+    const int64_t rows = (p.n + 15) / 16 * 16;
+    const auto need = static_cast<size_t>(rows * (bf16_row_stride(p.in) + kBf16RowChunk));
     if (scratch.bf16.size() < need) scratch.bf16.resize(need);
   }
   if (is_element_dtype(p.weight_dtype)) return;

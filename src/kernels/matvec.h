@@ -67,13 +67,20 @@ void interleave_q8_0_rows(const std::byte* ggml_rows, int64_t n_rows, int64_t wi
 // Block k of an interleaved row in ggml's layout (row_bytes(kQ8_0, 32) bytes).
 void interleaved_q8_0_block(const std::byte* row, int64_t width, int64_t k, std::byte* block);
 
+// x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
+constexpr int64_t kBf16RowChunk = 32;
+constexpr int64_t bf16_row_stride(int64_t in) {
+  return (in + kBf16RowChunk - 1) / kBf16RowChunk * kBf16RowChunk;
+}
+
 // bf16 panels (WeightOrder::kPanels): output rows in panels of kPanelRows; panel p holds rows
 // 16p..16p+15, and for each pair j of input elements (2j, 2j+1) the sixteen rows' pairs in row
 // order, 64 bytes: element (o, i) of the matrix at bf16 index
-// (o / 16) · panel_elements + (i / 2) · 32 + (o % 16) · 2 + i % 2. An odd `in` gets a zero last
-// element, the last panel zero rows up to 16.
+// (o / 16) · panel_elements + (i / 2) · 32 + (o % 16) · 2 + i % 2. The inputs are padded with
+// zeros to whole chunks of kBf16RowChunk (an AMX tile multiply takes 32 inputs of a panel, one
+// contiguous KiB), the last panel with zero rows up to 16.
 constexpr int64_t kPanelRows = 16;
-constexpr int64_t bf16_panel_elements(int64_t in) { return (in + 1) / 2 * 2 * kPanelRows; }
+constexpr int64_t bf16_panel_elements(int64_t in) { return bf16_row_stride(in) * kPanelRows; }
 constexpr int64_t bf16_panel_count(int64_t out) { return (out + kPanelRows - 1) / kPanelRows; }
 constexpr int64_t bf16_panel_bytes(int64_t out, int64_t in) {
   return bf16_panel_count(out) * bf16_panel_elements(in) * 2;
@@ -94,12 +101,6 @@ struct MatVecScratch {
   std::vector<int32_t> block_bias;
   std::vector<float> block_scales;
 };
-
-// x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
-constexpr int64_t kBf16RowChunk = 32;
-constexpr int64_t bf16_row_stride(int64_t in) {
-  return (in + kBf16RowChunk - 1) / kBf16RowChunk * kBf16RowChunk;
-}
 
 // From this many rows of x, bf16 weights on a CPU that multiplies bf16 in hardware
 // (bf16_gemm_native) go through oneDNN's matmul instead (matvec_gemm_bf16): at 16–64 rows it
@@ -153,5 +154,13 @@ void matvec_q8_0_interleaved(const MatVecParams& params, ThreadPool& pool, MatVe
 // x rounded to bf16 as matvec_bf16_products rounds it, each panel load one vdpbf16ps per row of
 // x (up to six rows, four panels a tile).
 void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// AMX over bf16 panels (matvec_amx_bf16_panels.cpp): x's rows rounded to bf16 as
+// matvec_bf16_products rounds them, in blocks of 16 rows (the last padded with zero rows); each
+// tile multiply (tdpbf16ps) takes 32 inputs of one panel — a contiguous KiB — against a block of
+// x, two panels × two blocks of x a pass, f32 sums.
+void matvec_amx_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// From this many rows of x, bf16 panels on a CPU with AMX go through matvec_amx_bf16_panels
+// (below it, matvec_bf16_panels).
+constexpr int64_t kAmxPanelMinRows = 2;
 
 }  // namespace kvlab

@@ -922,7 +922,8 @@ TEST(CliCompareTest, ConvertSuiteSmokeRun) {
       "bench decode --attn mqa --heads 2 --head-dim 16 --context 16 --repeats 1 --rotate-mib 1 "
       "--format json");
   ASSERT_EQ(isa.exit_code, 0) << isa.err;
-  const bool amx = nlohmann::json::parse(isa.out)["isa"] == "amx";
+  const bool amx =
+      nlohmann::json::parse(isa.out)["isa"] == "avx512+amx";  // cpu_isa_name(CpuIsa::kAmx)
   EXPECT_EQ(teacher_rows[1]["key_order"], amx ? "rows" : "pairs") << teacher_rows[1];
   const RunResult bad =
       run_kvlab("compare --suite convert --steps 4 --attn gla:hc=2 --out " + dir + "/bad");

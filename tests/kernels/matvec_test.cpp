@@ -176,8 +176,8 @@ TEST_P(MatVecIsaTest, NanInputsStayNanAndFp8WeightsAreRefused) {
 }
 
 // From bf16_product_min_rows() rows, bf16 weights on a CPU with hardware bf16 products multiply
-// x rounded to bf16 (AVX-512 BF16's kernel; oneDNN's matmul with AMX): the reference on the
-// rounded x, to f32 sums; below it the widening kernels keep x in f32.
+// x rounded to bf16 (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from kBf16GemmMinRows):
+// the reference on the rounded x, to f32 sums; below it the widening kernels keep x in f32.
 TEST(MatVecTest, Bf16ProductsMatchTheReferenceOnRoundedInputs) {
   const int64_t min_rows = bf16_product_min_rows();
   if (min_rows == 0) GTEST_SKIP() << "no hardware bf16 products (AVX-512 BF16 or AMX) on this CPU";
@@ -295,7 +295,8 @@ TEST(MatVecTest, InterleavedQ8_0RowsReadBackExactly) {
 }
 
 // Normal weights [out][in], bias [out] and n rows of x (x_stride apart) for a reordered layout's
-// test; with three rows, a NaN in row 1 only.
+// test; with three rows (or 35: three blocks of 16), a NaN in row 1 only.
+bool has_nan_row(int64_t n) { return n == 3 || n == 35; }
 struct RandomProblem {
   std::vector<float> w, b, x;
 };
@@ -308,17 +309,17 @@ RandomProblem random_problem(std::mt19937& rng, int64_t in, int64_t out, int64_t
   for (std::vector<float>* values : {&r.w, &r.b, &r.x}) {
     for (float& v : *values) v = normal(rng);
   }
-  if (n == 3) r.x[static_cast<size_t>(x_stride + in / 2)] = NAN;
+  if (has_nan_row(n)) r.x[static_cast<size_t>(x_stride + in / 2)] = NAN;
   return r;
 }
 
 // A reordered layout's results (WeightOrder) against the reference on plain rows, `expected`:
 // the reference reading the reordered weights equal to it exactly, the decoder within f32
-// rounding of `in` products, NaN where it is NaN (random_problem's row 1 of three).
+// rounding of `in` products, NaN where it is NaN (random_problem's row 1).
 void expect_reordered_matches(const std::vector<float>& expected,
                               const std::vector<float>& read_back, const std::vector<float>& actual,
                               int64_t in, int64_t n, int64_t y_stride) {
-  if (n == 3) {
+  if (has_nan_row(n)) {
     ASSERT_TRUE(std::isnan(actual[static_cast<size_t>(y_stride)]));
   }
   for (size_t i = 0; i < actual.size(); ++i) {
@@ -378,8 +379,9 @@ TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
   EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // interleaved bf16 is no layout
 }
 
-// bf16 panels move elements only: every element of odd shapes (a partial last panel, an odd
-// input width) reads back at bf16_panel_index, the padding is zero, and the order is not rows'.
+// bf16 panels move elements only: every element of odd shapes (a partial last panel, an input
+// width that is no multiple of 32) reads back at bf16_panel_index, the padding is zero, and the
+// order is not rows'.
 TEST(MatVecTest, Bf16PanelsReadBackExactly) {
   std::mt19937 rng(29);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -389,7 +391,7 @@ TEST(MatVecTest, Bf16PanelsReadBackExactly) {
       std::vector<uint16_t> rows(static_cast<size_t>(out * in));
       for (uint16_t& v : rows) v = f32_to_bf16(normal(rng));
       const int64_t bytes = bf16_panel_bytes(out, in);
-      ASSERT_EQ(bytes, (out + 15) / 16 * 16 * ((in + 1) / 2 * 2) * 2);
+      ASSERT_EQ(bytes, (out + 15) / 16 * 16 * ((in + 31) / 32 * 32) * 2);
       std::vector<uint16_t> panels(static_cast<size_t>(bytes / 2), 0xFFFF);
       pack_bf16_panels(rows.data(), out, in, reinterpret_cast<std::byte*>(panels.data()));
       std::vector<bool> used(panels.size(), false);
@@ -418,16 +420,20 @@ TEST(MatVecTest, Bf16PanelsReadBackExactly) {
 }
 
 // bf16 panels through the decoder (AVX-512 BF16's panel kernel where fastest_weight_order says
-// so, the reference elsewhere) against the reference on plain rows of the same weights: odd
-// shapes (partial panels, odd widths, one to three panels left after the four-panel runs),
-// strides, batches of one (x in f32) and of 2..13 (x rounded to bf16: six rows a tile, then the
-// rest), bias, a NaN in one row of x. The reference reading panels equals it exactly.
+// so, from kAmxPanelMinRows rows AMX's tiles where the decoder runs AMX, the reference elsewhere)
+// against the reference on plain rows of the same weights: odd shapes (partial panels, odd
+// widths, one to three panels left after the four-panel runs), strides, batches of one (x in f32)
+// and of 2..13 (x rounded to bf16: six rows a tile, then the rest; one block of x for the tiles),
+// of 17..40 (the tiles' blocks of 16 rows in twos, then one, the last padded), bias, a NaN in one
+// row of x. The reference reading panels equals it exactly.
 TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   std::mt19937 rng(31);
   FastDecoder fast(2, detect_cpu_isa());
+  const bool stores_panels = fastest_weight_order(DType::kBf16) == WeightOrder::kPanels;
   std::cout << "[ INFO     ] bf16 panels on this CPU: "
-            << (fastest_weight_order(DType::kBf16) == WeightOrder::kPanels ? "AVX-512 BF16 kernel"
-                                                                           : "the scalar reference")
+            << (!stores_panels               ? "the scalar reference"
+                : fast.isa() == CpuIsa::kAmx ? "AVX-512 BF16 kernel at 1 row, AMX tiles from 2"
+                                             : "AVX-512 BF16 kernel")
             << "\n";
   const auto check = [&](int64_t in, int64_t out, int64_t n) {
     SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
@@ -465,9 +471,13 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
     for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
       for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) check(in, out, n);
     }
+    for (int64_t out : {17, 33, 200}) {
+      for (int64_t n : {16, 17, 32, 33, 40}) check(in, out, n);
+    }
   }
   check(2600, 40, 13);  // x rounded on the pool (33,800 elements)
   check(11001, 20, 3);  // the same, with a NaN in row 1
+  check(1100, 20, 35);  // a NaN in row 1 among three blocks of x
   std::vector<float> w(64), x(64), y(1);
   MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
   wrong.weight_order = WeightOrder::kPanels;

@@ -1,0 +1,60 @@
+// The register loop of the bf16 compute peak with AMX tiles (tdpbf16ps). Only called where the
+// CPU has AMX and the process the tile permission (cpu_supports(CpuIsa::kAmx)).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/compute_peak.h"
+
+namespace kvlab {
+namespace {
+
+// Eight tiles of 16 rows × 64 bytes: four f32 sums (tmm0..3) from two A tiles (tmm4, 5) and two
+// B tiles (tmm6, 7), as the dense kernel's two × two pass.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+constexpr int64_t kTileMacs = 16 * 16 * 32;  // one tdpbf16ps: 16 × 16 sums of 32 products
+
+}  // namespace
+
+int64_t mac_loop_bf16_amx(int64_t iterations, float* sink) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t operand[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) operand[i] = 0x3C00;  // bf16 0.0078125
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  // a tile multiply is ~700× a vector FMA's work: fewer rounds for the same ~20 ms
+  const int64_t rounds = iterations / 16;
+  for (int64_t i = 0; i < rounds; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float sums[16 * 16];
+  _tile_stored(0, sums, 64);
+  *sink += sums[0];
+  _tile_stored(3, sums, 64);
+  *sink += sums[255];
+  _tile_release();
+  return rounds * 4 * kTileMacs;
+}
+
+}  // namespace kvlab

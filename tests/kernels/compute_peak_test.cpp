@@ -1,0 +1,41 @@
+#include "kernels/compute_peak.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "kernels/fast_decoder.h"
+
+namespace kvlab {
+namespace {
+
+// The bf16 peak is measured with the instruction the dense layers' bf16 products run: AMX's
+// tile multiply where the decoder runs AMX, vdpbf16ps where it has AVX-512 BF16 only, none
+// elsewhere; each loop counts the multiply-adds it did (a tile multiply 16 × 16 × 32) and leaves
+// a finite sum of its products in the sink.
+TEST(ComputePeakTest, Bf16PeakUsesTheInstructionOfTheDenseProducts) {
+  ThreadPool pool(1);
+  const std::optional<ComputePeak> peak = measure_compute_peak(MacKind::kBf16, pool, 1);
+  if (detect_cpu_isa() == CpuIsa::kAmx) {
+    ASSERT_TRUE(peak.has_value());
+    EXPECT_EQ(peak->isa, "amx tdpbf16ps");
+    float sink = 0;
+    EXPECT_EQ(mac_loop_bf16_amx(160, &sink), 10 * 4 * 16 * 16 * 32);
+    // every product 2^-7 · 2^-7, 32 a sum, 10 rounds into sums[0] and sums[255]
+    EXPECT_FLOAT_EQ(sink, 2.0f * 10 * 32 * std::ldexp(1.0f, -14));
+  } else if (cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16()) {
+    ASSERT_TRUE(peak.has_value());
+    EXPECT_EQ(peak->isa, "avx512 vdpbf16ps");
+  } else {
+    EXPECT_FALSE(peak.has_value());
+  }
+  if (peak.has_value()) {
+    std::cout << "[ INFO     ] bf16 peak: " << peak->isa << ", " << peak->median()
+              << " G multiply-adds/s on one thread\n";
+    EXPECT_GT(peak->median(), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

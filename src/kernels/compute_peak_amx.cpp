@@ -4,31 +4,20 @@
 
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/compute_peak.h"
 
 namespace kvlab {
 namespace {
-
-// Eight tiles of 16 rows × 64 bytes: four f32 sums (tmm0..3) from two A tiles (tmm4, 5) and two
-// B tiles (tmm6, 7), as the dense kernel's two × two pass.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 constexpr int64_t kTileMacs = 16 * 16 * 32;  // one tdpbf16ps: 16 × 16 sums of 32 products
 
 }  // namespace
 
 int64_t mac_loop_bf16_amx(int64_t iterations, float* sink) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = 16;
-    config.colsb[t] = 64;
-  }
+  // four f32 sums (tmm0..3) from two A tiles (tmm4, 5) and two B tiles (tmm6, 7), as the dense
+  // kernel's two × two pass
+  const AmxTileConfig config = full_tiles_config(8);
   _tile_loadconfig(&config);
   alignas(64) uint16_t operand[16 * 32];
   for (int i = 0; i < 16 * 32; ++i) operand[i] = 0x3C00;  // bf16 0.0078125

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/page_layout.h"

@@ -48,8 +48,8 @@ WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
 // takes them (CacheLayout::takes_key_pairs), except with AMX, whose tile path reads key rows
-// (pairs measured faster with AVX-512 and AVX2, not yet on an AMX host:
-// docs/kernels/decode-attention.md, v14); rows elsewhere.
+// (pairs measured faster with AVX-512 and AVX2: docs/kernels/decode-attention.md, v14; on an AMX
+// host alike within its noise: docs/kernels/dense-decode.md); rows elsewhere.
 KeyOrder fastest_key_order(const CacheLayout& layout, CpuIsa isa = detect_cpu_isa());
 
 // What the vector kernels (every ISA, float and int8) keep between calls: it only grows, so

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/matvec.h"
 
 namespace kvlab {
@@ -20,24 +21,8 @@ constexpr int64_t kTileRowsX = 16;
 constexpr int64_t kChunkElements = kBf16RowChunk;                     // 32 inputs a tile multiply
 constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf16: one B tile
 
-// Eight tiles: sums C[i][j] in tmm0..3 (x block i, panel j: tmm 2i + j), x blocks in tmm4, 5,
-// panels in tmm6, 7. Every tile 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig tile_config() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  return c;
-}
+// Eight tiles (full_tiles_config(8)): sums C[i][j] in tmm0..3 (x block i, panel j: tmm 2i + j), x
+// blocks in tmm4, 5, panels in tmm6, 7.
 
 // How far ahead of the chunk it multiplies the first pass over a pair of panels prefetches each
 // of them into L1 (the tiles' loads wait on memory otherwise): 4 KiB a panel. Measured on the
@@ -122,7 +107,7 @@ inline __attribute__((always_inline)) void tile_block(const MatVecParams& p, con
 // cache.
 void panel_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t first,
                  int64_t last) {
-  const TileConfig config = tile_config();
+  const AmxTileConfig config = full_tiles_config(8);
   alignas(64) float sums[kTileRowsX * kPanelRows];
   _tile_loadconfig(&config);
   const int64_t blocks = (p.n + kTileRowsX - 1) / kTileRowsX;

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <cstdint>
+
+namespace kvlab {
+
+// LDTILECFG's 64-byte operand (palette 1): each tile's rows and bytes a row; tiles left at 0 are
+// unused. The AMX kernels (decode attention's tile scores, the dense layers' bf16 products, the
+// bf16 compute peak) each load one before their tiles and release them after.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0..count-1 at their largest: 16 rows of 64 bytes.
+inline AmxTileConfig full_tiles_config(int count) {
+  AmxTileConfig c;
+  for (int t = 0; t < count; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  return c;
+}
+
+}  // namespace kvlab

@@ -22,6 +22,21 @@ double micros_since(Clock::time_point start) {
 
 int64_t max_of(std::initializer_list<int64_t> values) { return std::max(values); }
 
+// fn(first, last) over the rows [0, rows): on the calling thread alone below
+// kRowsOnPoolElements elements, else in one contiguous share a thread on the decoder's pool (the
+// norms, residual adds and gated activations of a large batch, which are otherwise the only
+// serial part of a step).
+constexpr int64_t kRowsOnPoolElements = int64_t{1} << 15;
+template <class Fn>
+void split_rows(ThreadPool& pool, int64_t rows, int64_t elements_per_row, Fn&& fn) {
+  if (rows * elements_per_row < kRowsOnPoolElements || pool.size() == 1) {
+    fn(int64_t{0}, rows);
+    return;
+  }
+  const int64_t tasks = std::min<int64_t>(rows, pool.size());
+  pool.parallel_for(tasks, [&](int64_t t) { fn(rows * t / tasks, rows * (t + 1) / tasks); });
+}
+
 }  // namespace
 
 DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads, int64_t max_batch,
@@ -89,13 +104,16 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
 void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) {
   const int64_t width = m.up.out, D = w_.shape.d_model;
   step_.dense(m.up, x, D, mlp_a_.data(), width, n);  // [n, width]
-  if (m.kind == MlpKind::kSwiglu) {
-    step_.dense(m.gate, x, D, mlp_b_.data(), width, n);
-    swiglu_forward(mlp_b_.data(), mlp_a_.data(), n * width);
-  } else {  // torch's exact x Φ(x), or GPT-2's tanh form
-    gelu_forward(m.kind == MlpKind::kGeluTanh ? GeluForm::kTanh : GeluForm::kErf, mlp_a_.data(),
-                 mlp_a_.data(), n * width);
-  }
+  if (m.kind == MlpKind::kSwiglu) step_.dense(m.gate, x, D, mlp_b_.data(), width, n);
+  split_rows(decoder_.pool(), n, width, [&](int64_t first, int64_t last) {
+    float* a = mlp_a_.data() + first * width;
+    const int64_t elements = (last - first) * width;
+    if (m.kind == MlpKind::kSwiglu) {
+      swiglu_forward(mlp_b_.data() + first * width, a, elements);
+    } else {  // torch's exact x Φ(x), or GPT-2's tanh form
+      gelu_forward(m.kind == MlpKind::kGeluTanh ? GeluForm::kTanh : GeluForm::kErf, a, a, elements);
+    }
+  });
   step_.dense(m.down, mlp_a_.data(), width, y, D, n);  // [n, D]
 }
 
@@ -239,24 +257,28 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
       }
     }
   }
+  // hidden += `residual` (unless null), then normed = norm(hidden), row by row
+  const auto add_and_norm = [&](const float* residual, const NormWeights& norm) {
+    split_rows(decoder_.pool(), n, D, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        float* h = hidden_.data() + b * D;
+        if (residual != nullptr) {
+          for (int64_t i = 0; i < D; ++i) h[i] += residual[b * D + i];
+        }
+        apply_norm(norm, h, normed_.data() + b * D);
+      }
+    });
+  };
+  const float* residual = nullptr;  // the last block's MLP output, added before the next norm
   for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
     const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
-    for (int64_t b = 0; b < n; ++b) {
-      apply_norm(block.input_norm, hidden_.data() + b * D, normed_.data() + b * D);
-    }
+    add_and_norm(residual, block.input_norm);
     block.attention->run(step_, l, normed_.data(), block_out_.data(), n);
-    for (int64_t i = 0; i < n * D; ++i)
-      hidden_[static_cast<size_t>(i)] += block_out_[static_cast<size_t>(i)];
-    for (int64_t b = 0; b < n; ++b) {
-      apply_norm(block.post_attention_norm, hidden_.data() + b * D, normed_.data() + b * D);
-    }
+    add_and_norm(block_out_.data(), block.post_attention_norm);
     feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
-    for (int64_t i = 0; i < n * D; ++i)
-      hidden_[static_cast<size_t>(i)] += mlp_out_[static_cast<size_t>(i)];
+    residual = mlp_out_.data();
   }
-  for (int64_t b = 0; b < n; ++b) {
-    apply_norm(w_.final_norm, hidden_.data() + b * D, normed_.data() + b * D);
-  }
+  add_and_norm(residual, w_.final_norm);
   step_.dense(w_.lm_head, normed_.data(), D, logits, V, n);
   if (step_.profile_ != nullptr) {
     step_.profile_->step_us += micros_since(step_start);

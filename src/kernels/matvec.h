@@ -102,9 +102,10 @@ struct MatVecScratch {
   std::vector<float> block_scales;
 };
 
-// From this many rows of x, bf16 weights on a CPU that multiplies bf16 in hardware
-// (bf16_gemm_native) go through oneDNN's matmul instead (matvec_gemm_bf16): at 16–64 rows it
-// measured 1.8–2.8× the AVX-512 kernel's rate (docs/kernels/dense-decode.md).
+// From this many rows of x, bf16 weights stored as rows on an AMX CPU go through oneDNN's matmul
+// (matvec_gemm_bf16): at 16–64 rows it measured 1.8–2.8× the widening AVX-512 kernel's rate, and
+// 0.45–0.61× matvec_amx_bf16_panels' over the panels the decoder stores on such CPUs
+// (docs/kernels/dense-decode.md).
 constexpr int64_t kBf16GemmMinRows = 16;
 
 // y = W x + b for bf16 weights with x rounded to bf16 (nearest even) and f32 sums: oneDNN's
@@ -112,9 +113,10 @@ constexpr int64_t kBf16GemmMinRows = 16;
 // matrix-vector kernels' (which keep x in f32) by x's rounding.
 void matvec_gemm_bf16(const MatVecParams& params, MatVecScratch& scratch);
 
-// From this many rows of x, bf16 weights on a CPU with AVX-512 BF16 but no AMX are multiplied in
-// bf16 products: matvec_bf16_panels over panels (the order such a decoder stores them in),
-// matvec_bf16_products over rows (docs/kernels/dense-decode.md has the measurements).
+// From this many rows of x, bf16 weights on a CPU with AVX-512 BF16 are multiplied in bf16
+// products: matvec_bf16_panels over panels (the order such a decoder stores them in; with AMX,
+// matvec_amx_bf16_panels), matvec_bf16_products over rows (docs/kernels/dense-decode.md has the
+// measurements).
 constexpr int64_t kBf16ProductMinRows = 2;
 
 // y = W x + b for bf16 weight rows with x rounded to bf16 (nearest even) and f32 sums, as

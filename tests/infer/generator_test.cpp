@@ -309,6 +309,40 @@ TEST(GeneratorTest, RaggedBatchEqualsEachSequenceAlone) {
   }
 }
 
+// A batch wide enough (128 rows of d 256) that the step's norms, residual adds and activation go
+// on the pool, a contiguous share of rows a thread: rows from both shares equal their sequences
+// decoded alone, for SwiGLU with RMSNorm and for GELU with LayerNorm.
+TEST(GeneratorTest, WideBatchOnThePoolEqualsEachSequenceAlone) {
+  torch::manual_seed(43);
+  for (bool llama : {true, false}) {
+    SCOPED_TRACE(llama ? "swiglu, rmsnorm" : "gelu, layernorm");
+    ModelShape shape = small_shape(PosScheme::kRope);
+    if (llama) testing::make_llama(shape);
+    shape.d_model = 256;
+    shape.head_dim = 64;
+    shape.mlp_width = 384;
+    nn::TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
+    constexpr int64_t kRows = 128;  // 128 × 256 = 32 k elements: on the pool
+    Generator batch(model, DType::kF32, 16, kRows, 2);
+    std::vector<int32_t> seqs;
+    std::vector<int64_t> next;
+    const auto prompt_of = [](int64_t r) { return std::vector<int64_t>{r % 11, (r / 11) % 11}; };
+    for (int64_t r = 0; r < kRows; ++r) {
+      seqs.push_back(batch.add_sequence());
+      batch.feed(seqs.back(), prompt_of(r));
+      next.push_back((r * 7) % 11);
+    }
+    const torch::Tensor stepped = batch.step(seqs, next);  // [128, V]
+    for (int64_t r : {0, 1, 63, 64, 126, 127}) {
+      SCOPED_TRACE(r);
+      Generator alone(model, DType::kF32, 16, 1, 1);
+      const int32_t x = alone.add_sequence();
+      alone.feed(x, prompt_of(r));
+      EXPECT_LT(max_abs_diff(stepped[r], alone.step({x}, {next[static_cast<size_t>(r)]})[0]), 1e-5);
+    }
+  }
+}
+
 TEST(GeneratorTest, SamplingRespectsTemperatureTopKAndTopP) {
   const torch::Tensor logits = torch::tensor({0.0, 3.0, 1.0, 2.9});
   std::mt19937_64 rng(1);

@@ -15,11 +15,9 @@ bool matvec_supports(DType dtype) { return dtype != DType::kFp8; }
 
 void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (p.weight_dtype == DType::kBf16) {
-    // whole blocks of 16 rows, each a chunk longer: the AMX kernel's last block of x is padded
-    // with zero rows, and its rows lie a chunk more than whole pages apart where they would be
-    // whole pages apart (matvec_amx_bf16_panels.cpp)
-    const int64_t rows = (p.n + 15) / 16 * 16;
-    const auto need = static_cast<size_t>(rows * (bf16_row_stride(p.in) + kBf16RowChunk));
+    // whole blocks of rows at the AMX kernel's stride (the widest of the bf16 kernels' layouts)
+    const int64_t rows = (p.n + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;
+    const auto need = static_cast<size_t>(rows * bf16_tile_row_stride(p.in));
     if (scratch.bf16.size() < need) scratch.bf16.resize(need);
   }
   if (is_element_dtype(p.weight_dtype)) return;

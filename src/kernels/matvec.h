@@ -73,6 +73,15 @@ constexpr int64_t bf16_row_stride(int64_t in) {
   return (in + kBf16RowChunk - 1) / kBf16RowChunk * kBf16RowChunk;
 }
 
+// How the AMX kernel lays out x's rounded rows: blocks of kBf16TileRows rows (the last padded with
+// zero rows), rows bf16_tile_row_stride(in) elements apart — a chunk more than bf16_row_stride
+// where that is a whole number of 4 KiB pages, which would put a tile's 16 rows in one L1 set.
+constexpr int64_t kBf16TileRows = 16;
+constexpr int64_t bf16_tile_row_stride(int64_t in) {
+  return bf16_row_stride(in) * 2 % 4096 == 0 ? bf16_row_stride(in) + kBf16RowChunk
+                                             : bf16_row_stride(in);
+}
+
 // bf16 panels (WeightOrder::kPanels): output rows in panels of kPanelRows; panel p holds rows
 // 16p..16p+15, and for each pair j of input elements (2j, 2j+1) the sixteen rows' pairs in row
 // order, 64 bytes: element (o, i) of the matrix at bf16 index

@@ -17,7 +17,7 @@ namespace {
 // A tile multiply (tdpbf16ps) takes 16 rows of x × 32 input elements (the A tile) against the
 // same 32 elements of one panel's 16 output rows (the B tile: a panel's 16 pairs of inputs, 64
 // bytes each, are one contiguous KiB in exactly the order the tile wants) into 16 × 16 f32 sums.
-constexpr int64_t kTileRowsX = 16;
+constexpr int64_t kTileRowsX = kBf16TileRows;
 constexpr int64_t kChunkElements = kBf16RowChunk;                     // 32 inputs a tile multiply
 constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf16: one B tile
 
@@ -132,8 +132,7 @@ void matvec_amx_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScrat
   reserve_matvec_scratch(p, scratch);
   // rows of x a whole number of 4 KiB apart would fall in one set of L1: a tile load of 16 rows
   // (the tiles re-read x once per pair of panels) missed in it every time
-  int64_t xs = bf16_row_stride(p.in);
-  if (xs * static_cast<int64_t>(sizeof(uint16_t)) % 4096 == 0) xs += kChunkElements;
+  const int64_t xs = bf16_tile_row_stride(p.in);
   round_rows(p, scratch.bf16.data(), xs, pool);
   // the last block of x's rows padded with zero rows (the scratch holds whole blocks)
   const int64_t padded = (p.n + kTileRowsX - 1) / kTileRowsX * kTileRowsX;

@@ -478,6 +478,7 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   check(2600, 40, 13);  // x rounded on the pool (33,800 elements)
   check(11001, 20, 3);  // the same, with a NaN in row 1
   check(1100, 20, 35);  // a NaN in row 1 among three blocks of x
+  check(2040, 33, 40);  // rows of 2048 rounded elements: the tiles' x a chunk more than 4 KiB apart
   std::vector<float> w(64), x(64), y(1);
   MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
   wrong.weight_order = WeightOrder::kPanels;

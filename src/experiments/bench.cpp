@@ -184,17 +184,17 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   }
   const int threads = nn::set_threads(b.threads);
   // the ceilings of a step: every weight and every sequence's cache read once at the measured
-  // bandwidth, and its multiply-adds at the measured f32 FMA peak (the dense kernels widen every
-  // float weight dtype to f32; q8_0/q4_0 run integer dot products, whose peak is not this one).
-  // Measured once the first row's memory is known to fit (the probes take seconds).
-  double gb_per_s = 0, f32_gmacs = 0, bf16_gmacs = 0;
+  // bandwidth, and its multiply-adds at the measured peak of the products its dense layers run
+  // (StepCeilings::product_gmacs). Measured once the first row's memory is known to fit (the
+  // probes take seconds).
+  StepCeilings ceilings;
   const int64_t bf16_rows = bf16_product_min_rows();  // 0: never
+  const int64_t q8_0_rows = q8_0_tile_min_rows();     // 0: never
   bool measured_ceilings = false;
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
     measured_ceilings = true;
-    const StepCeilings c = measure_step_ceilings(threads);
-    gb_per_s = c.gb_per_s, f32_gmacs = c.f32_gmacs, bf16_gmacs = c.bf16_gmacs;
+    ceilings = measure_step_ceilings(threads);
   };
   nlohmann::json rows = nlohmann::json::array();
   Table table({"attn", "weights", "batch", "precision", "keys", "prompt", "generated",
@@ -317,15 +317,12 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                                           (mean_prompt + steps / 2) /
                                           (mean_prompt + static_cast<double>(b.generate));
           const double memory_ms =
-              (static_cast<double>(weight_bytes) + mean_cache_bytes) / (gb_per_s * 1e6);
+              (static_cast<double>(weight_bytes) + mean_cache_bytes) / (ceilings.gb_per_s * 1e6);
           const double macs = static_cast<double>(batch) *
                               static_cast<double>(config.param_count().value() -
                                                   config.shape.vocab_size * config.shape.d_model);
-          const bool bf16_products =
-              weight_dtype == DType::kBf16 && bf16_rows > 0 && batch >= bf16_rows && bf16_gmacs > 0;
-          const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
-          const double compute_ms =
-              is_element_dtype(weight_dtype) && peak_gmacs > 0 ? macs / (peak_gmacs * 1e6) : 0.0;
+          const double peak_gmacs = ceilings.product_gmacs(weight_dtype, batch);
+          const double compute_ms = peak_gmacs > 0 ? macs / (peak_gmacs * 1e6) : 0.0;
           const double roofline_ms = std::max(memory_ms, compute_ms);
           const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
           const double dense_ms = profile.dense_us / per_step / 1e3;
@@ -381,9 +378,13 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   }
   measure_ceilings();  // (no row: the header still states them)
   if (b.format == "json") {
-    out << nlohmann::json{{"bandwidth_gb_per_s", gb_per_s}, {"f32_peak_gmacs", f32_gmacs},
-                          {"bf16_peak_gmacs", bf16_gmacs},  {"threads", threads},
-                          {"cpu", cpu_model_name()},        {"rows", rows}}
+    out << nlohmann::json{{"bandwidth_gb_per_s", ceilings.gb_per_s},
+                          {"f32_peak_gmacs", ceilings.f32_gmacs},
+                          {"bf16_peak_gmacs", ceilings.bf16_gmacs},
+                          {"int8_block_peak_gmacs", ceilings.int8_block_gmacs},
+                          {"threads", threads},
+                          {"cpu", cpu_model_name()},
+                          {"rows", rows}}
                .dump(2)
         << "\n";
   } else {
@@ -404,11 +405,16 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "sequence's cache at the mean context once per step at {:.2f} GB/s (bench "
                "memory's probe, measured now), or, where longer (c), one multiply-add per "
                "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes; "
-               "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s); "
+               "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
                "dense / attention / other: one more generation with the kernels timed; keys: "
                "the cache's key order (--key-order)\n\n",
-               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, gb_per_s, f32_gmacs,
-               bf16_rows, bf16_gmacs)
+               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, ceilings.gb_per_s,
+               ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
+               q8_0_rows > 0 ? fmt::format("; q8_0 weights from batch {} run AMX int8 tiles a "
+                                           "q8_0 block a multiply: their peak, {:.1f} GMAC/s; "
+                                           "q8_0/q4_0 weights otherwise: none",
+                                           q8_0_rows, ceilings.int8_block_gmacs)
+                             : std::string("; q8_0/q4_0 weights: none"))
         << table.to_markdown();
   }
   return 0;
@@ -446,7 +452,7 @@ int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
   nlohmann::json rows = nlohmann::json::array();
   Table table({"precision", "instruction", "G multiply-adds/s", "min–max", "per thread", "vs f32"});
   double f32 = 0;
-  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8}) {
+  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8, MacKind::kInt8Blocks}) {
     const std::optional<ComputePeak> peak = measure_compute_peak(kind, pool, c.repeats);
     const std::string name(mac_kind_name(kind));
     if (!peak) {

@@ -339,6 +339,7 @@ int run_compare_serve_url(const CompareOptions& o, const ServePreset& preset,
                           {"bandwidth_gb_per_s", nullptr},
                           {"f32_peak_gmacs", nullptr},
                           {"bf16_peak_gmacs", nullptr},
+                          {"int8_block_peak_gmacs", nullptr},
                           {"cpu", "the server's"}}},
                         {"rows", json::array({row})},
                         {"loads", loads}};
@@ -428,8 +429,10 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
   const StepCeilings ceilings = measure_step_ceilings(threads);
   const double gb_per_s = ceilings.gb_per_s, f32_gmacs = ceilings.f32_gmacs,
                bf16_gmacs = ceilings.bf16_gmacs;
-  out << fmt::format("ceilings: {:.2f} GB/s read, {:.1f} GMAC/s f32, {:.1f} GMAC/s bf16\n",
-                     gb_per_s, f32_gmacs, bf16_gmacs)
+  out << fmt::format(
+             "ceilings: {:.2f} GB/s read, {:.1f} GMAC/s f32, {:.1f} GMAC/s bf16, {:.1f} GMAC/s "
+             "int8 blocks\n",
+             gb_per_s, f32_gmacs, bf16_gmacs, ceilings.int8_block_gmacs)
       << std::flush;
 
   // random prompts, new ones at each load level (the engine's prefix cache would otherwise serve
@@ -496,10 +499,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     }
     const double macs =
         static_cast<double>(request_macs.value()) / static_cast<double>(preset.output_len);
-    const int64_t bf16_rows = bf16_product_min_rows();
-    const bool bf16_products = weight_dtype == DType::kBf16 && bf16_rows > 0 &&
-                               sat.peak_running >= bf16_rows && bf16_gmacs > 0;
-    const double peak_gmacs = bf16_products ? bf16_gmacs : f32_gmacs;
+    const double peak_gmacs = ceilings.product_gmacs(weight_dtype, sat.peak_running);
     const double compute_s = peak_gmacs > 0 ? macs / (peak_gmacs * 1e9) : 0.0;
     const double roofline = 1.0 / std::max(memory_s, compute_s);
     rows.push_back({{"label", variants[v].label},
@@ -568,6 +568,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                           {"bandwidth_gb_per_s", gb_per_s},
                           {"f32_peak_gmacs", f32_gmacs},
                           {"bf16_peak_gmacs", bf16_gmacs},
+                          {"int8_block_peak_gmacs", ceilings.int8_block_gmacs},
                           {"cpu", cpu_model_name()}}},
                         {"rows", rows},
                         {"loads", loads}};

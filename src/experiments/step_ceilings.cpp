@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "kernels/compute_peak.h"
+#include "kernels/fast_decoder.h"
 #include "kernels/gemm.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/thread_pool.h"
@@ -20,7 +21,20 @@ StepCeilings measure_step_ceilings(int threads) {
   };
   c.f32_gmacs = peak_of(MacKind::kF32);
   c.bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
+  c.int8_block_gmacs = q8_0_tile_min_rows() > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
   return c;
+}
+
+double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
+  if (weight_dtype == DType::kBf16) {
+    const int64_t rows = bf16_product_min_rows();
+    if (rows > 0 && batch >= rows && bf16_gmacs > 0) return bf16_gmacs;
+  }
+  if (weight_dtype == DType::kQ8_0) {
+    const int64_t rows = q8_0_tile_min_rows();
+    return rows > 0 && batch >= rows ? int8_block_gmacs : 0.0;
+  }
+  return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;
 }
 
 }  // namespace kvlab

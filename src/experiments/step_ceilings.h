@@ -1,15 +1,26 @@
 #pragma once
 
+#include <cstdint>
+
+#include "spec/dtype.h"
+
 namespace kvlab {
 
 // What a step's time is measured against (`bench generate`'s and the serve suite's rooflines):
 // the read bandwidth (bench memory's probe over 1 GiB, median of 5) and the multiply-add peaks
-// (bench compute's, median of 3) of f32 FMAs and — where the CPU has bf16 products, which the
-// bf16 weights run bf16 products from bf16_product_min_rows() sequences — of bf16 (else 0).
+// (bench compute's, median of 3) of f32 FMAs; where the CPU has bf16 products, which the bf16
+// weights run from bf16_product_min_rows() sequences, of bf16 (else 0); where q8_0 weights run
+// AMX's int8 tiles, from q8_0_tile_min_rows() sequences, of those at one q8_0 block a multiply
+// (else 0).
 struct StepCeilings {
   double gb_per_s = 0;
   double f32_gmacs = 0;
   double bf16_gmacs = 0;
+  double int8_block_gmacs = 0;
+  // The peak a step over `batch` sequences multiplies `weight_dtype` weights at: the bf16 or
+  // int8-block peak where those products run, f32's for the other float dtypes, 0 (no compute
+  // roofline) for block weights on the vector kernels, whose loops are no probe's.
+  double product_gmacs(DType weight_dtype, int64_t batch) const;
 };
 
 // Takes seconds: call it once a run, after the run's inputs are known to fit.

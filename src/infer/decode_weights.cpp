@@ -47,10 +47,12 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
     throw std::invalid_argument("weight dtype " + std::string(dtype_name(dtype)) +
                                 ": the dense layers take f32, bf16, f16, q8_0 or q4_0");
   }
-  if (order == WeightOrder::kInterleaved ? dtype != DType::kQ8_0
-                                         : order == WeightOrder::kPanels && dtype != DType::kBf16) {
+  if (order == WeightOrder::kInterleaved
+          ? dtype != DType::kQ8_0
+          : order == WeightOrder::kPanels && dtype != DType::kBf16 && dtype != DType::kQ8_0) {
     throw std::invalid_argument("weight order: " + std::string(dtype_name(dtype)) +
-                                " weights are stored as rows (interleaved: q8_0, panels: bf16)");
+                                " weights are stored as rows (interleaved: q8_0, panels: bf16 "
+                                "and q8_0)");
   }
   if (dense.empty() || dtype == dense.dtype) return;
   if (dense.dtype != DType::kF32) {
@@ -65,6 +67,10 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
     PackedBytes interleaved(dense.packed.size());
     interleave_q8_0_rows(dense.packed.data(), dense.out, dense.in, interleaved.data());
     dense.packed = std::move(interleaved);
+  } else if (order == WeightOrder::kPanels && dtype == DType::kQ8_0) {
+    PackedBytes panels(static_cast<size_t>(q8_0_panel_bytes(dense.out, dense.in)));
+    pack_q8_0_panels(dense.packed.data(), dense.out, dense.in, panels.data());
+    dense.packed = std::move(panels);
   } else if (order == WeightOrder::kPanels) {
     PackedBytes panels(static_cast<size_t>(bf16_panel_bytes(dense.out, dense.in)));
     pack_bf16_panels(reinterpret_cast<const uint16_t*>(dense.packed.data()), dense.out, dense.in,

@@ -33,6 +33,11 @@ LoopChoice choose_loop(MacKind kind, bool cap_avx2) {
         return {mac_loop_int8_avx512, "avx512 vpdpbusd"};
       }
       return {};
+    case MacKind::kInt8Blocks:
+      if (avx512 && q8_0_tile_min_rows() > 0) {
+        return {mac_loop_int8_amx, "amx tdpbssd, 32 inputs a multiply"};
+      }
+      return {};
   }
   return {};
 }
@@ -69,6 +74,8 @@ std::string_view mac_kind_name(MacKind kind) {
       return "bf16";
     case MacKind::kInt8:
       return "int8";
+    case MacKind::kInt8Blocks:
+      return "int8 blocks";
   }
   return "?";
 }

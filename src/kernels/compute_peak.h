@@ -12,9 +12,12 @@ namespace kvlab {
 
 // The multiply-add precisions whose peak rate `kvlab bench compute` measures: f32 FMA, bf16
 // dot products (vdpbf16ps: two products per f32 lane; AMX's tdpbf16ps where the decoder runs
-// AMX, as its dense layers then do) and int8 dot products (vpdpbusd: four u8 × s8 products per
-// i32 lane).
-enum class MacKind { kF32, kBf16, kInt8 };
+// AMX, as its dense layers then do), int8 dot products (vpdpbusd: four u8 × s8 products per
+// i32 lane) and int8 blocks: AMX's int8 tile multiply (tdpbssd) at 32 inputs a multiply, the
+// depth of one q8_0 block, as the dense layers multiply q8_0 weights where they run it (each
+// block's sums kept apart for its scales; a multiply takes as long at 64 inputs, so the tile's
+// full-depth rate is twice this).
+enum class MacKind { kF32, kBf16, kInt8, kInt8Blocks };
 std::string_view mac_kind_name(MacKind kind);
 
 // Peak multiply-add rate of one kind on all of a pool's threads: each thread runs a register
@@ -31,8 +34,8 @@ struct ComputePeak {
 };
 
 // nullopt where this CPU has no instruction for the kind (bf16 needs AVX-512 BF16; int8
-// AVX-512 VNNI; f32 AVX2+FMA). `cap_avx2` measures with the AVX2 loop even where AVX-512 is
-// there (as KVLAB_CPU_ISA=avx2 caps the kernels).
+// AVX-512 VNNI; int8 blocks a decoder whose q8_0 weights run AMX tiles; f32 AVX2+FMA). `cap_avx2`
+// measures with the AVX2 loop even where AVX-512 is there (as KVLAB_CPU_ISA=avx2 caps the kernels).
 std::optional<ComputePeak> measure_compute_peak(MacKind kind, ThreadPool& pool, int repeats,
                                                 bool cap_avx2 = false);
 
@@ -45,7 +48,9 @@ int64_t mac_loop_f32_avx2(int64_t iterations, float* sink);
 int64_t mac_loop_f32_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_bf16_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_int8_avx512(int64_t iterations, float* sink);
-// AMX (compute_peak_amx.cpp): bf16 tile multiplies, as the dense kernels run them with AMX.
+// AMX (compute_peak_amx.cpp): bf16 tile multiplies, as the dense kernels run them with AMX; int8
+// tile multiplies at 32 inputs, as the q8_0 kernel runs them.
 int64_t mac_loop_bf16_amx(int64_t iterations, float* sink);
+int64_t mac_loop_int8_amx(int64_t iterations, float* sink);
 
 }  // namespace kvlab

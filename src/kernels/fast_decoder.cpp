@@ -184,7 +184,12 @@ DType default_weight_dtype(CpuIsa isa) {
   return isa == CpuIsa::kScalar ? DType::kF32 : DType::kBf16;
 }
 
+bool cpu_has_amx_int8() { return cpu_supports(CpuIsa::kAmx) && __builtin_cpu_supports("amx-int8"); }
+
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
+  if (dtype == DType::kQ8_0 && isa == CpuIsa::kAmx && cpu_has_amx_int8() && cpu_has_avx512_vnni()) {
+    return WeightOrder::kPanels;
+  }
   if (dtype == DType::kQ8_0 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
       cpu_has_avx512_vnni()) {
     return WeightOrder::kInterleaved;
@@ -227,6 +232,9 @@ void FastDecoder::run(const MatVecParams& params) {
       matvec_reference(params);
     } else if (params.weight_order == WeightOrder::kInterleaved) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
+    } else if (params.weight_dtype == DType::kQ8_0) {
+      params.n >= q8_0_tile_min_rows(isa_) ? matvec_amx_q8_0_panels(params, pool_, matvec_scratch_)
+                                           : matvec_q8_0_panels(params, pool_, matvec_scratch_);
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
       matvec_amx_bf16_panels(params, pool_, matvec_scratch_);
     } else {
@@ -268,6 +276,12 @@ int64_t bf16_product_min_rows(CpuIsa isa) {
       return bf16_gemm_native() ? kBf16GemmMinRows : 0;
   }
   return 0;
+}
+
+int64_t q8_0_tile_min_rows(CpuIsa isa) {
+  return isa == CpuIsa::kAmx && fastest_weight_order(DType::kQ8_0, isa) == WeightOrder::kPanels
+             ? kAmxQ8PanelMinRows
+             : 0;
 }
 
 bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {

@@ -21,8 +21,12 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
     if (scratch.bf16.size() < need) scratch.bf16.resize(need);
   }
   if (is_element_dtype(p.weight_dtype)) return;
+  // q8_0 panels: whole blocks of 16 rows (the AMX kernel's layout of x, the wider of the two)
+  const int64_t rows = p.weight_order == WeightOrder::kPanels
+                           ? (p.n + kPanelRows - 1) / kPanelRows * kPanelRows
+                           : p.n;
   const auto blocks =
-      static_cast<size_t>(p.n * ((p.in + kQuantBlockElements - 1) / kQuantBlockElements));
+      static_cast<size_t>(rows * ((p.in + kQuantBlockElements - 1) / kQuantBlockElements));
   if (scratch.scales.size() < blocks) scratch.scales.resize(blocks);
   if (scratch.quants.size() < blocks * kQuantBlockElements) {
     scratch.quants.resize(blocks * kQuantBlockElements);
@@ -76,8 +80,9 @@ void validate_matvec(const MatVecParams& p) {
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
   require(p.weight_order == WeightOrder::kRows ||
               (p.weight_order == WeightOrder::kInterleaved && p.weight_dtype == DType::kQ8_0) ||
-              (p.weight_order == WeightOrder::kPanels && p.weight_dtype == DType::kBf16),
-          "weight_order", "interleaved only for q8_0 weights, panels only for bf16");
+              (p.weight_order == WeightOrder::kPanels &&
+               (p.weight_dtype == DType::kBf16 || p.weight_dtype == DType::kQ8_0)),
+          "weight_order", "interleaved only for q8_0 weights, panels only for bf16 and q8_0");
 }
 
 namespace {
@@ -109,7 +114,7 @@ void matvec_reference(const MatVecParams& p) {
     for (int64_t o = 0; o < p.out; ++o) {
       const auto* row = static_cast<const std::byte*>(p.weight) + o * w_row_bytes;
       double sum = p.bias != nullptr ? p.bias[o] : 0.0;
-      if (p.weight_order == WeightOrder::kPanels) {
+      if (p.weight_order == WeightOrder::kPanels && p.weight_dtype == DType::kBf16) {
         const auto* panels = static_cast<const uint16_t*>(p.weight);
         for (int64_t i = 0; i < p.in; ++i) {
           sum += static_cast<double>(bf16_to_f32(panels[bf16_panel_index(p.in, o, i)])) * x[i];
@@ -131,6 +136,9 @@ void matvec_reference(const MatVecParams& p) {
           const std::byte* w_q = row + k * w_block_bytes;
           if (p.weight_order == WeightOrder::kInterleaved) {
             interleaved_q8_0_block(row, p.in, k, w_block);
+            w_q = w_block;
+          } else if (p.weight_order == WeightOrder::kPanels) {
+            q8_0_panel_block(static_cast<const std::byte*>(p.weight), p.out, p.in, o, k, w_block);
             w_q = w_block;
           }
           const float w_scale = block_quants(w_q, p.weight_dtype, w_quants);

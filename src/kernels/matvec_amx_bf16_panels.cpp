@@ -138,7 +138,7 @@ void matvec_amx_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScrat
   const int64_t padded = (p.n + kTileRowsX - 1) / kTileRowsX * kTileRowsX;
   std::memset(scratch.bf16.data() + p.n * xs, 0,
               static_cast<size_t>((padded - p.n) * xs) * sizeof(uint16_t));
-  const int64_t panels = bf16_panel_count(p.out);
+  const int64_t panels = panel_count(p.out);
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
   per_task = (per_task + 1) / 2 * 2;  // whole pairs of panels
   const uint16_t* x = scratch.bf16.data();

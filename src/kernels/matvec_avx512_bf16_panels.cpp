@@ -170,7 +170,7 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
   // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
   // walk_rows's four runs take every panel of a small matrix (k and v of gqa:4 at d 1024 — 16
   // panels — went in tasks of two panels, one panel a tile: 1.6–1.7× slower a multiply-add)
-  const int64_t panels = bf16_panel_count(p.out);
+  const int64_t panels = panel_count(p.out);
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
   if (p.n >= kBf16ProductMinRows) per_task = (per_task + 3) / 4 * 4;
   const uint16_t* rounded = scratch.bf16.data();

@@ -59,4 +59,39 @@ void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* 
   }
 }
 
+void pack_q8_0_panels(const std::byte* ggml_rows, int64_t out, int64_t in, std::byte* panels) {
+  if (out <= 0 || in <= 0) throw std::invalid_argument("pack_q8_0_panels: out/in: must be > 0");
+  const int64_t blocks = q8_0_blocks(in), stride = row_bytes(DType::kQ8_0, in);
+  std::memset(panels, 0, static_cast<size_t>(q8_0_panel_bytes(out, in)));
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t panel = o / kPanelRows, r = o % kPanelRows;
+    std::byte* quants = panels + q8_0_panel_quants(in, panel);
+    std::byte* scales = panels + q8_0_panel_scales(out, in, panel);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const std::byte* block = ggml_rows + o * stride + k * kBlockBytes;
+      std::memcpy(scales + k * kQ8PanelScaleBytes + r * kScaleBytes, block, kScaleBytes);
+      for (int64_t e = 0; e < kQuantBlockElements; ++e) {
+        quants[k * kQ8PanelBlockBytes + 64 * (e / 4) + 4 * r + e % 4] = block[kScaleBytes + e];
+      }
+    }
+  }
+}
+
+void q8_0_panel_block(const std::byte* panels, int64_t out, int64_t in, int64_t o, int64_t k,
+                      std::byte* block) {
+  require_width(in, "q8_0_panel_block");
+  if (k < 0 || k >= q8_0_blocks(in)) {
+    throw std::invalid_argument("q8_0_panel_block: k: must be in [0, blocks)");
+  }
+  if (o < 0 || o >= out) throw std::invalid_argument("q8_0_panel_block: o: must be in [0, out)");
+  const int64_t panel = o / kPanelRows, r = o % kPanelRows;
+  const std::byte* quants = panels + q8_0_panel_quants(in, panel);
+  std::memcpy(block,
+              panels + q8_0_panel_scales(out, in, panel) + k * kQ8PanelScaleBytes + r * kScaleBytes,
+              kScaleBytes);
+  for (int64_t e = 0; e < kQuantBlockElements; ++e) {
+    block[kScaleBytes + e] = quants[k * kQ8PanelBlockBytes + 64 * (e / 4) + 4 * r + e % 4];
+  }
+}
+
 }  // namespace kvlab

@@ -1134,7 +1134,8 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult peaks = run_kvlab("bench compute --repeats 1 --format json");
   ASSERT_EQ(peaks.exit_code, 0) << peaks.err;
   const nlohmann::json peak_doc = nlohmann::json::parse(peaks.out);
-  ASSERT_EQ(peak_doc["peaks"].size(), 3u);
+  ASSERT_EQ(peak_doc["peaks"].size(), 4u);  // f32, bf16, int8, int8 blocks (null without AMX int8)
+  EXPECT_EQ(peak_doc["peaks"][3]["precision"], "int8 blocks");
   EXPECT_GT(peak_doc["peaks"][0]["gmacs_median"].get<double>(), 0);  // f32: AVX2 at least
   if (peak_doc["peaks"][1]["gmacs_median"].is_null()) {  // no AVX-512 BF16 here: refused
     EXPECT_EQ(both.exit_code, 2);

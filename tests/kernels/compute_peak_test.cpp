@@ -37,5 +37,26 @@ TEST(ComputePeakTest, Bf16PeakUsesTheInstructionOfTheDenseProducts) {
   }
 }
 
+// The int8-blocks peak is AMX's int8 tile multiply at 32 inputs (one q8_0 block) where the q8_0
+// weights run it, and absent elsewhere; its loop counts 16 × 16 × 32 multiply-adds a multiply and
+// sums its products (every operand 1: 32 a sum, 10 rounds, into sums[0] and sums[255]).
+TEST(ComputePeakTest, Int8BlocksPeakIsTheTileMultiplyOfTheQ8_0Weights) {
+  ThreadPool pool(1);
+  const std::optional<ComputePeak> peak = measure_compute_peak(MacKind::kInt8Blocks, pool, 1);
+  if (q8_0_tile_min_rows() == 0) {
+    EXPECT_FALSE(peak.has_value());
+    return;
+  }
+  ASSERT_TRUE(peak.has_value());
+  EXPECT_EQ(peak->isa, "amx tdpbssd, 32 inputs a multiply");
+  EXPECT_EQ(mac_kind_name(peak->kind), "int8 blocks");
+  float sink = 0;
+  EXPECT_EQ(mac_loop_int8_amx(160, &sink), 10 * 4 * 16 * 16 * 32);
+  EXPECT_EQ(sink, 2.0f * 10 * 32);
+  std::cout << "[ INFO     ] int8 blocks peak: " << peak->median()
+            << " G multiply-adds/s on one thread\n";
+  EXPECT_GT(peak->median(), 0.0);
+}
+
 }  // namespace
 }  // namespace kvlab

@@ -1,0 +1,148 @@
+// Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder where q8_0 weights are
+// stored in panels (fastest_weight_order: a CPU with AMX int8 and AVX-512 VNNI), for the batches
+// below kAmxQ8PanelMinRows rows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>  // NAN in q8_0_blocks.inc
+#include <cstring>
+
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_common.inc"
+#include "kernels/matvec_q8_0_x.inc"
+
+constexpr int64_t kQuads = kQB / 4;  // 64-byte loads (four inputs of sixteen rows) a block takes
+// How far ahead, in its own panel, a tile prefetches its quants: 8 blocks (4 KiB), as the row
+// kernels' kPrefetchBytes.
+constexpr int64_t kAheadBytes = 8 * kQ8PanelBlockBytes;
+
+// acc[b][j] (+)= panel j's sixteen rows · x_b for NB rows of x (biased to unsigned, xq_stride
+// bytes apart; scales xs_stride apart) and NP panels from the one whose quants and scales are at
+// `w` and `scales`, every block.
+// Per block: eight loads of each panel, each one vpdpbusd per row of x against four of its bytes
+// broadcast and one against ones (the panel's sums, whose · 128 the bias added); then one scaled
+// add of the exact integer sums into the f32 sums.
+template <int NB, int NP>
+void tile_blocks(const std::byte* w, const std::byte* scales, int64_t blocks, const uint8_t* xq,
+                 int64_t xq_stride, const float* xs, int64_t xs_stride, __m512 (&acc)[NB][NP]) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  const int64_t panel_stride = blocks * kQ8PanelBlockBytes;
+  const int64_t scale_stride = blocks * kQ8PanelScaleBytes;
+  for (int64_t k = 0; k < blocks; ++k) {
+    __m512i dot[NB][NP], sum[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      sum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) dot[b][j] = _mm512_setzero_si512();
+    }
+    const std::byte* block = w + k * kQ8PanelBlockBytes;
+#pragma GCC unroll 8
+    for (int64_t v = 0; v < kQuads; ++v) {
+      __m512i wv[NP];
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) {
+        const std::byte* at = block + j * panel_stride + 64 * v;
+        _mm_prefetch(reinterpret_cast<const char*>(at + kAheadBytes), _MM_HINT_T0);
+        wv[j] = _mm512_loadu_si512(at);
+        sum[j] = _mm512_dpbusd_epi32(sum[j], ones, wv[j]);
+      }
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        int32_t four;
+        std::memcpy(&four, xq + b * xq_stride + k * kQB + 4 * v, sizeof four);
+        const __m512i xv = _mm512_set1_epi32(four);
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], xv, wv[j]);
+      }
+    }
+    __m512 dw[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      const std::byte* at = scales + j * scale_stride + k * kQ8PanelScaleBytes;
+      dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+      sum[j] = _mm512_slli_epi32(sum[j], 7);
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      const __m512 dx = _mm512_set1_ps(xs[b * xs_stride + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) {
+        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[b][j], sum[j]));
+        acc[b][j] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dw[j], dx), acc[b][j]);
+      }
+    }
+  }
+}
+
+// y for panels [first, last): NP panels at a time (then one), each group against the rows of x
+// NB at a time (then one by one); the first rows of x read the panels from memory, the rest from
+// cache.
+void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, int64_t first,
+                 int64_t last) {
+  const int64_t blocks = q8_0_blocks(p.in);
+  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t b) {
+    __m512 acc[NB][NP] = {};
+    tile_blocks<NB, NP>(weight + q8_0_panel_quants(p.in, panel),
+                        weight + q8_0_panel_scales(p.out, p.in, panel), blocks,
+                        xq + b * blocks * kQB, blocks * kQB, xs + b * blocks, blocks, acc);
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      const int64_t o = (panel + j) * kPanelRows, outs = std::min(kPanelRows, p.out - o);
+      const auto mask = static_cast<__mmask16>((1u << outs) - 1);
+      const __m512 bias =
+          p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int r = 0; r < NB; ++r) {
+        _mm512_mask_storeu_ps(p.y + (b + r) * ys + o, mask, _mm512_add_ps(acc[r][j], bias));
+      }
+    }
+  };
+  // rows of x a tile: four (two panels), or up to two (four panels): ≤ 26 of the 32 registers
+  const auto rows = [&]<int NP>(int64_t panel) {
+    int64_t b = 0;
+    if constexpr (NP == 2) {
+      for (; b + 4 <= p.n; b += 4) tile.template operator()<4, NP>(panel, b);
+      if (p.n - b == 3) {
+        tile.template operator()<3, NP>(panel, b);
+        return;
+      }
+    }
+    for (; b + 2 <= p.n; b += 2) tile.template operator()<2, NP>(panel, b);
+    if (b < p.n) tile.template operator()<1, NP>(panel, b);
+  };
+  int64_t panel = first;
+  if (p.n <= 2) {
+    for (; panel + 4 <= last; panel += 4) rows.template operator()<4>(panel);
+  }
+  for (; panel + 2 <= last; panel += 2) rows.template operator()<2>(panel);
+  if (panel < last) rows.template operator()<1>(panel);
+}
+
+}  // namespace
+
+void matvec_q8_0_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  require_weights(p, "matvec_q8_0_panels", WeightOrder::kPanels, DType::kQ8_0);
+  if (p.n == 0) return;
+  reserve_matvec_scratch(p, scratch);
+  const int64_t blocks = q8_0_blocks(p.in);
+  auto* xq = reinterpret_cast<uint8_t*>(scratch.quants.data());  // [n][blocks · 32], q + 128
+  float* xs = scratch.scales.data();                             // [n][blocks]
+  quantize_rows(p, pool, [&](int64_t b, int64_t k, const int8_t* quants, float scale) {
+    uint8_t* to = xq + (b * blocks + k) * kQB;
+    for (int64_t e = 0; e < kQB; ++e) to[e] = static_cast<uint8_t>(quants[e] ^ 0x80);
+    xs[b * blocks + k] = scale;
+  });
+  int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  per_task = (per_task + 3) / 4 * 4;  // whole runs of four panels
+  for_each_task(pool, panel_count(p.out), per_task,
+                [&](int64_t first, int64_t last) { panel_range(p, xq, xs, first, last); });
+}
+
+}  // namespace kvlab

@@ -205,9 +205,11 @@ void matvec_q8_0_panels(const MatVecParams& params, ThreadPool& pool, MatVecScra
 // block of 32 inputs of a panel (512 bytes) against a block of x into 16 × 16 exact integer sums,
 // stored and scaled by d_w · d_x into f32 sums in registers.
 void matvec_amx_q8_0_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// From this many rows of x, q8_0 panels on a CPU with AMX go through matvec_amx_q8_0_panels
-// (below it, matvec_q8_0_panels).
-constexpr int64_t kAmxQ8PanelMinRows = 4;
+// From this many rows of x, q8_0 panels on a CPU with AMX int8 go through matvec_amx_q8_0_panels
+// (below it, matvec_q8_0_panels): a tile multiply costs the same for 1 row of x as for 16, and the
+// two kernels measured even at 8 rows (VNNI 1.1-1.35x ahead at 4, AMX 1.3-1.4x at 16;
+// docs/kernels/dense-decode.md).
+constexpr int64_t kAmxQ8PanelMinRows = 8;
 
 // AMX over bf16 panels (matvec_amx_bf16_panels.cpp): x's rows rounded to bf16 as
 // matvec_bf16_products rounds them, in blocks of 16 rows (the last padded with zero rows); each

@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
                     matvec_q8_0_panels,
                     {},
                     static_cast<int64_t>(panels.size())});
-  orders.push_back({"AMX panels",
-                    WeightOrder::kPanels,
-                    cpu_has_amx_int8() ? Kernel(matvec_amx_q8_0_panels) : Kernel(),
-                    {},
-                    static_cast<int64_t>(panels.size())});
+  orders.push_back(
+      {"AMX panels",
+       WeightOrder::kPanels,
+       cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8() ? Kernel(matvec_amx_q8_0_panels) : Kernel(),
+       {},
+       static_cast<int64_t>(panels.size())});
   for (Order& o : orders) {
     const std::vector<std::byte>& src = o.order == WeightOrder::kRows          ? one
                                         : o.order == WeightOrder::kInterleaved ? interleaved

@@ -184,7 +184,12 @@ DType default_weight_dtype(CpuIsa isa) {
   return isa == CpuIsa::kScalar ? DType::kF32 : DType::kBf16;
 }
 
-bool cpu_has_amx_int8() { return cpu_supports(CpuIsa::kAmx) && __builtin_cpu_supports("amx-int8"); }
+bool cpu_has_amx_int8() {
+  // no tile-permission request here: it is a system call, and fastest_weight_order (which asks
+  // this for every product) is only asked about AMX where the permission came with the ISA
+  return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("amx-tile") &&
+         __builtin_cpu_supports("amx-int8");
+}
 
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
   if (dtype == DType::kQ8_0 && isa == CpuIsa::kAmx && cpu_has_amx_int8() && cpu_has_avx512_vnni()) {

@@ -29,7 +29,8 @@ std::string_view cpu_isa_name(CpuIsa isa);
 bool cpu_has_avx512_bf16();
 // AVX-512 VNNI (vpdpbusd): the AVX-512 build of AttnPrecision::kInt8.
 bool cpu_has_avx512_vnni();
-// AMX's int8 tile multiplies (tdpbssd), with the tile permission: q8_0 weights in panels.
+// AMX's int8 tile multiplies (tdpbssd): q8_0 weights in panels where the decoder runs AMX (whose
+// tile permission cpu_supports(CpuIsa::kAmx) asks for; this does not).
 bool cpu_has_amx_int8();
 // The fewest rows of x from which the dense layers multiply bf16 weights in bf16 products (x
 // rounded to bf16) on `isa`: from kBf16ProductMinRows with AVX-512 BF16 (matvec_bf16_panels, with

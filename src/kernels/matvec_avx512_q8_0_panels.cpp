@@ -24,8 +24,8 @@ constexpr int64_t kAheadBytes = 8 * kQ8PanelBlockBytes;
 // bytes apart; scales xs_stride apart) and NP panels from the one whose quants and scales are at
 // `w` and `scales`, every block.
 // Per block: eight loads of each panel, each one vpdpbusd per row of x against four of its bytes
-// broadcast and one against ones (the panel's sums, whose · 128 the bias added); then one scaled
-// add of the exact integer sums into the f32 sums.
+// broadcast, and one against ones: the panel's sums, which × 128 are what x's bias added; then
+// one scaled add of the exact integer sums into the f32 sums.
 template <int NB, int NP>
 void tile_blocks(const std::byte* w, const std::byte* scales, int64_t blocks, const uint8_t* xq,
                  int64_t xq_stride, const float* xs, int64_t xs_stride, __m512 (&acc)[NB][NP]) {

@@ -578,7 +578,8 @@ TEST(MatVecTest, Q8_0PanelsMatchTheReference) {
   FastDecoder fast(2, detect_cpu_isa());
   ThreadPool pool(2);
   MatVecScratch scratch;
-  const bool vnni = cpu_has_avx512_vnni(), amx = cpu_has_amx_int8();
+  const bool vnni = cpu_has_avx512_vnni();
+  const bool amx = cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8();  // (asks for the tiles)
   std::cout << "[ INFO     ] q8_0 panels on this CPU: "
             << (amx    ? "AVX-512 VNNI and AMX int8 kernels"
                 : vnni ? "AVX-512 VNNI kernel"

@@ -25,4 +25,13 @@ inline AmxTileConfig full_tiles_config(int count) {
   return c;
 }
 
+// The operands of one q8_0 block a multiply (32 inputs, the depth q8_0 weights' per-block scales
+// allow): tile `a` 16 rows of x × 32 int8, tile `b` 8 rows of 16 outputs × 4 int8.
+inline void set_q8_0_block_operands(AmxTileConfig& c, int a, int b) {
+  c.rows[a] = 16;
+  c.colsb[a] = 32;
+  c.rows[b] = 8;
+  c.colsb[b] = 64;
+}
+
 }  // namespace kvlab

@@ -24,11 +24,11 @@ constexpr int64_t kRoundsPerIteration = 16;
 template <bool kInt8>
 int64_t tile_loop(int64_t iterations, float* sink) {
   AmxTileConfig config = full_tiles_config(8);
-  const int a_row_bytes = kInt8 ? 32 : 64;
-  for (int t = 4; t < 6; ++t) {
-    config.colsb[t] = static_cast<uint16_t>(a_row_bytes);
-    config.rows[t + 2] = kInt8 ? 8 : 16;
+  if constexpr (kInt8) {
+    set_q8_0_block_operands(config, 4, 6);
+    set_q8_0_block_operands(config, 5, 7);
   }
+  const int a_row_bytes = config.colsb[4];
   _tile_loadconfig(&config);
   alignas(64) uint16_t operand[16 * 32];
   for (uint16_t& v : operand) v = kInt8 ? 0x0101 : 0x3C00;  // int8 1, 1 / bf16 0.0078125

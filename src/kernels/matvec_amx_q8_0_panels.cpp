@@ -24,15 +24,9 @@ constexpr int64_t kXTileBytes = kTileRowsX * kQB;  // 512
 
 // Six tiles: sums in tmm0, 1 (blocks k and k + 1 of a pair), x in tmm2, 3, the panel in tmm4, 5.
 AmxTileConfig q8_0_tiles_config() {
-  AmxTileConfig c;
-  for (int t = 0; t < 2; ++t) {
-    c.rows[t] = kTileRowsX;  // sums: 16 rows of x × 16 int32
-    c.colsb[t] = 64;
-    c.rows[2 + t] = kTileRowsX;  // x: 16 rows × 32 int8
-    c.colsb[2 + t] = kQB;
-    c.rows[4 + t] = kQB / 4;  // panel: 8 rows × (16 outputs × 4 int8)
-    c.colsb[4 + t] = 64;
-  }
+  AmxTileConfig c = full_tiles_config(2);  // sums: 16 rows of x × 16 int32
+  set_q8_0_block_operands(c, 2, 4);
+  set_q8_0_block_operands(c, 3, 5);
   return c;
 }
 

@@ -294,22 +294,47 @@ TEST(MatVecTest, InterleavedQ8_0RowsReadBackExactly) {
   EXPECT_THROW(interleave_q8_0_rows(row.data(), 1, 0, row.data()), std::invalid_argument);
 }
 
-// Normal weights [out][in], bias [out] and n rows of x (x_stride apart) for a reordered layout's
-// test; with three rows (or 35: three blocks of 16), a NaN in row 1 only.
+// A reordered layout's test case: normal weights [out][in] (and as rows of `dtype`: what the
+// layout is packed from and the reference reads), bias [out], n rows of x and of y inside wider
+// buffers (x_stride in + 3, y_stride out + 2); with three rows (or 35: three blocks of 16), a NaN
+// in row 1 only.
 bool has_nan_row(int64_t n) { return n == 3 || n == 35; }
 struct RandomProblem {
+  int64_t in, out, n, x_stride, y_stride;
+  DType dtype;
   std::vector<float> w, b, x;
+  std::vector<std::byte> rows;
+  std::string name() const {
+    return "in " + std::to_string(in) + " out " + std::to_string(out) + " n " + std::to_string(n);
+  }
+  // y's rows, every element a value no kernel writes
+  std::vector<float> untouched_y() const {
+    return std::vector<float>(static_cast<size_t>(n * y_stride), -777.0f);
+  }
+  // the problem with `weight` (rows, or a reordering of them) into y
+  MatVecParams params(const void* weight, WeightOrder order, float* y) const {
+    MatVecParams p{weight, b.data(), x.data(), y, n, in, out, x_stride, y_stride, dtype};
+    p.weight_order = order;
+    return p;
+  }
 };
-RandomProblem random_problem(std::mt19937& rng, int64_t in, int64_t out, int64_t n,
-                             int64_t x_stride) {
+RandomProblem random_problem(std::mt19937& rng, int64_t in, int64_t out, int64_t n, DType dtype) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  RandomProblem r{std::vector<float>(static_cast<size_t>(in * out)),
+  RandomProblem r{in,
+                  out,
+                  n,
+                  in + 3,
+                  out + 2,
+                  dtype,
+                  std::vector<float>(static_cast<size_t>(in * out)),
                   std::vector<float>(static_cast<size_t>(out)),
-                  std::vector<float>(static_cast<size_t>(n * x_stride))};
+                  std::vector<float>(static_cast<size_t>(n * (in + 3))),
+                  {}};
   for (std::vector<float>* values : {&r.w, &r.b, &r.x}) {
     for (float& v : *values) v = normal(rng);
   }
-  if (has_nan_row(n)) r.x[static_cast<size_t>(x_stride + in / 2)] = NAN;
+  if (has_nan_row(n)) r.x[static_cast<size_t>(r.x_stride + in / 2)] = NAN;
+  r.rows = pack(r.w, out, in, dtype);
   return r;
 }
 
@@ -351,25 +376,17 @@ TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
   for (int64_t in : {1, 33, 90, 513, 1100}) {
     for (int64_t out : {1, 3, 4, 5, 33, 301}) {
       for (int64_t n : {1, 2, 3, 5, 9}) {
-        SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
-                     std::to_string(n));
-        const int64_t x_stride = in + 3, y_stride = out + 2;
-        auto [w, b, x] = random_problem(rng, in, out, n, x_stride);
-        const std::vector<std::byte> rows = pack(w, out, in, DType::kQ8_0);
-        std::vector<std::byte> interleaved(rows.size());
-        interleave_q8_0_rows(rows.data(), out, in, interleaved.data());
-        std::vector<float> expected(static_cast<size_t>(n * y_stride), -777.0f);
-        std::vector<float> actual = expected, read_back = expected;
-        MatVecParams p{rows.data(), b.data(), x.data(), expected.data(), n,
-                       in,          out,      x_stride, y_stride,        DType::kQ8_0};
-        matvec_reference(p);
-        p.weight = interleaved.data();
-        p.weight_order = WeightOrder::kInterleaved;
-        p.y = read_back.data();
+        const RandomProblem r = random_problem(rng, in, out, n, DType::kQ8_0);
+        SCOPED_TRACE(r.name());
+        std::vector<std::byte> interleaved(r.rows.size());
+        interleave_q8_0_rows(r.rows.data(), out, in, interleaved.data());
+        std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
+        matvec_reference(r.params(r.rows.data(), WeightOrder::kRows, expected.data()));
+        MatVecParams p = r.params(interleaved.data(), WeightOrder::kInterleaved, read_back.data());
         matvec_reference(p);
         p.y = actual.data();
         vnni ? matvec_q8_0_interleaved(p, pool, scratch) : fast.run(p);
-        expect_reordered_matches(expected, read_back, actual, in, n, y_stride);
+        expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
       }
     }
   }
@@ -437,36 +454,30 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
                                              : "AVX-512 BF16 kernel")
             << "\n";
   const auto check = [&](int64_t in, int64_t out, int64_t n) {
-    SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
-                 std::to_string(n));
-    const int64_t x_stride = in + 3, y_stride = out + 2;
-    auto [w, b, x] = random_problem(rng, in, out, n, x_stride);
-    const std::vector<std::byte> rows = pack(w, out, in, DType::kBf16);
+    const RandomProblem r = random_problem(rng, in, out, n, DType::kBf16);
+    SCOPED_TRACE(r.name());
     std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
-    pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), out, in, panels.data());
-    std::vector<float> expected(static_cast<size_t>(n * y_stride), -777.0f);
-    std::vector<float> actual = expected, read_back = expected;
-    MatVecParams p{panels.data(), b.data(), x.data(), read_back.data(), n, in,
-                   out,           x_stride, y_stride, DType::kBf16};
-    p.weight_order = WeightOrder::kPanels;
+    pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
+    std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
+    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
     const bool rounds = fast.matvec_runs_bf16_products(p);
     EXPECT_EQ(rounds, fastest_weight_order(DType::kBf16) == WeightOrder::kPanels && n >= 2);
-    std::vector<float> rounded = x;  // what the products multiply
+    std::vector<float> rounded = r.x;  // what the products multiply
     if (rounds) {
       for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));
     }
     p.x = rounded.data();
     matvec_reference(p);  // panels
-    p.weight = rows.data();
+    p.weight = r.rows.data();
     p.weight_order = WeightOrder::kRows;
     p.y = expected.data();
     matvec_reference(p);
     p.weight = panels.data();
     p.weight_order = WeightOrder::kPanels;
-    p.x = x.data();
+    p.x = r.x.data();
     p.y = actual.data();
     fast.run(p);
-    expect_reordered_matches(expected, read_back, actual, in, n, y_stride);
+    expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
   };
   for (int64_t in : {1, 2, 7, 64, 65, 513}) {
     for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
@@ -589,27 +600,19 @@ TEST(MatVecTest, Q8_0PanelsMatchTheReference) {
                                                                            : "in another order")
             << "\n";
   const auto check = [&](int64_t in, int64_t out, int64_t n) {
-    SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out) + " n " +
-                 std::to_string(n));
-    const int64_t x_stride = in + 3, y_stride = out + 2;
-    auto [w, b, x] = random_problem(rng, in, out, n, x_stride);
-    const std::vector<std::byte> rows = pack(w, out, in, DType::kQ8_0);
+    const RandomProblem r = random_problem(rng, in, out, n, DType::kQ8_0);
+    SCOPED_TRACE(r.name());
     std::vector<std::byte> panels(static_cast<size_t>(q8_0_panel_bytes(out, in)));
-    pack_q8_0_panels(rows.data(), out, in, panels.data());
-    std::vector<float> expected(static_cast<size_t>(n * y_stride), -777.0f);
-    std::vector<float> read_back = expected;
-    MatVecParams p{rows.data(), b.data(), x.data(), expected.data(), n,
-                   in,          out,      x_stride, y_stride,        DType::kQ8_0};
-    matvec_reference(p);
-    p.weight = panels.data();
-    p.weight_order = WeightOrder::kPanels;
-    p.y = read_back.data();
+    pack_q8_0_panels(r.rows.data(), out, in, panels.data());
+    std::vector<float> expected = r.untouched_y(), read_back = expected;
+    matvec_reference(r.params(r.rows.data(), WeightOrder::kRows, expected.data()));
+    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
     matvec_reference(p);
     const auto run = [&](auto&& kernel) {
-      std::vector<float> actual(expected.size(), -777.0f);
+      std::vector<float> actual = r.untouched_y();
       p.y = actual.data();
       kernel();
-      expect_reordered_matches(expected, read_back, actual, in, n, y_stride);
+      expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
     };
     run([&] { fast.run(p); });
     if (vnni) run([&] { matvec_q8_0_panels(p, pool, scratch); });

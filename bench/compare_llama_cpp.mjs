@@ -6,7 +6,7 @@
 // (docs/kernels/dense-decode.md has the command and the numbers).
 //
 // usage: node bench/compare_llama_cpp.mjs --checkpoint RUN [--kvlab build/bin/kvlab]
-//          [--oracles build/oracles] [--dtypes f32,f16,bf16,q8_0] [--threads 1,2]
+//          [--oracles build/oracles] [--dtypes f32,f16,bf16,q8_0,q4_0] [--threads 1,2]
 //          [--prompt 128] [--generate 256] [--rounds 3] [--json OUT.json]
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, renameSync } from "node:fs";
@@ -14,7 +14,7 @@ import { tmpdir, cpus } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const args = { kvlab: "build/bin/kvlab", oracles: "build/oracles", dtypes: "f32,f16,bf16,q8_0",
+const args = { kvlab: "build/bin/kvlab", oracles: "build/oracles", dtypes: "f32,f16,bf16,q8_0,q4_0",
                threads: "1,2", prompt: "128", generate: "256", rounds: "3" };
 for (let i = 2; i < process.argv.length; i += 2) {
   const key = process.argv[i].replace(/^--/, "");

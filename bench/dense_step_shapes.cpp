@@ -1,18 +1,19 @@
 // The dense products of a decode step, in the step's order, timed by matrix: a Llama-style gqa:4
 // model's layers (q, k, v, o, up, gate, down; d 1024, 16 heads of 64, SwiGLU width 4096, 16
-// layers: the d 1024 × 16 model of `kvlab bench generate`), bf16 weights in the order the decoder
-// stores them on this CPU (fastest_weight_order), each step through FastDecoder::run as the
-// decoder calls it. Per batch: the median step's ms, GMAC/s, and each matrix's ms summed over the
-// layers (mean of the steps after the first) — where the dense part of a batched step goes.
-// Not part of the build; after `make build`:
+// layers: the d 1024 × 16 model of `kvlab bench generate`), weights of DTYPE (bf16, q8_0 or q4_0;
+// default bf16) in the order the decoder stores them on this CPU (fastest_weight_order), each step
+// through FastDecoder::run as the decoder calls it. Per batch: the median step's ms, GMAC/s, and
+// each matrix's ms summed over the layers (mean of the steps after the first) — where the dense
+// part of a batched step goes. Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
-//   /tmp/dss THREADS
+//   /tmp/dss THREADS [DTYPE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/compute_peak.h"
@@ -43,34 +44,47 @@ double ms_since(Clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc == 2 ? std::atoi(argv[1]) : 0;
-  if (threads < 1 || threads > 256) {
-    std::fprintf(stderr, "usage: %s THREADS (1..256)\n", argv[0]);
+  const int threads = argc == 2 || argc == 3 ? std::atoi(argv[1]) : 0;
+  const std::string dtype_arg = argc == 3 ? argv[2] : "bf16";
+  const DType dtype = dtype_arg == "q8_0"   ? DType::kQ8_0
+                      : dtype_arg == "q4_0" ? DType::kQ4_0
+                                            : DType::kBf16;
+  if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16")) {
+    std::fprintf(stderr, "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0]\n", argv[0]);
     return 2;
   }
   const CpuIsa isa = detect_cpu_isa();
-  const WeightOrder order = fastest_weight_order(DType::kBf16, isa);
+  const WeightOrder order = fastest_weight_order(dtype, isa);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<std::vector<std::byte, WeightAllocator<std::byte>>> weights;
   for (int l = 0; l < kLayers; ++l) {
     for (const Matrix& m : kLayer) {
-      std::vector<uint16_t> rows(static_cast<size_t>(m.out * m.in));
-      for (uint16_t& v : rows) v = f32_to_bf16(normal(rng));
+      std::vector<float> values(static_cast<size_t>(m.out * m.in));
+      for (float& v : values) v = normal(rng);
+      std::vector<std::byte> rows(static_cast<size_t>(m.out * row_bytes(dtype, m.in)));
+      store_rows(values.data(), m.out, m.in, dtype, rows.data());
       auto& stored = weights.emplace_back();
-      if (order == WeightOrder::kPanels) {
+      if (order == WeightOrder::kPanels && dtype == DType::kBf16) {
         stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
-        pack_bf16_panels(rows.data(), m.out, m.in, stored.data());
+        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
+                         stored.data());
+      } else if (order == WeightOrder::kPanels) {
+        stored.resize(static_cast<size_t>(quant_panel_bytes(dtype, m.out, m.in)));
+        pack_quant_panels(dtype, rows.data(), m.out, m.in, stored.data());
+      } else if (order == WeightOrder::kInterleaved) {
+        stored.resize(rows.size());
+        interleave_q8_0_rows(rows.data(), m.out, m.in, stored.data());
       } else {
-        stored.resize(rows.size() * sizeof(uint16_t));
-        std::copy_n(reinterpret_cast<const std::byte*>(rows.data()), stored.size(), stored.data());
+        stored.assign(rows.begin(), rows.end());
       }
     }
   }
   FastDecoder decoder(threads, isa);
-  std::printf("%s, %.*s, %d threads, bf16 weights as %s, %d layers\n", cpu_model_name().c_str(),
+  constexpr const char* kOrderNames[] = {"rows", "interleaved rows", "panels"};
+  std::printf("%s, %.*s, %d threads, %s weights as %s, %d layers\n", cpu_model_name().c_str(),
               static_cast<int>(cpu_isa_name(isa).size()), cpu_isa_name(isa).data(), threads,
-              order == WeightOrder::kPanels ? "panels" : "rows", kLayers);
+              dtype_arg.c_str(), kOrderNames[static_cast<int>(order)], kLayers);
   std::vector<float> x(64 * 4096), y(64 * 4096);
   for (float& v : x) v = normal(rng);
   for (int64_t n : {1, 8, 16, 32, 64}) {
@@ -80,8 +94,7 @@ int main(int argc, char** argv) {
       const auto step_start = Clock::now();
       for (size_t k = 0; k < weights.size(); ++k) {
         const Matrix& m = kLayer[k % kMatrices];
-        MatVecParams p{weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0,
-                       DType::kBf16};
+        MatVecParams p{weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0, dtype};
         p.weight_order = order;
         const auto start = Clock::now();
         decoder.run(p);

@@ -36,9 +36,9 @@ CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
                   "(must not exist)")
       ->required();
   cmd->add_option("--dtype", o.dtype,
-                  "gguf: f32 | f16 | bf16 | q8_0 for the matrices (norms stay f32; under q8_0 a "
-                  "matrix whose rows are not whole blocks of 32 is written f16)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
+                  "gguf: f32 | f16 | bf16 | q8_0 | q4_0 for the matrices (norms stay f32; under "
+                  "q8_0 or q4_0 a matrix whose rows are not whole blocks of 32 is written f16)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))
       ->capture_default_str();
   return cmd;
 }
@@ -61,6 +61,7 @@ int run_export(const ExportOptions& o, std::ostream& out) {
     const GgmlType type = o.dtype == "f32"    ? GgmlType::kF32
                           : o.dtype == "f16"  ? GgmlType::kF16
                           : o.dtype == "q8_0" ? GgmlType::kQ8_0
+                          : o.dtype == "q4_0" ? GgmlType::kQ4_0
                                               : GgmlType::kBF16;
     const GgufWriter file = nn::gguf_for(*model, type);
     file.write(o.out);

@@ -188,8 +188,9 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   // (StepCeilings::product_gmacs). Measured once the first row's memory is known to fit (the
   // probes take seconds).
   StepCeilings ceilings;
-  const int64_t bf16_rows = bf16_product_min_rows();  // 0: never
-  const int64_t q8_0_rows = q8_0_tile_min_rows();     // 0: never
+  const int64_t bf16_rows = bf16_product_min_rows();            // 0: never
+  const int64_t q8_0_rows = quant_tile_min_rows(DType::kQ8_0);  // 0: never
+  const int64_t q4_0_rows = quant_tile_min_rows(DType::kQ4_0);
   bool measured_ceilings = false;
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
@@ -410,11 +411,12 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "the cache's key order (--key-order)\n\n",
                cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, ceilings.gb_per_s,
                ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
-               q8_0_rows > 0 ? fmt::format("; q8_0 weights from batch {} run AMX int8 tiles a "
-                                           "q8_0 block a multiply: their peak, {:.1f} GMAC/s; "
-                                           "q8_0/q4_0 weights otherwise: none",
-                                           q8_0_rows, ceilings.int8_block_gmacs)
-                             : std::string("; q8_0/q4_0 weights: none"))
+               q8_0_rows > 0
+                   ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
+                                 "tiles a block of 32 inputs a multiply: their peak, "
+                                 "{:.1f} GMAC/s; q8_0/q4_0 weights otherwise: none",
+                                 q8_0_rows, q4_0_rows, ceilings.int8_block_gmacs)
+                   : std::string("; q8_0/q4_0 weights: none"))
         << table.to_markdown();
   }
   return 0;

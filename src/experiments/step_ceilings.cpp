@@ -21,7 +21,7 @@ StepCeilings measure_step_ceilings(int threads) {
   };
   c.f32_gmacs = peak_of(MacKind::kF32);
   c.bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
-  c.int8_block_gmacs = q8_0_tile_min_rows() > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
+  c.int8_block_gmacs = quant_tile_min_rows(DType::kQ8_0) > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
   return c;
 }
 
@@ -30,8 +30,8 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
     const int64_t rows = bf16_product_min_rows();
     if (rows > 0 && batch >= rows && bf16_gmacs > 0) return bf16_gmacs;
   }
-  if (weight_dtype == DType::kQ8_0) {
-    const int64_t rows = q8_0_tile_min_rows();
+  if (takes_quant_panels(weight_dtype)) {
+    const int64_t rows = quant_tile_min_rows(weight_dtype);
     return rows > 0 && batch >= rows ? int8_block_gmacs : 0.0;
   }
   return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;

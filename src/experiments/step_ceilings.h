@@ -9,8 +9,8 @@ namespace kvlab {
 // What a step's time is measured against (`bench generate`'s and the serve suite's rooflines):
 // the read bandwidth (bench memory's probe over 1 GiB, median of 5) and the multiply-add peaks
 // (bench compute's, median of 3) of f32 FMAs; where the CPU has bf16 products, which the bf16
-// weights run from bf16_product_min_rows() sequences, of bf16 (else 0); where q8_0 weights run
-// AMX's int8 tiles, from q8_0_tile_min_rows() sequences, of those at one q8_0 block a multiply
+// weights run from bf16_product_min_rows() sequences, of bf16 (else 0); where q8_0 and q4_0 weights
+// run AMX's int8 tiles, from quant_tile_min_rows() sequences, of those at one block a multiply
 // (else 0).
 struct StepCeilings {
   double gb_per_s = 0;

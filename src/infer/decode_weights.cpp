@@ -49,10 +49,10 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
   }
   if (order == WeightOrder::kInterleaved
           ? dtype != DType::kQ8_0
-          : order == WeightOrder::kPanels && dtype != DType::kBf16 && dtype != DType::kQ8_0) {
+          : order == WeightOrder::kPanels && dtype != DType::kBf16 && !takes_quant_panels(dtype)) {
     throw std::invalid_argument("weight order: " + std::string(dtype_name(dtype)) +
-                                " weights are stored as rows (interleaved: q8_0, panels: bf16 "
-                                "and q8_0)");
+                                " weights are stored as rows (interleaved: q8_0, panels: bf16, "
+                                "q8_0 and q4_0)");
   }
   if (dense.empty() || dtype == dense.dtype) return;
   if (dense.dtype != DType::kF32) {
@@ -67,9 +67,9 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
     PackedBytes interleaved(dense.packed.size());
     interleave_q8_0_rows(dense.packed.data(), dense.out, dense.in, interleaved.data());
     dense.packed = std::move(interleaved);
-  } else if (order == WeightOrder::kPanels && dtype == DType::kQ8_0) {
-    PackedBytes panels(static_cast<size_t>(q8_0_panel_bytes(dense.out, dense.in)));
-    pack_q8_0_panels(dense.packed.data(), dense.out, dense.in, panels.data());
+  } else if (order == WeightOrder::kPanels && takes_quant_panels(dtype)) {
+    PackedBytes panels(static_cast<size_t>(quant_panel_bytes(dtype, dense.out, dense.in)));
+    pack_quant_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
     dense.packed = std::move(panels);
   } else if (order == WeightOrder::kPanels) {
     PackedBytes panels(static_cast<size_t>(bf16_panel_bytes(dense.out, dense.in)));

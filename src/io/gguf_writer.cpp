@@ -56,14 +56,16 @@ int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
       return numel * 2;
-    case GgmlType::kQ8_0: {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: {
+      const DType dtype = type == GgmlType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
       const int64_t inner = shape.empty() ? 1 : shape.back();
       if (inner % kQuantBlockElements != 0) {
-        throw std::invalid_argument(
-            "q8_0 needs the innermost dimension to be a multiple of 32, not " +
-            std::to_string(inner));
+        throw std::invalid_argument(std::string(dtype_name(dtype)) +
+                                    " needs the innermost dimension to be a multiple of 32, not " +
+                                    std::to_string(inner));
       }
-      return numel / inner * row_bytes(DType::kQ8_0, inner);  // the cache's q8_0 rows
+      return numel / inner * row_bytes(dtype, inner);  // the cache's rows of that dtype
     }
   }
   throw std::invalid_argument("unknown GGML type " + std::to_string(static_cast<uint32_t>(type)));

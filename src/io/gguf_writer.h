@@ -10,9 +10,10 @@ namespace kvlab {
 // GGUF version 3, the file format of llama.cpp (ggml's docs/gguf.md): "GGUF", version, tensor
 // and key/value counts, the key/values, the tensor infos, then the tensor data, each tensor
 // aligned to `general.alignment` (32) bytes from the start of the data section. Little-endian.
-// Q8_0: ggml's blocks of 32 elements along the innermost dimension (an f16 scale, 32 int8),
-// 34 bytes a block; that dimension must be a multiple of 32.
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+// Q8_0 and Q4_0: ggml's blocks of 32 elements along the innermost dimension (an f16 scale, then
+// 32 int8, or 16 bytes of nibble pairs), 34 or 18 bytes a block; that dimension must be a multiple
+// of 32.
+enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kBF16 = 30 };
 // The bytes of a tensor of `shape` (outermost first) in `type`; throws std::invalid_argument for a
 // block type whose innermost dimension is not a multiple of its block.
 int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape);

@@ -34,7 +34,7 @@ LoopChoice choose_loop(MacKind kind, bool cap_avx2) {
       }
       return {};
     case MacKind::kInt8Blocks:
-      if (avx512 && q8_0_tile_min_rows() > 0) {
+      if (avx512 && quant_tile_min_rows(DType::kQ8_0) > 0) {
         return {mac_loop_int8_amx, "amx tdpbssd, 32 inputs a multiply"};
       }
       return {};

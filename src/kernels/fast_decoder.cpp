@@ -192,7 +192,8 @@ bool cpu_has_amx_int8() {
 }
 
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
-  if (dtype == DType::kQ8_0 && isa == CpuIsa::kAmx && cpu_has_amx_int8() && cpu_has_avx512_vnni()) {
+  if (takes_quant_panels(dtype) && isa == CpuIsa::kAmx && cpu_has_amx_int8() &&
+      cpu_has_avx512_vnni()) {
     return WeightOrder::kPanels;
   }
   if (dtype == DType::kQ8_0 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
@@ -237,9 +238,10 @@ void FastDecoder::run(const MatVecParams& params) {
       matvec_reference(params);
     } else if (params.weight_order == WeightOrder::kInterleaved) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
-    } else if (params.weight_dtype == DType::kQ8_0) {
-      params.n >= q8_0_tile_min_rows(isa_) ? matvec_amx_q8_0_panels(params, pool_, matvec_scratch_)
-                                           : matvec_q8_0_panels(params, pool_, matvec_scratch_);
+    } else if (takes_quant_panels(params.weight_dtype)) {
+      params.n >= quant_tile_min_rows(params.weight_dtype, isa_)
+          ? matvec_amx_quant_panels(params, pool_, matvec_scratch_)
+          : matvec_quant_panels(params, pool_, matvec_scratch_);
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
       matvec_amx_bf16_panels(params, pool_, matvec_scratch_);
     } else {
@@ -283,9 +285,10 @@ int64_t bf16_product_min_rows(CpuIsa isa) {
   return 0;
 }
 
-int64_t q8_0_tile_min_rows(CpuIsa isa) {
-  return isa == CpuIsa::kAmx && fastest_weight_order(DType::kQ8_0, isa) == WeightOrder::kPanels
-             ? kAmxQ8PanelMinRows
+int64_t quant_tile_min_rows(DType dtype, CpuIsa isa) {
+  return takes_quant_panels(dtype) && isa == CpuIsa::kAmx &&
+                 fastest_weight_order(dtype, isa) == WeightOrder::kPanels
+             ? (dtype == DType::kQ8_0 ? kAmxQ8PanelMinRows : kAmxQ4PanelMinRows)
              : 0;
 }
 

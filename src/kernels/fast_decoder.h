@@ -38,19 +38,19 @@ bool cpu_has_amx_int8();
 // kBf16GemmMinRows with AMX but no AVX-512 BF16; 0 where they never do (the rows are then widened
 // to f32 in registers).
 int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
-// The fewest rows of x from which q8_0 weights are multiplied by AMX's int8 tiles on `isa`
-// (matvec_amx_q8_0_panels: kAmxQ8PanelMinRows where the weights are stored in panels), 0 where
-// they never are.
-int64_t q8_0_tile_min_rows(CpuIsa isa = detect_cpu_isa());
+// The fewest rows of x from which q8_0 or q4_0 weights (`dtype`) are multiplied by AMX's int8
+// tiles on `isa` (matvec_amx_quant_panels: kAmxQ8PanelMinRows or kAmxQ4PanelMinRows where the
+// weights are stored in panels), 0 where they never are (or `dtype` is another).
+int64_t quant_tile_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
 // token reads), f32 on the scalar reference.
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
-// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`: q8_0 in
-// panels where it runs AMX and the CPU has AMX int8 and AVX-512 VNNI (matvec_q8_0_panels, from
-// kAmxQ8PanelMinRows rows matvec_amx_q8_0_panels), else interleaved (matvec_q8_0_interleaved)
-// where it runs AVX-512 or AMX and the CPU has VNNI; bf16 in
+// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`: q8_0 and
+// q4_0 in panels where it runs AMX and the CPU has AMX int8 and AVX-512 VNNI (matvec_quant_panels,
+// from quant_tile_min_rows rows matvec_amx_quant_panels), else q8_0 interleaved
+// (matvec_q8_0_interleaved) where it runs AVX-512 or AMX and the CPU has VNNI; bf16 in
 // panels where it runs AVX-512 or AMX and the CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX
 // from kAmxPanelMinRows rows matvec_amx_bf16_panels); rows elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
@@ -124,8 +124,8 @@ class FastDecoder {
   // The dense layers around attention (projections, MLP, LM head): bf16 products where
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
-  // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 panels
-  // matvec_q8_0_panels (matvec_amx_q8_0_panels from kAmxQ8PanelMinRows rows), bf16 panels
+  // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 and q4_0
+  // panels matvec_quant_panels (matvec_amx_quant_panels from quant_tile_min_rows rows), bf16 panels
   // matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows), where
   // fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights stored
   // for another decoder's ISA).

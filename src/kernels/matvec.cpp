@@ -36,6 +36,9 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
     if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
     if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
   }
+  if (p.weight_order == WeightOrder::kPanels && p.weight_dtype == DType::kQ4_0) {
+    if (scratch.block_bias.size() < blocks) scratch.block_bias.resize(blocks);
+  }
 }
 
 void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
@@ -81,8 +84,8 @@ void validate_matvec(const MatVecParams& p) {
   require(p.weight_order == WeightOrder::kRows ||
               (p.weight_order == WeightOrder::kInterleaved && p.weight_dtype == DType::kQ8_0) ||
               (p.weight_order == WeightOrder::kPanels &&
-               (p.weight_dtype == DType::kBf16 || p.weight_dtype == DType::kQ8_0)),
-          "weight_order", "interleaved only for q8_0 weights, panels only for bf16 and q8_0");
+               (p.weight_dtype == DType::kBf16 || takes_quant_panels(p.weight_dtype))),
+          "weight_order", "interleaved only for q8_0 weights, panels only for bf16, q8_0 and q4_0");
 }
 
 namespace {
@@ -132,13 +135,14 @@ void matvec_reference(const MatVecParams& p) {
           std::copy(x + first, x + std::min(p.in, first + kQuantBlockElements), x_block);
           store_rows(x_block, 1, kQuantBlockElements, DType::kQ8_0, x_q8);
           const float x_scale = block_quants(x_q8, DType::kQ8_0, x_quants);
-          std::byte w_block[row_bytes(DType::kQ8_0, kQuantBlockElements)];
+          std::byte w_block[row_bytes(DType::kQ8_0, kQuantBlockElements)];  // ≥ a q4_0 block
           const std::byte* w_q = row + k * w_block_bytes;
           if (p.weight_order == WeightOrder::kInterleaved) {
             interleaved_q8_0_block(row, p.in, k, w_block);
             w_q = w_block;
           } else if (p.weight_order == WeightOrder::kPanels) {
-            q8_0_panel_block(static_cast<const std::byte*>(p.weight), p.out, p.in, o, k, w_block);
+            quant_panel_block(p.weight_dtype, static_cast<const std::byte*>(p.weight), p.out, p.in,
+                              o, k, w_block);
             w_q = w_block;
           }
           const float w_scale = block_quants(w_q, p.weight_dtype, w_quants);

@@ -23,10 +23,11 @@ namespace kvlab {
 // two reorderings of the same elements for the AVX-512 kernels:
 // - kInterleaved (q8_0; interleave_q8_0_rows): the order the VNNI kernel reads in whole vectors:
 //   no reshuffling of blocks, no sign trick, one scale conversion per 16 blocks.
-// - kPanels (bf16: pack_bf16_panels; q8_0: pack_q8_0_panels): sixteen output rows side by side,
-//   element pairs (bf16) or quads (q8_0) interleaved, so one 64-byte load is a vdpbf16ps or
-//   vpdpbusd operand for sixteen outputs at once and a row of x enters as one broadcast: the GEMM
-//   micro-kernel's form, no sums across lanes; and 32 inputs of a panel are one AMX B tile.
+// - kPanels (bf16: pack_bf16_panels; q8_0, q4_0: pack_quant_panels): sixteen output rows side by
+//   side, element pairs (bf16) or quads (q8_0; q4_0 two quads a byte) interleaved, so one 64-byte
+//   load is a vdpbf16ps or vpdpbusd operand for sixteen outputs at once and a row of x enters as
+//   one broadcast: the GEMM micro-kernel's form, no sums across lanes; and 32 inputs of a panel are
+//   one AMX B tile.
 enum class WeightOrder : uint8_t { kRows, kInterleaved, kPanels };
 
 struct MatVecParams {
@@ -40,7 +41,7 @@ struct MatVecParams {
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
   DType weight_dtype = DType::kF32;
-  WeightOrder weight_order = WeightOrder::kRows;  // kInterleaved: q8_0; kPanels: bf16, q8_0
+  WeightOrder weight_order = WeightOrder::kRows;  // kInterleaved: q8_0; kPanels: bf16, q8_0, q4_0
 };
 
 // The interleaved q8_0 row (row_bytes(kQ8_0, width) bytes, as ggml's): first the quants, 32 per
@@ -102,41 +103,55 @@ constexpr int64_t bf16_panel_index(int64_t in, int64_t o, int64_t i) {
 // bf16 rows [out][in] -> bf16_panel_bytes(out, in) bytes of panels (padding zero).
 void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* panels);
 
-// q8_0 panels (WeightOrder::kPanels for q8_0): output rows in panels of kPanelRows, the last
-// padded with zero rows (quants 0, scale 0); first every panel's quants, then every panel's
-// scales, so each panel's quants start on a whole 512 bytes and the matrix is as many bytes as
-// its padded rows in ggml's blocks. Panel p's quants, at q8_0_panel_quants(in, p): for block k
-// (inputs 32k..32k+31) of its sixteen rows 512 bytes at 512 · k, ggml's int8 values unchanged:
-// byte 64 · v + 4 · r + e is element 4v + e of row r — the order of an AMX int8 B tile (8 rows
-// of 16 outputs × 4 inputs) and of a vpdpbusd operand for sixteen outputs. Its scales, at
-// q8_0_panel_scales(out, in, p): for block k the sixteen rows' f16 scales at 32 · k. Pure data
-// movement: ggml's blocks read back exactly (q8_0_panel_block).
+// q8_0 and q4_0 panels (WeightOrder::kPanels for block weights): output rows in panels of
+// kPanelRows, the last padded with zero rows (quants 0, scale 0); first every panel's quants,
+// then every panel's scales, so each panel's quants start on a whole 256 bytes and the matrix is
+// as many bytes as its padded rows in ggml's blocks. Panel p's quants, at
+// quant_panel_quants(dtype, in, p), block k (inputs 32k..32k+31) of its sixteen rows at
+// k · quant_panel_block_bytes(dtype), ggml's bytes unchanged:
+// - q8_0, 512 bytes: byte 64 · v + 4 · r + e is element 4v + e of row r — the order of an AMX
+//   int8 B tile (8 rows of 16 outputs × 4 inputs) and of a vpdpbusd operand for sixteen outputs.
+// - q4_0, 256 bytes: byte 64 · v + 4 · r + e (v < 4) is ggml's byte 4v + e of row r's block:
+//   element 4v + e in its low nibble, element 16 + 4v + e in its high one; so the low nibbles of
+//   a 64-byte load are chunk v of the q8_0 order and the high nibbles chunk v + 4.
+// Its scales, at quant_panel_scales(dtype, out, in, p): for block k the sixteen rows' f16 scales
+// at 32 · k. Pure data movement: ggml's blocks read back exactly (quant_panel_block).
 constexpr int64_t kQ8PanelBlockBytes = kQuantBlockElements * kPanelRows;  // 512 quants
 constexpr int64_t kQ8PanelScaleBytes = 2 * kPanelRows;                    // 16 f16 scales
 constexpr int64_t q8_0_blocks(int64_t in) {
   return (in + kQuantBlockElements - 1) / kQuantBlockElements;
 }
-constexpr int64_t q8_0_panel_quants(int64_t in, int64_t panel) {
-  return panel * q8_0_blocks(in) * kQ8PanelBlockBytes;
+constexpr bool takes_quant_panels(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
 }
-constexpr int64_t q8_0_panel_scales(int64_t out, int64_t in, int64_t panel) {
-  return q8_0_panel_quants(in, panel_count(out)) + panel * q8_0_blocks(in) * kQ8PanelScaleBytes;
+constexpr int64_t quant_panel_block_bytes(DType dtype) {
+  return dtype == DType::kQ4_0 ? kQ8PanelBlockBytes / 2 : kQ8PanelBlockBytes;
 }
-constexpr int64_t q8_0_panel_bytes(int64_t out, int64_t in) {
-  return q8_0_panel_scales(out, in, panel_count(out));
+constexpr int64_t quant_panel_quants(DType dtype, int64_t in, int64_t panel) {
+  return panel * q8_0_blocks(in) * quant_panel_block_bytes(dtype);
 }
-// ggml's q8_0 rows [out][in] -> q8_0_panel_bytes(out, in) bytes of panels (padding zero).
-void pack_q8_0_panels(const std::byte* ggml_rows, int64_t out, int64_t in, std::byte* panels);
-// Block k of row o in ggml's layout (row_bytes(kQ8_0, 32) bytes).
-void q8_0_panel_block(const std::byte* panels, int64_t out, int64_t in, int64_t o, int64_t k,
-                      std::byte* block);
+constexpr int64_t quant_panel_scales(DType dtype, int64_t out, int64_t in, int64_t panel) {
+  return quant_panel_quants(dtype, in, panel_count(out)) +
+         panel * q8_0_blocks(in) * kQ8PanelScaleBytes;
+}
+constexpr int64_t quant_panel_bytes(DType dtype, int64_t out, int64_t in) {
+  return quant_panel_scales(dtype, out, in, panel_count(out));
+}
+// ggml's q8_0 or q4_0 rows [out][in] -> quant_panel_bytes(dtype, out, in) bytes of panels
+// (padding zero).
+void pack_quant_panels(DType dtype, const std::byte* ggml_rows, int64_t out, int64_t in,
+                       std::byte* panels);
+// Block k of row o in ggml's layout (row_bytes(dtype, 32) bytes).
+void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_t in, int64_t o,
+                       int64_t k, std::byte* block);
 
 // What the kernels keep between calls (the rows of x as q8_0 blocks): it only grows.
 struct MatVecScratch {
-  std::vector<int8_t> quants;  // [n][blocks · 32] (q8_0 panels: n rounded up to 16)
+  std::vector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
   std::vector<float> scales;   // [n][blocks] (likewise)
   std::vector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
-  // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16]
+  // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16];
+  // q4_0 panels: x's block sums times −8 (the weights' nibbles are q + 8), [n][blocks]
   std::vector<int32_t> block_bias;
   std::vector<float> block_scales;
 };
@@ -195,21 +210,26 @@ void matvec_q8_0_interleaved(const MatVecParams& params, ThreadPool& pool, MatVe
 // x rounded to bf16 as matvec_bf16_products rounds it, each panel load one vdpbf16ps per row of
 // x (up to six rows, four panels a tile).
 void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// AVX-512 VNNI over q8_0 panels (matvec_avx512_q8_0_panels.cpp): x's rows rounded to q8_0 and
-// biased to unsigned (q + 128); each 64-byte load of a panel one vpdpbusd per row of x against
-// four of x's bytes broadcast (and one against ones: the weights' sum, which takes the bias back
-// out), scaled by d_w · d_x once per block; up to four rows of x, two or four panels a tile.
-void matvec_q8_0_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// AMX int8 over q8_0 panels (matvec_amx_q8_0_panels.cpp): x's rows rounded to q8_0 as above, in
-// blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes one
-// block of 32 inputs of a panel (512 bytes) against a block of x into 16 × 16 exact integer sums,
-// stored and scaled by d_w · d_x into f32 sums in registers.
-void matvec_amx_q8_0_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// From this many rows of x, q8_0 panels on a CPU with AMX int8 go through matvec_amx_q8_0_panels
-// (below it, matvec_q8_0_panels): a tile multiply costs the same for 1 row of x as for 16, and the
-// two kernels measured even at 8 rows (VNNI 1.1-1.35x ahead at 4, AMX 1.3-1.4x at 16;
-// docs/kernels/dense-decode.md).
+// AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
+// q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
+// (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to four rows of x,
+// two or four panels a tile. The operand vpdpbusd takes unsigned is x biased (q8_0: q + 128; one
+// more vpdpbusd against ones gives the weights' sums, which take the bias back out) or the
+// weights' nibbles (q4_0: q + 8; the sums start at −8 · Σ q_x).
+void matvec_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// AMX int8 over q8_0 or q4_0 panels (matvec_amx_quant_panels.cpp): x's rows rounded to q8_0 as
+// above, in blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes
+// one block of 32 inputs of a panel (512 int8: q8_0's as stored, q4_0's unpacked 16 blocks at a
+// time) against a block of x into 16 × 16 exact integer sums, stored and scaled by d_w · d_x into
+// f32 sums in registers.
+void matvec_amx_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// From this many rows of x, q8_0 (q4_0) panels on a CPU with AMX int8 go through
+// matvec_amx_quant_panels (below it, matvec_quant_panels): a tile multiply costs the same for 1
+// row of x as for 16, and the two kernels measured even at 8 rows on q8_0 weights (VNNI
+// 1.1-1.35x ahead at 4, AMX 1.3-1.4x at 16), at 16 on q4_0 (VNNI 1.1-1.8x ahead at 6-14: it reads
+// the nibbles as they lie, the tiles unpack them first; docs/kernels/dense-decode.md).
 constexpr int64_t kAmxQ8PanelMinRows = 8;
+constexpr int64_t kAmxQ4PanelMinRows = 16;
 
 // AMX over bf16 panels (matvec_amx_bf16_panels.cpp): x's rows rounded to bf16 as
 // matvec_bf16_products rounds them, in blocks of 16 rows (the last padded with zero rows); each

@@ -59,38 +59,60 @@ void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* 
   }
 }
 
-void pack_q8_0_panels(const std::byte* ggml_rows, int64_t out, int64_t in, std::byte* panels) {
-  if (out <= 0 || in <= 0) throw std::invalid_argument("pack_q8_0_panels: out/in: must be > 0");
-  const int64_t blocks = q8_0_blocks(in), stride = row_bytes(DType::kQ8_0, in);
-  std::memset(panels, 0, static_cast<size_t>(q8_0_panel_bytes(out, in)));
+namespace {
+
+void require_quant_dtype(DType dtype, const char* caller) {
+  if (!takes_quant_panels(dtype)) {
+    throw std::invalid_argument(std::string(caller) + ": dtype: must be q8_0 or q4_0, not " +
+                                std::string(dtype_name(dtype)));
+  }
+}
+
+// Where quant byte j of block k of row r (the bytes after the scale: 32 int8 for q8_0, 16 nibble
+// pairs for q4_0) lies among its panel's quants (matvec.h has the order).
+int64_t panel_quant_offset(DType dtype, int64_t k, int64_t r, int64_t j) {
+  return k * quant_panel_block_bytes(dtype) + 64 * (j / 4) + 4 * r + j % 4;
+}
+
+}  // namespace
+
+void pack_quant_panels(DType dtype, const std::byte* ggml_rows, int64_t out, int64_t in,
+                       std::byte* panels) {
+  require_quant_dtype(dtype, "pack_quant_panels");
+  if (out <= 0 || in <= 0) throw std::invalid_argument("pack_quant_panels: out/in: must be > 0");
+  const int64_t blocks = q8_0_blocks(in), stride = row_bytes(dtype, in);
+  const int64_t block_bytes = row_bytes(dtype, kQuantBlockElements);
+  std::memset(panels, 0, static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
   for (int64_t o = 0; o < out; ++o) {
     const int64_t panel = o / kPanelRows, r = o % kPanelRows;
-    std::byte* quants = panels + q8_0_panel_quants(in, panel);
-    std::byte* scales = panels + q8_0_panel_scales(out, in, panel);
+    std::byte* quants = panels + quant_panel_quants(dtype, in, panel);
+    std::byte* scales = panels + quant_panel_scales(dtype, out, in, panel);
     for (int64_t k = 0; k < blocks; ++k) {
-      const std::byte* block = ggml_rows + o * stride + k * kBlockBytes;
+      const std::byte* block = ggml_rows + o * stride + k * block_bytes;
       std::memcpy(scales + k * kQ8PanelScaleBytes + r * kScaleBytes, block, kScaleBytes);
-      for (int64_t e = 0; e < kQuantBlockElements; ++e) {
-        quants[k * kQ8PanelBlockBytes + 64 * (e / 4) + 4 * r + e % 4] = block[kScaleBytes + e];
+      for (int64_t j = 0; j < block_bytes - kScaleBytes; ++j) {
+        quants[panel_quant_offset(dtype, k, r, j)] = block[kScaleBytes + j];
       }
     }
   }
 }
 
-void q8_0_panel_block(const std::byte* panels, int64_t out, int64_t in, int64_t o, int64_t k,
-                      std::byte* block) {
-  require_width(in, "q8_0_panel_block");
+void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_t in, int64_t o,
+                       int64_t k, std::byte* block) {
+  require_quant_dtype(dtype, "quant_panel_block");
+  require_width(in, "quant_panel_block");
   if (k < 0 || k >= q8_0_blocks(in)) {
-    throw std::invalid_argument("q8_0_panel_block: k: must be in [0, blocks)");
+    throw std::invalid_argument("quant_panel_block: k: must be in [0, blocks)");
   }
-  if (o < 0 || o >= out) throw std::invalid_argument("q8_0_panel_block: o: must be in [0, out)");
+  if (o < 0 || o >= out) throw std::invalid_argument("quant_panel_block: o: must be in [0, out)");
   const int64_t panel = o / kPanelRows, r = o % kPanelRows;
-  const std::byte* quants = panels + q8_0_panel_quants(in, panel);
-  std::memcpy(block,
-              panels + q8_0_panel_scales(out, in, panel) + k * kQ8PanelScaleBytes + r * kScaleBytes,
-              kScaleBytes);
-  for (int64_t e = 0; e < kQuantBlockElements; ++e) {
-    block[kScaleBytes + e] = quants[k * kQ8PanelBlockBytes + 64 * (e / 4) + 4 * r + e % 4];
+  const std::byte* quants = panels + quant_panel_quants(dtype, in, panel);
+  std::memcpy(
+      block,
+      panels + quant_panel_scales(dtype, out, in, panel) + k * kQ8PanelScaleBytes + r * kScaleBytes,
+      kScaleBytes);
+  for (int64_t j = 0; j < row_bytes(dtype, kQuantBlockElements) - kScaleBytes; ++j) {
+    block[kScaleBytes + j] = quants[panel_quant_offset(dtype, k, r, j)];
   }
 }
 

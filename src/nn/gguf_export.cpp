@@ -10,12 +10,15 @@
 namespace kvlab::nn {
 namespace {
 
+bool is_block_type(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
 std::string tensor_bytes(const torch::Tensor& t, GgmlType type) {
-  if (type == GgmlType::kQ8_0) {  // rows of the innermost dimension, quantized as the cache does
+  if (is_block_type(type)) {  // rows of the innermost dimension, quantized as the cache does
+    const DType dtype = type == GgmlType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
     const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const int64_t width = c.size(-1), rows = c.numel() / width;
-    std::string bytes(static_cast<size_t>(rows * row_bytes(DType::kQ8_0, width)), '\0');
-    store_rows(c.data_ptr<float>(), rows, width, DType::kQ8_0, bytes.data());
+    std::string bytes(static_cast<size_t>(rows * row_bytes(dtype, width)), '\0');
+    store_rows(c.data_ptr<float>(), rows, width, dtype, bytes.data());
     return bytes;
   }
   const torch::ScalarType scalar = type == GgmlType::kF32   ? torch::kFloat32
@@ -25,10 +28,10 @@ std::string tensor_bytes(const torch::Tensor& t, GgmlType type) {
   return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
-// A matrix in `type`; under q8_0 one whose rows are not whole blocks (or a vector) is written
-// f16, as llama.cpp's converter falls back.
+// A matrix in `type`; under q8_0 or q4_0 one whose rows are not whole blocks (or a vector) is
+// written f16, as llama.cpp's converter falls back.
 void add(GgufWriter& w, const std::string& name, const torch::Tensor& t, GgmlType type) {
-  if (type == GgmlType::kQ8_0 && (t.dim() < 2 || t.size(-1) % kQuantBlockElements != 0)) {
+  if (is_block_type(type) && (t.dim() < 2 || t.size(-1) % kQuantBlockElements != 0)) {
     type = GgmlType::kF16;
   }
   w.add_tensor({name, type, t.sizes().vec(), tensor_bytes(t, type)});
@@ -97,9 +100,10 @@ GgufWriter gguf_header(const ModelConfig& config, const std::string& arch, GgmlT
   w.add("general.architecture", arch);
   w.add("general.name", "kvlab " + config.attn.to_string());
   w.add("general.alignment", GgufWriter::kAlignment);
-  // llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
+  // llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_BF16 32
   w.add("general.file_type", uint32_t{type == GgmlType::kF32    ? 0u
                                       : type == GgmlType::kF16  ? 1u
+                                      : type == GgmlType::kQ4_0 ? 2u
                                       : type == GgmlType::kQ8_0 ? 7u
                                                                 : 32u});
   w.add(k + "vocab_size", u32(s.vocab_size));

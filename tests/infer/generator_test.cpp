@@ -343,33 +343,36 @@ TEST(GeneratorTest, WideBatchOnThePoolEqualsEachSequenceAlone) {
   }
 }
 
-// q8_0 weights: a batch of 20 (the tiles' products on AMX int8 CPUs: a block of 16 rows of x and
-// a padded one; elsewhere the VNNI or AVX2 kernels' batches) decodes as each sequence alone (one
-// row of x: the matrix-vector kernels). Both round x to q8_0 alike, so they differ by the order of
-// f32 sums only.
-TEST(GeneratorTest, Q8_0WeightsBatchEqualsEachSequenceAlone) {
+// q8_0 and q4_0 weights: a batch of 20 (the tiles' products on AMX int8 CPUs: a block of 16 rows
+// of x and a padded one; elsewhere the VNNI or AVX2 kernels' batches) decodes as each sequence
+// alone (one row of x: the matrix-vector kernels). Both round x to q8_0 alike, so they differ by
+// the order of f32 sums only.
+TEST(GeneratorTest, QuantWeightsBatchEqualsEachSequenceAlone) {
   torch::manual_seed(47);
   ModelShape shape = small_shape(PosScheme::kRope);
   testing::make_llama(shape);
   nn::TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
   constexpr int64_t kRows = 20;
-  Generator batch(model, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, DType::kQ8_0);
-  std::vector<int32_t> seqs;
-  std::vector<int64_t> next;
-  const auto prompt_of = [](int64_t r) { return std::vector<int64_t>{r % 7, (r / 7) % 7, 3}; };
-  for (int64_t r = 0; r < kRows; ++r) {
-    seqs.push_back(batch.add_sequence());
-    batch.feed(seqs.back(), prompt_of(r));
-    next.push_back((r * 5) % 7);
-  }
-  const torch::Tensor stepped = batch.step(seqs, next);  // [20, V]
-  ASSERT_FALSE(torch::isnan(stepped).any().item<bool>());
-  for (int64_t r : {0, 7, 15, 16, 19}) {
-    SCOPED_TRACE(r);
-    Generator alone(model, DType::kF32, 16, 1, 1, std::nullopt, std::nullopt, 0, DType::kQ8_0);
-    const int32_t x = alone.add_sequence();
-    alone.feed(x, prompt_of(r));
-    EXPECT_LT(max_abs_diff(stepped[r], alone.step({x}, {next[static_cast<size_t>(r)]})[0]), 1e-4);
+  for (DType weights : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(weights));
+    Generator batch(model, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, weights);
+    std::vector<int32_t> seqs;
+    std::vector<int64_t> next;
+    const auto prompt_of = [](int64_t r) { return std::vector<int64_t>{r % 7, (r / 7) % 7, 3}; };
+    for (int64_t r = 0; r < kRows; ++r) {
+      seqs.push_back(batch.add_sequence());
+      batch.feed(seqs.back(), prompt_of(r));
+      next.push_back((r * 5) % 7);
+    }
+    const torch::Tensor stepped = batch.step(seqs, next);  // [20, V]
+    ASSERT_FALSE(torch::isnan(stepped).any().item<bool>());
+    for (int64_t r : {0, 7, 15, 16, 19}) {
+      SCOPED_TRACE(r);
+      Generator alone(model, DType::kF32, 16, 1, 1, std::nullopt, std::nullopt, 0, weights);
+      const int32_t x = alone.add_sequence();
+      alone.feed(x, prompt_of(r));
+      EXPECT_LT(max_abs_diff(stepped[r], alone.step({x}, {next[static_cast<size_t>(r)]})[0]), 1e-4);
+    }
   }
 }
 

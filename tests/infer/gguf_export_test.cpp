@@ -2,8 +2,8 @@
 // the oracles fixture) has every metadata key, type and value kvlab wrote and every tensor
 // info (name, ggml shape, type, offset); the bytes at the parser's offsets are the model's
 // weights; and the reordering of q/k rows for llama.cpp's RoPE gives the same attention scores.
-// llama.cpp runs the files and gives kvlab's probabilities: f32 files against kvlab's forward, a
-// q8_0 file against kvlab's decode step with q8_0 weights.
+// llama.cpp runs the files and gives kvlab's probabilities: f32 files against kvlab's forward,
+// q8_0 and q4_0 files against kvlab's decode step with weights of that dtype.
 #include "nn/gguf_export.h"
 
 #include <gtest/gtest.h>
@@ -127,6 +127,7 @@ TEST(GgufExportTest, TheHubParserReadsBackEveryKeyTensorInfoAndByte) {
       {deepseek_moe(/*v3=*/true, /*groups=*/2), "mla:dc=12,dr=4,dq=6", "deepseek2",
        GgmlType::kBF16},
       {gpt2(/*tied=*/true), "mha", "gpt2", GgmlType::kF16},
+      {byte_llama(), "gqa:2", "llama", GgmlType::kQ4_0},
   };
   const fs::path work = fs::temp_directory_path() / ("kvlab-gguf-" + std::to_string(::getpid()));
   fs::create_directories(work);
@@ -308,12 +309,15 @@ TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
   fs::remove_all(work);
 }
 
-// llama.cpp multiplies q8_0 weights by activations it rounds to q8_0 per block of 32, as kvlab's
-// decode step does with --weight-dtype q8_0: the same file decoded by both gives the same
-// next-byte probabilities, much closer than kvlab's f32 weights come to them. The token embedding
-// is rounded through q8_0 first (llama.cpp reads its rows from the q8_0 table; kvlab keeps
-// embeddings in f32).
-TEST(GgufExportTest, LlamaCppQ8_0IsKvlabsQ8_0DecodeStep) {
+// llama.cpp multiplies q8_0 and q4_0 weights by activations it rounds to q8_0 per block of 32, as
+// kvlab's decode step does with --weight-dtype q8_0 / q4_0: the same file decoded by both gives
+// next-byte probabilities much closer than kvlab's f32 weights come to them — for q8_0 the same
+// ones. For q4_0 llama.cpp's CPU library stays 0.041 from kvlab's step on every kvlab ISA, the
+// scalar reference included (f32 weights: 0.48; the export's nibbles swapped in each byte: 0.66),
+// a difference not traced to its cause: so this file checks q4_0's layout and scales, not the
+// arithmetic to the last bit. The token embedding is rounded through the file's dtype first
+// (llama.cpp reads its rows from that table; kvlab keeps embeddings in f32).
+TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
   const fs::path oracles = oracles_dir();
   if (const std::string why = oracle_missing(oracles, "llama-cpp"); !why.empty()) {
     GTEST_SKIP() << "llama.cpp oracle unavailable: " << why;
@@ -323,77 +327,83 @@ TEST(GgufExportTest, LlamaCppQ8_0IsKvlabsQ8_0DecodeStep) {
   shape.head_dim = 16;
   shape.mlp_width = 96;
   shape.max_context = 32;
-  torch::manual_seed(7);
-  TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->named_parameters()) {
-      if (p.key().find("norm") == std::string::npos) p.value().mul_(6);  // peaked outputs
-    }
-    torch::Tensor embed = model->model->embed_tokens;
-    const torch::Tensor f = embed.contiguous();
-    std::vector<std::byte> rows(
-        static_cast<size_t>(f.size(0) * row_bytes(DType::kQ8_0, f.size(1))));
-    store_rows(f.data_ptr<float>(), f.size(0), f.size(1), DType::kQ8_0, rows.data());
-    load_rows(rows.data(), f.size(0), f.size(1), DType::kQ8_0, embed.data_ptr<float>());
-  }
   const fs::path work = fs::temp_directory_path() / ("kvlab-q8-" + std::to_string(::getpid()));
   fs::create_directories(work);
-  const GgufWriter writer = gguf_for(*model, GgmlType::kQ8_0);
-  for (const GgufTensor& t : writer.tensors()) {  // the matrices really are q8_0
-    if (t.shape.size() == 2) {
-      EXPECT_EQ(t.type, GgmlType::kQ8_0) << t.name;
+  for (const auto [type, dtype] :
+       {std::pair{GgmlType::kQ8_0, DType::kQ8_0}, std::pair{GgmlType::kQ4_0, DType::kQ4_0}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    torch::manual_seed(7);
+    TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->named_parameters()) {
+        if (p.key().find("norm") == std::string::npos) p.value().mul_(6);  // peaked outputs
+      }
+      torch::Tensor embed = model->model->embed_tokens;
+      const torch::Tensor f = embed.contiguous();
+      std::vector<std::byte> rows(static_cast<size_t>(f.size(0) * row_bytes(dtype, f.size(1))));
+      store_rows(f.data_ptr<float>(), f.size(0), f.size(1), dtype, rows.data());
+      load_rows(rows.data(), f.size(0), f.size(1), dtype, embed.data_ptr<float>());
     }
-  }
-  writer.write((work / "model.gguf").string());
-  const std::vector<int64_t> ids = {73,  110, 32,  116, 104, 101, 32,  98,
-                                    101, 103, 105, 110, 110, 105, 110, 103};
-  std::string id_list;
-  for (const int64_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
-  const std::string command =
-      "node '" + std::string(KVLAB_ORACLE_SCRIPTS) + "/llama_cpp_oracle.mjs' '" + oracles.string() +
-      "' " + id_list + " '" + (work / "model.gguf").string() + "' '" +
-      (work / "out.json").string() + "' 2> '" + (work / "err").string() + "'";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n"
-                                             << read_bytes(work / "err").substr(0, 600);
-  const json rows = json::parse(read_bytes(work / "out.json"));
-  ASSERT_EQ(rows.size(), ids.size());
-  // kvlab's decode step, token by token over an f32 cache (the oracle's cache is f32 too)
-  auto decode = [&](DType weights) {
-    infer::Generator gen(model, DType::kF32, static_cast<int64_t>(ids.size()), 1, 1, std::nullopt,
-                         std::nullopt, 0, weights);
-    const int32_t seq = gen.add_sequence();
-    std::vector<std::vector<double>> probs;
-    std::vector<float> logits(256);
-    for (const int64_t id : ids) {
-      gen.step(&seq, &id, 1, logits.data());
-      const float peak = *std::max_element(logits.begin(), logits.end());
-      double sum = 0;
-      std::vector<double> p(256);
-      for (size_t v = 0; v < 256; ++v)
-        sum += p[v] = std::exp(static_cast<double>(logits[v]) - peak);
-      for (double& x : p) x /= sum;
-      probs.push_back(p);
-    }
-    return probs;
-  };
-  auto worst_gap = [&](const std::vector<std::vector<double>>& ours) {
-    double worst = 0;
-    for (size_t t = 0; t < ids.size(); ++t) {
-      for (int v = 0; v < 256; ++v) {
-        const std::string key = std::to_string(v);
-        const double theirs = rows[t].contains(key) ? rows[t].at(key).get<double>() : 0.0;
-        EXPECT_FALSE(std::isnan(ours[t][static_cast<size_t>(v)]));
-        worst = std::max(worst, std::abs(theirs - ours[t][static_cast<size_t>(v)]));
+    const GgufWriter writer = gguf_for(*model, type);
+    for (const GgufTensor& t : writer.tensors()) {  // the matrices really are of that dtype
+      if (t.shape.size() == 2) {
+        EXPECT_EQ(t.type, type) << t.name;
       }
     }
-    return worst;
-  };
-  const double q8 = worst_gap(decode(DType::kQ8_0)), f32 = worst_gap(decode(DType::kF32));
-  std::cout << "max |p_llama.cpp − p_kvlab| over " << ids.size() << " positions × 256 bytes: q8_0 "
-            << "weights " << q8 << ", f32 weights " << f32 << "\n";
-  EXPECT_LT(q8, 1e-5);  // measured 4.5e-7 (f32 weights: 0.07)
-  EXPECT_LT(q8, f32 / 4) << "kvlab's q8_0 step is no closer to llama.cpp's than its f32 step";
+    writer.write((work / "model.gguf").string());
+    const std::vector<int64_t> ids = {73,  110, 32,  116, 104, 101, 32,  98,
+                                      101, 103, 105, 110, 110, 105, 110, 103};
+    std::string id_list;
+    for (const int64_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+    const std::string command =
+        "node '" + std::string(KVLAB_ORACLE_SCRIPTS) + "/llama_cpp_oracle.mjs' '" +
+        oracles.string() + "' " + id_list + " '" + (work / "model.gguf").string() + "' '" +
+        (work / "out.json").string() + "' 2> '" + (work / "err").string() + "'";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n"
+                                               << read_bytes(work / "err").substr(0, 600);
+    const json rows = json::parse(read_bytes(work / "out.json"));
+    ASSERT_EQ(rows.size(), ids.size());
+    // kvlab's decode step, token by token over an f32 cache (the oracle's cache is f32 too)
+    auto decode = [&](DType weights) {
+      infer::Generator gen(model, DType::kF32, static_cast<int64_t>(ids.size()), 1, 1, std::nullopt,
+                           std::nullopt, 0, weights);
+      const int32_t seq = gen.add_sequence();
+      std::vector<std::vector<double>> probs;
+      std::vector<float> logits(256);
+      for (const int64_t id : ids) {
+        gen.step(&seq, &id, 1, logits.data());
+        const float peak = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        std::vector<double> p(256);
+        for (size_t v = 0; v < 256; ++v)
+          sum += p[v] = std::exp(static_cast<double>(logits[v]) - peak);
+        for (double& x : p) x /= sum;
+        probs.push_back(p);
+      }
+      return probs;
+    };
+    auto worst_gap = [&](const std::vector<std::vector<double>>& ours) {
+      double worst = 0;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        for (int v = 0; v < 256; ++v) {
+          const std::string key = std::to_string(v);
+          const double theirs = rows[t].contains(key) ? rows[t].at(key).get<double>() : 0.0;
+          EXPECT_FALSE(std::isnan(ours[t][static_cast<size_t>(v)]));
+          worst = std::max(worst, std::abs(theirs - ours[t][static_cast<size_t>(v)]));
+        }
+      }
+      return worst;
+    };
+    const double same = worst_gap(decode(dtype)), f32 = worst_gap(decode(DType::kF32));
+    std::cout << "max |p_llama.cpp − p_kvlab| over " << ids.size()
+              << " positions × 256 bytes: " << dtype_name(dtype) << " weights " << same
+              << ", f32 weights " << f32 << "\n";
+    // measured: q8_0 3.2e-7 (f32 weights 0.07), q4_0 0.041 (f32 weights 0.48)
+    EXPECT_LT(same, dtype == DType::kQ8_0 ? 1e-5 : 0.1);
+    EXPECT_LT(same, f32 / 4) << "kvlab's step with the file's dtype is no closer to llama.cpp's "
+                                "than its f32 step";
+  }
   fs::remove_all(work);
 }
 

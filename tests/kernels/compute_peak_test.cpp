@@ -43,7 +43,7 @@ TEST(ComputePeakTest, Bf16PeakUsesTheInstructionOfTheDenseProducts) {
 TEST(ComputePeakTest, Int8BlocksPeakIsTheTileMultiplyOfTheQ8_0Weights) {
   ThreadPool pool(1);
   const std::optional<ComputePeak> peak = measure_compute_peak(MacKind::kInt8Blocks, pool, 1);
-  if (q8_0_tile_min_rows() == 0) {
+  if (quant_tile_min_rows(DType::kQ8_0) == 0) {
     EXPECT_FALSE(peak.has_value());
     return;
   }

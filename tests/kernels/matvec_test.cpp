@@ -518,92 +518,111 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   }
 }
 
-// q8_0 panels move bytes only: every block of odd shapes (a partial last panel, a width whose
-// last block is partial, odd and even block counts) reads back as ggml wrote it, each quant and
-// scale sits where the layout says (computed here from its definition: panel p's quants from
-// p · blocks · 512, block k's 512 bytes, byte 64 · (e / 4) + 4 · r + e % 4; every panel's scales
-// after every panel's quants, 32 bytes a block), the padding is zero, and the matrix is as many
-// bytes as its rows padded to whole panels in ggml's blocks.
-TEST(MatVecTest, Q8_0PanelsReadBackExactly) {
+// q8_0 and q4_0 panels move bytes only: every block of odd shapes (a partial last panel, a width
+// whose last block is partial, odd and even block counts) reads back as ggml wrote it, each quant
+// byte and scale sits where the layout says (computed here from its definition: panel p's quants
+// from p · blocks · B (B = 512 for q8_0, 256 for q4_0), block k's B bytes, ggml's quant byte j of
+// row r at 64 · (j / 4) + 4 · r + j % 4; every panel's scales after every panel's quants, 32 bytes
+// a block), the padding is zero, and the matrix is as many bytes as its rows padded to whole
+// panels in ggml's blocks.
+TEST(MatVecTest, QuantPanelsReadBackExactly) {
   std::mt19937 rng(37);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t out : {1, 15, 16, 17, 40}) {
-    for (int64_t in : {1, 31, 32, 33, 64, 96, 100}) {
-      SCOPED_TRACE("out " + std::to_string(out) + " in " + std::to_string(in));
-      const int64_t blocks = (in + 31) / 32, stride = row_bytes(DType::kQ8_0, in);
-      const int64_t panels_count = (out + 15) / 16;
-      ASSERT_EQ(q8_0_panel_bytes(out, in), panels_count * 16 * stride);
-      std::vector<float> w(static_cast<size_t>(in * out));
-      for (float& v : w) v = normal(rng);
-      const std::vector<std::byte> rows = pack(w, out, in, DType::kQ8_0);
-      std::vector<std::byte> panels(static_cast<size_t>(q8_0_panel_bytes(out, in)),
-                                    std::byte{0x5A});
-      pack_q8_0_panels(rows.data(), out, in, panels.data());
-      std::vector<bool> used(panels.size(), false);
-      for (int64_t o = 0; o < out; ++o) {
-        const size_t panel = static_cast<size_t>(o / 16 * blocks * 512), r = o % 16;
-        const size_t panel_scales =
-            static_cast<size_t>(panels_count * blocks * 512 + o / 16 * blocks * 32);
-        for (int64_t k = 0; k < blocks; ++k) {
-          const std::byte* ggml = rows.data() + o * stride + k * 34;
-          std::byte block[34];
-          q8_0_panel_block(panels.data(), out, in, o, k, block);
-          ASSERT_EQ(std::memcmp(block, ggml, sizeof block), 0) << "row " << o << " block " << k;
-          const size_t scale = panel_scales + static_cast<size_t>(k * 32) + 2 * r;
-          ASSERT_EQ(std::memcmp(&panels[scale], ggml, 2), 0);
-          used[scale] = used[scale + 1] = true;
-          for (int64_t e = 0; e < 32; ++e) {
-            const size_t at = panel + static_cast<size_t>(k * 512 + 64 * (e / 4) + 4 * r + e % 4);
-            ASSERT_FALSE(used[at]) << "two quants at " << at;
-            used[at] = true;
-            ASSERT_EQ(panels[at], ggml[2 + e]) << "row " << o << " block " << k << " element " << e;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t block_bytes = dtype == DType::kQ8_0 ? 34 : 18;
+    const int64_t panel_block = dtype == DType::kQ8_0 ? 512 : 256;
+    for (int64_t out : {1, 15, 16, 17, 40}) {
+      for (int64_t in : {1, 31, 32, 33, 64, 96, 100}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " out " + std::to_string(out) + " in " +
+                     std::to_string(in));
+        const int64_t blocks = (in + 31) / 32, stride = row_bytes(dtype, in);
+        const int64_t panels_count = (out + 15) / 16;
+        ASSERT_EQ(stride, blocks * block_bytes);
+        ASSERT_EQ(quant_panel_bytes(dtype, out, in), panels_count * 16 * stride);
+        std::vector<float> w(static_cast<size_t>(in * out));
+        for (float& v : w) v = normal(rng);
+        const std::vector<std::byte> rows = pack(w, out, in, dtype);
+        std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)),
+                                      std::byte{0x5A});
+        pack_quant_panels(dtype, rows.data(), out, in, panels.data());
+        std::vector<bool> used(panels.size(), false);
+        for (int64_t o = 0; o < out; ++o) {
+          const size_t panel = static_cast<size_t>(o / 16 * blocks * panel_block), r = o % 16;
+          const size_t panel_scales =
+              static_cast<size_t>(panels_count * blocks * panel_block + o / 16 * blocks * 32);
+          for (int64_t k = 0; k < blocks; ++k) {
+            const std::byte* ggml = rows.data() + o * stride + k * block_bytes;
+            std::byte block[34];
+            quant_panel_block(dtype, panels.data(), out, in, o, k, block);
+            ASSERT_EQ(std::memcmp(block, ggml, static_cast<size_t>(block_bytes)), 0)
+                << "row " << o << " block " << k;
+            const size_t scale = panel_scales + static_cast<size_t>(k * 32) + 2 * r;
+            ASSERT_EQ(std::memcmp(&panels[scale], ggml, 2), 0);
+            used[scale] = used[scale + 1] = true;
+            for (int64_t j = 0; j < block_bytes - 2; ++j) {
+              const size_t at =
+                  panel + static_cast<size_t>(k * panel_block + 64 * (j / 4) + 4 * r + j % 4);
+              ASSERT_FALSE(used[at]) << "two quant bytes at " << at;
+              used[at] = true;
+              ASSERT_EQ(panels[at], ggml[2 + j]) << "row " << o << " block " << k << " byte " << j;
+            }
           }
         }
-      }
-      for (size_t at = 0; at < panels.size(); ++at) {
-        if (!used[at]) {
-          ASSERT_EQ(panels[at], std::byte{0}) << "padding at " << at;
+        for (size_t at = 0; at < panels.size(); ++at) {
+          if (!used[at]) {
+            ASSERT_EQ(panels[at], std::byte{0}) << "padding at " << at;
+          }
         }
       }
     }
   }
   std::byte block[34];
-  std::vector<std::byte> panels(static_cast<size_t>(q8_0_panel_bytes(1, 40)));
-  EXPECT_EQ(thrown_message([&] { q8_0_panel_block(panels.data(), 1, 40, 0, 2, block); }),
-            "q8_0_panel_block: k: must be in [0, blocks)");
-  EXPECT_EQ(thrown_message([&] { q8_0_panel_block(panels.data(), 1, 40, 1, 0, block); }),
-            "q8_0_panel_block: o: must be in [0, out)");
-  EXPECT_THROW(pack_q8_0_panels(panels.data(), 1, 0, panels.data()), std::invalid_argument);
+  std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(DType::kQ8_0, 1, 40)));
+  EXPECT_EQ(
+      thrown_message([&] { quant_panel_block(DType::kQ4_0, panels.data(), 1, 40, 0, 2, block); }),
+      "quant_panel_block: k: must be in [0, blocks)");
+  EXPECT_EQ(
+      thrown_message([&] { quant_panel_block(DType::kQ8_0, panels.data(), 1, 40, 1, 0, block); }),
+      "quant_panel_block: o: must be in [0, out)");
+  EXPECT_EQ(
+      thrown_message([&] { quant_panel_block(DType::kBf16, panels.data(), 1, 40, 0, 0, block); }),
+      "quant_panel_block: dtype: must be q8_0 or q4_0, not bf16");
+  EXPECT_EQ(
+      thrown_message([&] { pack_quant_panels(DType::kQ4_0, panels.data(), 1, 0, panels.data()); }),
+      "pack_quant_panels: out/in: must be > 0");
+  EXPECT_EQ(
+      thrown_message([&] { pack_quant_panels(DType::kF16, panels.data(), 1, 40, panels.data()); }),
+      "pack_quant_panels: dtype: must be q8_0 or q4_0, not f16");
 }
 
-// q8_0 panels through both of their kernels where the CPU has them (AVX-512 VNNI's at every batch,
-// AMX int8's at every batch; called directly) and through the decoder (VNNI below
-// q8_0_tile_min_rows, AMX from it, where fastest_weight_order stores panels; the reference
+// q8_0 and q4_0 panels through both of their kernels where the CPU has them (AVX-512 VNNI's at
+// every batch, AMX int8's at every batch; called directly) and through the decoder (VNNI below
+// quant_tile_min_rows, AMX from it, where fastest_weight_order stores panels; the reference
 // elsewhere), against the reference on ggml's rows of the same weights: odd shapes (partial
-// panels, partial last blocks, odd block counts: the tiles' lone last block), strides, batches of
-// 1..9 (the VNNI kernel's tiles of four rows and two panels, two rows and four, the rest), of
-// 16..40 (the tiles' blocks of 16 rows, the last padded), bias, a NaN in one row of x. The
-// reference reading panels equals it exactly.
-TEST(MatVecTest, Q8_0PanelsMatchTheReference) {
+// panels, partial last blocks, odd block counts: the tiles' lone last block; q4_0's runs of 16
+// unpacked blocks, the last partial), strides, batches of 1..9 (the VNNI kernel's tiles of four
+// rows and two panels, two rows and four, the rest), of 16..40 (the tiles' blocks of 16 rows, the
+// last padded), bias, a NaN in one row of x. The reference reading panels equals it exactly.
+TEST(MatVecTest, QuantPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());
   ThreadPool pool(2);
   MatVecScratch scratch;
   const bool vnni = cpu_has_avx512_vnni();
   const bool amx = cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8();  // (asks for the tiles)
-  std::cout << "[ INFO     ] q8_0 panels on this CPU: "
+  std::cout << "[ INFO     ] q8_0 / q4_0 panels on this CPU: "
             << (amx    ? "AVX-512 VNNI and AMX int8 kernels"
                 : vnni ? "AVX-512 VNNI kernel"
                        : "the scalar reference")
-            << "; the decoder stores q8_0 "
-            << (fastest_weight_order(DType::kQ8_0) == WeightOrder::kPanels ? "in panels"
+            << "; the decoder stores them "
+            << (fastest_weight_order(DType::kQ4_0) == WeightOrder::kPanels ? "in panels"
                                                                            : "in another order")
             << "\n";
-  const auto check = [&](int64_t in, int64_t out, int64_t n) {
-    const RandomProblem r = random_problem(rng, in, out, n, DType::kQ8_0);
-    SCOPED_TRACE(r.name());
-    std::vector<std::byte> panels(static_cast<size_t>(q8_0_panel_bytes(out, in)));
-    pack_q8_0_panels(r.rows.data(), out, in, panels.data());
+  const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
+    const RandomProblem r = random_problem(rng, in, out, n, dtype);
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name());
+    std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
+    pack_quant_panels(dtype, r.rows.data(), out, in, panels.data());
     std::vector<float> expected = r.untouched_y(), read_back = expected;
     matvec_reference(r.params(r.rows.data(), WeightOrder::kRows, expected.data()));
     MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
@@ -615,38 +634,46 @@ TEST(MatVecTest, Q8_0PanelsMatchTheReference) {
       expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
     };
     run([&] { fast.run(p); });
-    if (vnni) run([&] { matvec_q8_0_panels(p, pool, scratch); });
-    if (amx) run([&] { matvec_amx_q8_0_panels(p, pool, scratch); });
+    if (vnni) run([&] { matvec_quant_panels(p, pool, scratch); });
+    if (amx) run([&] { matvec_amx_quant_panels(p, pool, scratch); });
   };
-  for (int64_t in : {1, 33, 64, 90, 513, 1100}) {
-    for (int64_t out : {1, 5, 16, 17, 33, 301}) {
-      for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 9}) check(in, out, n);
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t in : {1, 33, 64, 90, 513, 1100}) {
+      for (int64_t out : {1, 5, 16, 17, 33, 301}) {
+        for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 9}) check(dtype, in, out, n);
+      }
+      for (int64_t out : {17, 200}) {
+        for (int64_t n : {16, 17, 33, 40}) check(dtype, in, out, n);
+      }
     }
-    for (int64_t out : {17, 200}) {
-      for (int64_t n : {16, 17, 33, 40}) check(in, out, n);
-    }
+    check(dtype, 1100, 20, 35);  // a NaN in row 1 among three blocks of x
+    check(dtype, 2600, 40, 13);  // x rounded on the pool (33,800 elements)
+    check(dtype, 11001, 20, 3);  // the same, with a NaN in row 1
   }
-  check(1100, 20, 35);  // a NaN in row 1 among three blocks of x
-  check(2600, 40, 13);  // x rounded on the pool (33,800 elements)
-  check(11001, 20, 3);  // the same, with a NaN in row 1
   // every kernel called directly refuses a layout it does not read, naming the field
   std::vector<float> x(64), y(2);
   const std::vector<std::byte> rows = pack(x, 1, 64, DType::kQ8_0);
   MatVecParams q8_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kQ8_0};
-  if (vnni) {
-    EXPECT_EQ(thrown_message([&] { matvec_q8_0_panels(q8_rows, pool, scratch); }),
-              "matvec_q8_0_panels: weight_order: must be panels");
-  }
-  if (amx) {
-    EXPECT_EQ(thrown_message([&] { matvec_amx_q8_0_panels(q8_rows, pool, scratch); }),
-              "matvec_amx_q8_0_panels: weight_order: must be panels");
-  }
   MatVecParams f16_panels = q8_rows;
   f16_panels.weight_dtype = DType::kF16;
   f16_panels.weight_order = WeightOrder::kPanels;
-  EXPECT_EQ(
-      thrown_message([&] { matvec_reference(f16_panels); }),
-      "matvec: weight_order: interleaved only for q8_0 weights, panels only for bf16 and q8_0");
+  MatVecParams bf16_panels = f16_panels;
+  bf16_panels.weight_dtype = DType::kBf16;
+  if (vnni) {
+    EXPECT_EQ(thrown_message([&] { matvec_quant_panels(q8_rows, pool, scratch); }),
+              "matvec_quant_panels: weight_order: must be panels");
+    EXPECT_EQ(thrown_message([&] { matvec_quant_panels(bf16_panels, pool, scratch); }),
+              "matvec_quant_panels: weight_dtype: must be q8_0 or q4_0");
+  }
+  if (amx) {
+    EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(q8_rows, pool, scratch); }),
+              "matvec_amx_quant_panels: weight_order: must be panels");
+    EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(bf16_panels, pool, scratch); }),
+              "matvec_amx_quant_panels: weight_dtype: must be q8_0 or q4_0");
+  }
+  EXPECT_EQ(thrown_message([&] { matvec_reference(f16_panels); }),
+            "matvec: weight_order: interleaved only for q8_0 weights, panels only for bf16, q8_0 "
+            "and q4_0");
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
-// q8_0 weights' kernels side by side, GMAC/s and GB/s of weights (median of 9) per rows of x:
-// ggml's block order (matvec_avx512), the interleaved order (matvec_q8_0_interleaved), panels
-// (matvec_q8_0_panels) and, where the CPU has AMX int8, panels by tile multiplies
-// (matvec_amx_q8_0_panels; "-" elsewhere), the same weights in each. Not part of the build; after
+// q8_0 and q4_0 weights' kernels side by side, GMAC/s and GB/s of weights (median of 9) per rows
+// of x: ggml's block order (matvec_avx512), the interleaved order (q8_0: matvec_q8_0_interleaved),
+// panels (matvec_quant_panels) and, where the CPU has AMX int8, panels by tile multiplies
+// (matvec_amx_quant_panels; "-" elsewhere), the same weights in each. Not part of the build; after
 // `make build`:
-//   g++ -O2 -std=c++20 -I. -Isrc bench/matvec_q8_0_kernels.cpp build/src/libkvlab_kernels.a \
+//   g++ -O2 -std=c++20 -I. -Isrc bench/matvec_quant_kernels.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvq
-//   /tmp/mvq THREADS OUT IN [CYCLE_MB]
+//   /tmp/mvq THREADS OUT IN [CYCLE_MB]      (q8_0, then q4_0)
 // With CYCLE_MB, that many MB of OUT x IN matrices are cycled through (each rep multiplies every
 // one), so the weights stream from memory as in a decode step; without it one matrix is reused.
 // The largest difference from ggml order's outputs is printed beside (sums in another order:
@@ -42,39 +42,41 @@ struct Order {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::optional<MatVecBenchArgs> args =
-      parse_matvec_bench_args(argc, argv, cpu_has_avx512_vnni(), "AVX-512 VNNI");
-  if (!args) return 2;
-  const int threads = args->threads;
-  const int64_t out = args->out, in = args->in, cycle_mb = args->cycle_mb;
-  const int64_t rows_bytes = out * row_bytes(DType::kQ8_0, in);
+namespace {
+
+void compare(DType dtype, const MatVecBenchArgs& args) {
+  const int threads = args.threads;
+  const int64_t out = args.out, in = args.in, cycle_mb = args.cycle_mb;
+  const int64_t rows_bytes = out * row_bytes(dtype, in);
   const int64_t matrices = std::max<int64_t>(1, (cycle_mb << 20) / rows_bytes);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<float> values(static_cast<size_t>(out * in));
   for (float& v : values) v = normal(rng);
   std::vector<std::byte> one(static_cast<size_t>(rows_bytes));
-  store_rows(values.data(), out, in, DType::kQ8_0, one.data());
+  store_rows(values.data(), out, in, dtype, one.data());
   std::vector<std::byte> interleaved(one.size()),
-      panels(static_cast<size_t>(q8_0_panel_bytes(out, in)));
-  interleave_q8_0_rows(one.data(), out, in, interleaved.data());
-  pack_q8_0_panels(one.data(), out, in, panels.data());
+      panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
+  if (dtype == DType::kQ8_0) interleave_q8_0_rows(one.data(), out, in, interleaved.data());
+  pack_quant_panels(dtype, one.data(), out, in, panels.data());
   std::vector<Order> orders;
   orders.push_back({"ggml order", WeightOrder::kRows, matvec_avx512, {}, rows_bytes});
-  orders.push_back(
-      {"interleaved", WeightOrder::kInterleaved, matvec_q8_0_interleaved, {}, rows_bytes});
+  if (dtype == DType::kQ8_0) {
+    orders.push_back(
+        {"interleaved", WeightOrder::kInterleaved, matvec_q8_0_interleaved, {}, rows_bytes});
+  }
   orders.push_back({"panels",
                     WeightOrder::kPanels,
-                    matvec_q8_0_panels,
+                    matvec_quant_panels,
                     {},
                     static_cast<int64_t>(panels.size())});
-  orders.push_back(
-      {"AMX panels",
-       WeightOrder::kPanels,
-       cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8() ? Kernel(matvec_amx_q8_0_panels) : Kernel(),
-       {},
-       static_cast<int64_t>(panels.size())});
+  orders.push_back({"AMX panels",
+                    WeightOrder::kPanels,
+                    cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8()
+                        ? Kernel(matvec_amx_quant_panels)
+                        : Kernel(),
+                    {},
+                    static_cast<int64_t>(panels.size())});
   for (Order& o : orders) {
     const std::vector<std::byte>& src = o.order == WeightOrder::kRows          ? one
                                         : o.order == WeightOrder::kInterleaved ? interleaved
@@ -86,9 +88,10 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(threads);
   MatVecScratch scratch;
-  std::printf("%s, %d threads, %lld x %lld q8_0 weights, %lld matrices cycled; GMAC/s (GB/s)\n",
+  std::printf("%s, %d threads, %lld x %lld %s weights, %lld matrices cycled; GMAC/s (GB/s)\n",
               cpu_model_name().c_str(), threads, static_cast<long long>(out),
-              static_cast<long long>(in), static_cast<long long>(matrices));
+              static_cast<long long>(in), std::string(dtype_name(dtype)).c_str(),
+              static_cast<long long>(matrices));
   for (int64_t n : {1, 2, 3, 4, 8, 16, 32, 64}) {
     std::vector<float> x(static_cast<size_t>(in * n));
     for (float& v : x) v = normal(rng);
@@ -111,7 +114,7 @@ int main(int argc, char** argv) {
                          out,
                          0,
                          0,
-                         DType::kQ8_0};
+                         dtype};
           p.weight_order = o.order;
           o.kernel(p, pool, scratch);
         }
@@ -128,4 +131,14 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<MatVecBenchArgs> args =
+      parse_matvec_bench_args(argc, argv, cpu_has_avx512_vnni(), "AVX-512 VNNI");
+  if (!args) return 2;
+  compare(DType::kQ8_0, *args);
+  compare(DType::kQ4_0, *args);
 }

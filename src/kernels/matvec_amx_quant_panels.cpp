@@ -1,0 +1,237 @@
+// Built with AVX-512 F/BW/VL/DQ + VNNI + AMX (tile, int8); reached only through FastDecoder where
+// the CPU has AMX int8 (and the kernel the tile permission) and q8_0 or q4_0 weights are stored in
+// panels.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>  // NAN in q8_0_blocks.inc
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/amx_tiles.h"
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_common.inc"
+#include "kernels/matvec_q8_0_x.inc"
+
+// A tile multiply (tdpbssd) takes one block of 32 inputs: 16 rows of x × 32 int8 (the A tile,
+// 512 bytes) against the same inputs of a panel's 16 rows (the B tile: 8 rows of 16 outputs × 4
+// inputs, the panel's 512 bytes of that block as they lie) into 16 × 16 int32 sums — exact, and
+// each block's own, since every block has its own scales d_w and d_x.
+constexpr int64_t kTileRowsX = kPanelRows;
+constexpr int64_t kXTileBytes = kTileRowsX * kQB;  // 512
+
+// Six tiles: sums in tmm0, 1 (blocks k and k + 1 of a pair), x in tmm2, 3, the panel in tmm4, 5.
+AmxTileConfig q8_0_tiles_config() {
+  AmxTileConfig c = full_tiles_config(2);  // sums: 16 rows of x × 16 int32
+  set_q8_0_block_operands(c, 2, 4);
+  set_q8_0_block_operands(c, 3, 5);
+  return c;
+}
+
+// How far ahead of the block it multiplies the first pass over a panel prefetches the panel's
+// quants into L1: 8 blocks (4 KiB), as the bf16 tiles' kAheadChunks.
+constexpr int64_t kAheadBlocks = 8;
+
+// acc[m] += block k's sums (stored, [16 rows of x][16 outputs]) · d_w · d_x[m]: an exact integer
+// to f32 (|Σ| ≤ 32 · 127 · 128 < 2^24), then one multiply-add a row.
+inline __attribute__((always_inline)) void scale_into(const int32_t* sums, __m512 dw,
+                                                      const float* dx, __m512 (&acc)[kTileRowsX]) {
+#pragma GCC unroll 16
+  for (int m = 0; m < kTileRowsX; ++m) {
+    const __m512 exact = _mm512_cvtepi32_ps(_mm512_load_si512(sums + m * kPanelRows));
+    acc[m] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dw, _mm512_set1_ps(dx[m])), acc[m]);
+  }
+}
+
+// acc [16 rows of x][16 outputs] += `blocks` blocks of inputs of one panel (its quants in the q8_0
+// order at `w`, 512 bytes a block; its scales) times a block of 16 rows of x (its tiles `xq`,
+// scales `xs`): two blocks a pass (both multiplies issued before either's sums are stored and
+// scaled).
+inline __attribute__((always_inline)) void blocks_times_rows(
+    const std::byte* w, const std::byte* scales, int64_t blocks, const int8_t* xq, const float* xs,
+    bool prefetch, int32_t* sums, __m512 (&acc)[kTileRowsX]) {
+  const auto dw = [&](int64_t k) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + k * kQ8PanelScaleBytes)));
+  };
+  int64_t k = 0;
+  for (; k + 2 <= blocks; k += 2) {
+    const std::byte* wk = w + k * kQ8PanelBlockBytes;
+    if (prefetch && k + kAheadBlocks < blocks) {
+      const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBlocks * kQ8PanelBlockBytes);
+#pragma GCC unroll 16
+      for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    }
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(2, xq + k * kXTileBytes, kQB);
+    _tile_loadd(4, wk, 64);
+    _tile_loadd(3, xq + (k + 1) * kXTileBytes, kQB);
+    _tile_loadd(5, wk + kQ8PanelBlockBytes, 64);
+    _tile_dpbssd(0, 2, 4);
+    _tile_dpbssd(1, 3, 5);
+    _tile_stored(0, sums, 64);
+    scale_into(sums, dw(k), xs + k * kTileRowsX, acc);
+    _tile_stored(1, sums + kTileRowsX * kPanelRows, 64);
+    scale_into(sums + kTileRowsX * kPanelRows, dw(k + 1), xs + (k + 1) * kTileRowsX, acc);
+  }
+  if (k < blocks) {
+    _tile_zero(0);
+    _tile_loadd(2, xq + k * kXTileBytes, kQB);
+    _tile_loadd(4, w + k * kQ8PanelBlockBytes, 64);
+    _tile_dpbssd(0, 2, 4);
+    _tile_stored(0, sums, 64);
+    scale_into(sums, dw(k), xs + k * kTileRowsX, acc);
+  }
+}
+
+// What each panel task shares: the weights, x as the tiles read it, and where y's rows are.
+struct PanelWork {
+  const MatVecParams& p;
+  const int8_t* xq;  // [padded rows / 16][blocks][16][32]
+  const float* xs;   // [padded rows / 16][blocks][16]
+  int64_t blocks;
+  int64_t ys;
+  const int8_t* x_tile(int64_t b) const { return xq + b / kTileRowsX * blocks * kXTileBytes; }
+  const float* x_scales(int64_t b) const { return xs + b / kTileRowsX * blocks * kTileRowsX; }
+  // rows b.. of x (at most 16, the valid ones) into y's 16 outputs from o (`mask` of them)
+  void store(int64_t b, int64_t o, __mmask16 mask, __m512 bias,
+             const __m512 (&acc)[kTileRowsX]) const {
+    for (int64_t m = 0; m < std::min(kTileRowsX, p.n - b); ++m) {
+      _mm512_mask_storeu_ps(p.y + (b + m) * ys + o, mask, _mm512_add_ps(acc[m], bias));
+    }
+  }
+};
+
+// q8_0: y for panels [first, last), each against every block of 16 rows of x in turn, every block
+// of inputs at once; the first block of x reads the panel from memory (and prefetches ahead), the
+// rest from cache.
+void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
+  const MatVecParams& p = work.p;
+  alignas(64) int32_t sums[2 * kTileRowsX * kPanelRows];
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  for (int64_t panel = first; panel < last; ++panel) {
+    const int64_t o = panel * kPanelRows, outs = std::min(kPanelRows, p.out - o);
+    const auto mask = static_cast<__mmask16>((1u << outs) - 1);
+    const __m512 bias =
+        p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
+    for (int64_t b = 0; b < p.n; b += kTileRowsX) {
+      __m512 acc[kTileRowsX];
+#pragma GCC unroll 16
+      for (int m = 0; m < kTileRowsX; ++m) acc[m] = _mm512_setzero_ps();
+      blocks_times_rows(weight + quant_panel_quants(DType::kQ8_0, p.in, panel),
+                        weight + quant_panel_scales(DType::kQ8_0, p.out, p.in, panel), work.blocks,
+                        work.x_tile(b), work.x_scales(b), b == 0, sums, acc);
+      work.store(b, o, mask, bias, acc);
+    }
+  }
+}
+
+// q4_0 blocks unpacked at a time: 8 KiB of int8 quants, which every block of 16 rows of x then
+// reads from L1.
+constexpr int64_t kUnpackBlocks = 16;
+
+// `count` q4_0 panel blocks (256 bytes each) -> the q8_0 order (512 bytes each) as signed quants:
+// a 64-byte load's low nibbles are chunk v, its high nibbles chunk v + 4, each minus 8. Prefetches
+// the panel 4 KiB ahead.
+inline void unpack_q4_0_blocks(const std::byte* from, int64_t count, int8_t* to) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  constexpr int64_t kBytes = kQ8PanelBlockBytes / 2;
+  for (int64_t k = 0; k < count; ++k) {
+    const std::byte* block = from + k * kBytes;
+    int8_t* quants = to + k * kQ8PanelBlockBytes;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(block + 4096 + 64 * v), _MM_HINT_T0);
+      const __m512i raw = _mm512_loadu_si512(block + 64 * v);
+      const __m512i low = _mm512_sub_epi8(_mm512_and_si512(raw, nibble), eight);
+      const __m512i high =
+          _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble), eight);
+      _mm512_store_si512(quants + 64 * v, low);
+      _mm512_store_si512(quants + 64 * (v + 4), high);
+    }
+  }
+}
+
+// q4_0: y for panels [first, last); each panel's blocks kUnpackBlocks at a time unpacked to the
+// q8_0 order, then multiplied by every block of 16 rows of x, whose f32 sums wait in y's rows
+// between the runs of blocks.
+void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
+  const MatVecParams& p = work.p;
+  alignas(64) int32_t sums[2 * kTileRowsX * kPanelRows];
+  alignas(64) int8_t unpacked[kUnpackBlocks * kQ8PanelBlockBytes];
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  constexpr int64_t kBytes = kQ8PanelBlockBytes / 2;
+  for (int64_t panel = first; panel < last; ++panel) {
+    const int64_t o = panel * kPanelRows, outs = std::min(kPanelRows, p.out - o);
+    const auto mask = static_cast<__mmask16>((1u << outs) - 1);
+    const std::byte* quants = weight + quant_panel_quants(DType::kQ4_0, p.in, panel);
+    const std::byte* scales = weight + quant_panel_scales(DType::kQ4_0, p.out, p.in, panel);
+    for (int64_t k = 0; k < work.blocks; k += kUnpackBlocks) {
+      const int64_t count = std::min(kUnpackBlocks, work.blocks - k);
+      const bool last_run = k + count == work.blocks;
+      unpack_q4_0_blocks(quants + k * kBytes, count, unpacked);
+      const __m512 bias = last_run && p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o)
+                                                        : _mm512_setzero_ps();
+      for (int64_t b = 0; b < p.n; b += kTileRowsX) {
+        __m512 acc[kTileRowsX];
+#pragma GCC unroll 16
+        for (int m = 0; m < kTileRowsX; ++m) {
+          acc[m] = k == 0 || b + m >= p.n
+                       ? _mm512_setzero_ps()
+                       : _mm512_maskz_loadu_ps(mask, p.y + (b + m) * work.ys + o);
+        }
+        blocks_times_rows(reinterpret_cast<const std::byte*>(unpacked),
+                          scales + k * kQ8PanelScaleBytes, count, work.x_tile(b) + k * kXTileBytes,
+                          work.x_scales(b) + k * kTileRowsX, false, sums, acc);
+        work.store(b, o, mask, bias, acc);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matvec_amx_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  require_weights(p, "matvec_amx_quant_panels", WeightOrder::kPanels);
+  if (!takes_quant_panels(p.weight_dtype)) {
+    throw std::invalid_argument("matvec_amx_quant_panels: weight_dtype: must be q8_0 or q4_0");
+  }
+  if (p.n == 0) return;
+  reserve_matvec_scratch(p, scratch);
+  // x as the tiles read it: per block of 16 rows and block k of inputs, the 16 rows' 32 quants
+  // (one 512-byte A tile) and their 16 scales; rows past n zero (no sums, scale 0)
+  const int64_t blocks = q8_0_blocks(p.in);
+  const int64_t padded = (p.n + kTileRowsX - 1) / kTileRowsX * kTileRowsX;
+  int8_t* xq = scratch.quants.data();  // [padded / 16][blocks][16][32]
+  float* xs = scratch.scales.data();   // [padded / 16][blocks][16]
+  const auto tile_at = [&](int64_t b, int64_t k) {
+    return (b / kTileRowsX * blocks + k) * kTileRowsX + b % kTileRowsX;  // row b's place in block k
+  };
+  quantize_rows(p, pool, [&](int64_t b, int64_t k, const int8_t* quants, float scale) {
+    std::memcpy(xq + tile_at(b, k) * kQB, quants, kQB);
+    xs[tile_at(b, k)] = scale;
+  });
+  for (int64_t b = p.n; b < padded; ++b) {
+    for (int64_t k = 0; k < blocks; ++k) {
+      std::memset(xq + tile_at(b, k) * kQB, 0, kQB);
+      xs[tile_at(b, k)] = 0.0f;
+    }
+  }
+  const PanelWork work{p, xq, xs, blocks, p.y_stride > 0 ? p.y_stride : p.out};
+  const bool q8_0 = p.weight_dtype == DType::kQ8_0;
+  const int64_t per_task =
+      (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  for_each_task(pool, panel_count(p.out), per_task, [&](int64_t first, int64_t last) {
+    const AmxTileConfig config = q8_0_tiles_config();
+    _tile_loadconfig(&config);
+    q8_0 ? q8_0_panel_range(work, first, last) : q4_0_panel_range(work, first, last);
+    _tile_release();
+  });
+}
+
+}  // namespace kvlab

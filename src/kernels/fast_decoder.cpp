@@ -192,18 +192,13 @@ bool cpu_has_amx_int8() {
 }
 
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
-  if (takes_quant_panels(dtype) && isa == CpuIsa::kAmx && cpu_has_amx_int8() &&
-      cpu_has_avx512_vnni()) {
-    return WeightOrder::kPanels;
+  const bool avx512 = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
+  if (dtype == DType::kQ8_0 && avx512 && cpu_has_avx512_vnni()) {
+    return isa == CpuIsa::kAmx && cpu_has_amx_int8() ? WeightOrder::kPanels
+                                                     : WeightOrder::kInterleaved;
   }
-  if (dtype == DType::kQ8_0 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
-      cpu_has_avx512_vnni()) {
-    return WeightOrder::kInterleaved;
-  }
-  if (dtype == DType::kBf16 && (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) &&
-      cpu_has_avx512_bf16()) {
-    return WeightOrder::kPanels;
-  }
+  if (dtype == DType::kQ4_0 && avx512 && cpu_has_avx512_vnni()) return WeightOrder::kPanels;
+  if (dtype == DType::kBf16 && avx512 && cpu_has_avx512_bf16()) return WeightOrder::kPanels;
   return WeightOrder::kRows;
 }
 
@@ -239,7 +234,8 @@ void FastDecoder::run(const MatVecParams& params) {
     } else if (params.weight_order == WeightOrder::kInterleaved) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
     } else if (takes_quant_panels(params.weight_dtype)) {
-      params.n >= quant_tile_min_rows(params.weight_dtype, isa_)
+      const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
+      tile_rows > 0 && params.n >= tile_rows
           ? matvec_amx_quant_panels(params, pool_, matvec_scratch_)
           : matvec_quant_panels(params, pool_, matvec_scratch_);
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
@@ -286,10 +282,13 @@ int64_t bf16_product_min_rows(CpuIsa isa) {
 }
 
 int64_t quant_tile_min_rows(DType dtype, CpuIsa isa) {
-  return takes_quant_panels(dtype) && isa == CpuIsa::kAmx &&
-                 fastest_weight_order(dtype, isa) == WeightOrder::kPanels
-             ? (dtype == DType::kQ8_0 ? kAmxQ8PanelMinRows : kAmxQ4PanelMinRows)
-             : 0;
+  if (isa != CpuIsa::kAmx || !cpu_has_amx_int8() ||
+      fastest_weight_order(dtype, isa) != WeightOrder::kPanels) {
+    return 0;
+  }
+  return dtype == DType::kQ8_0 ? kAmxQ8PanelMinRows
+         : dtype == DType::kQ4_0 ? kAmxQ4PanelMinRows
+                                 : 0;
 }
 
 bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {

@@ -47,12 +47,13 @@ int64_t quant_tile_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // token reads), f32 on the scalar reference.
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
-// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`: q8_0 and
-// q4_0 in panels where it runs AMX and the CPU has AMX int8 and AVX-512 VNNI (matvec_quant_panels,
-// from quant_tile_min_rows rows matvec_amx_quant_panels), else q8_0 interleaved
-// (matvec_q8_0_interleaved) where it runs AVX-512 or AMX and the CPU has VNNI; bf16 in
-// panels where it runs AVX-512 or AMX and the CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX
-// from kAmxPanelMinRows rows matvec_amx_bf16_panels); rows elsewhere.
+// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`, where it
+// runs AVX-512 or AMX: q8_0 in panels where it runs AMX and the CPU has AMX int8 and AVX-512 VNNI,
+// else interleaved (matvec_q8_0_interleaved) where the CPU has VNNI; q4_0 in panels where the CPU
+// has VNNI (matvec_quant_panels; with AMX int8, from quant_tile_min_rows rows,
+// matvec_amx_quant_panels, as for q8_0 panels); bf16 in panels where the CPU has AVX-512 BF16
+// (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows matvec_amx_bf16_panels). Rows
+// elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout

@@ -1,6 +1,7 @@
 // Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder where q8_0 or q4_0
-// weights are stored in panels (fastest_weight_order: a CPU with AMX int8 and AVX-512 VNNI), for
-// the batches below the tile kernel's threshold (quant_tile_min_rows).
+// weights are stored in panels (fastest_weight_order: q4_0 on a CPU with AVX-512 VNNI, q8_0 where
+// it has AMX int8 too), at every batch, or with AMX int8 below the tile kernel's threshold
+// (quant_tile_min_rows).
 #include <immintrin.h>
 
 #include <algorithm>

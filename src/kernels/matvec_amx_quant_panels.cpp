@@ -33,7 +33,9 @@ AmxTileConfig q8_0_tiles_config() {
 }
 
 // How far ahead of the block it multiplies the first pass over a panel prefetches the panel's
-// quants into L1: 8 blocks (4 KiB), as the bf16 tiles' kAheadChunks.
+// quants into L1: 8 blocks (4 KiB), as the bf16 tiles' kAheadChunks; its last 8 blocks prefetch
+// the next panel's first (stopping at the panel's end left every panel's first 4 KiB to the
+// hardware: 2-6% slower at 8 and 16 rows of x, docs/kernels/dense-decode.md).
 constexpr int64_t kAheadBlocks = 8;
 
 // acc[m] += block k's sums (stored, [16 rows of x][16 outputs]) · d_w · d_x[m]: an exact integer
@@ -61,7 +63,7 @@ inline __attribute__((always_inline)) void blocks_times_rows(
   int64_t k = 0;
   for (; k + 2 <= blocks; k += 2) {
     const std::byte* wk = w + k * kQ8PanelBlockBytes;
-    if (prefetch && k + kAheadBlocks < blocks) {
+    if (prefetch) {  // past the panel's end: the next panel's quants, which follow it
       const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBlocks * kQ8PanelBlockBytes);
 #pragma GCC unroll 16
       for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);

@@ -286,7 +286,7 @@ int64_t quant_tile_min_rows(DType dtype, CpuIsa isa) {
       fastest_weight_order(dtype, isa) != WeightOrder::kPanels) {
     return 0;
   }
-  return dtype == DType::kQ8_0 ? kAmxQ8PanelMinRows
+  return dtype == DType::kQ8_0   ? kAmxQ8PanelMinRows
          : dtype == DType::kQ4_0 ? kAmxQ4PanelMinRows
                                  : 0;
 }

@@ -72,6 +72,13 @@ void require_weights(const MatVecParams& p, const char* caller, WeightOrder orde
   }
 }
 
+void require_quant_panels(const MatVecParams& p, const char* caller) {
+  require_weights(p, caller, WeightOrder::kPanels);
+  if (!takes_quant_panels(p.weight_dtype)) {
+    throw std::invalid_argument(std::string(caller) + ": weight_dtype: must be q8_0 or q4_0");
+  }
+}
+
 void validate_matvec(const MatVecParams& p) {
   auto require = [](bool ok, const char* field, const char* rule) {
     if (!ok) throw std::invalid_argument(std::string("matvec: ") + field + ": " + rule);

@@ -182,6 +182,8 @@ void matvec_bf16_products(const MatVecParams& params, ThreadPool& pool, MatVecSc
 // stored in `order` (and are `dtype`, where given): what each kernel checks before it reads them.
 void require_weights(const MatVecParams& params, const char* caller, WeightOrder order,
                      std::optional<DType> dtype = std::nullopt);
+// require_weights for the kernels over q8_0 and q4_0 panels: panels, of either dtype.
+void require_quant_panels(const MatVecParams& params, const char* caller);
 
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
 // instantiated with their flags).

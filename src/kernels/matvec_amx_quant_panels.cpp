@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>  // NAN in q8_0_blocks.inc
 #include <cstring>
-#include <stdexcept>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/matvec.h"
@@ -199,10 +198,7 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
 }  // namespace
 
 void matvec_amx_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_weights(p, "matvec_amx_quant_panels", WeightOrder::kPanels);
-  if (!takes_quant_panels(p.weight_dtype)) {
-    throw std::invalid_argument("matvec_amx_quant_panels: weight_dtype: must be q8_0 or q4_0");
-  }
+  require_quant_panels(p, "matvec_amx_quant_panels");
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
   // x as the tiles read it: per block of 16 rows and block k of inputs, the 16 rows' 32 quants

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>  // NAN in q8_0_blocks.inc
 #include <cstring>
-#include <stdexcept>
 
 #include "kernels/matvec.h"
 
@@ -205,10 +204,7 @@ void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratc
 }  // namespace
 
 void matvec_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_weights(p, "matvec_quant_panels", WeightOrder::kPanels);
-  if (!takes_quant_panels(p.weight_dtype)) {
-    throw std::invalid_argument("matvec_quant_panels: weight_dtype: must be q8_0 or q4_0");
-  }
+  require_quant_panels(p, "matvec_quant_panels");
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
   p.weight_dtype == DType::kQ8_0 ? quant_panels<DType::kQ8_0>(p, pool, scratch)

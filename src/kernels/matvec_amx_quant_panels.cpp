@@ -36,6 +36,7 @@ AmxTileConfig q8_0_tiles_config() {
 // the next panel's first (stopping at the panel's end left every panel's first 4 KiB to the
 // hardware: 2-6% slower at 8 and 16 rows of x, docs/kernels/dense-decode.md).
 constexpr int64_t kAheadBlocks = 8;
+constexpr int64_t kAheadBytes = kAheadBlocks * kQ8PanelBlockBytes;
 
 // acc[m] += block k's sums (stored, [16 rows of x][16 outputs]) · d_w · d_x[m]: an exact integer
 // to f32 (|Σ| ≤ 32 · 127 · 128 < 2^24), then one multiply-add a row.
@@ -63,7 +64,7 @@ inline __attribute__((always_inline)) void blocks_times_rows(
   for (; k + 2 <= blocks; k += 2) {
     const std::byte* wk = w + k * kQ8PanelBlockBytes;
     if (prefetch) {  // past the panel's end: the next panel's quants, which follow it
-      const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBlocks * kQ8PanelBlockBytes);
+      const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
 #pragma GCC unroll 16
       for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     }
@@ -132,22 +133,23 @@ void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
   }
 }
 
+constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  // 256
+
 // q4_0 blocks unpacked at a time: 8 KiB of int8 quants, which every block of 16 rows of x then
 // reads from L1.
 constexpr int64_t kUnpackBlocks = 16;
 
 // `count` q4_0 panel blocks (256 bytes each) -> the q8_0 order (512 bytes each) as signed quants:
 // a 64-byte load's low nibbles are chunk v, its high nibbles chunk v + 4, each minus 8. Prefetches
-// the panel 4 KiB ahead.
+// the panel as far ahead as the q8_0 tiles do (4 KiB).
 inline void unpack_q4_0_blocks(const std::byte* from, int64_t count, int8_t* to) {
   const __m512i nibble = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  constexpr int64_t kBytes = kQ8PanelBlockBytes / 2;
   for (int64_t k = 0; k < count; ++k) {
-    const std::byte* block = from + k * kBytes;
+    const std::byte* block = from + k * kQ4PanelBlockBytes;
     int8_t* quants = to + k * kQ8PanelBlockBytes;
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
-      _mm_prefetch(reinterpret_cast<const char*>(block + 4096 + 64 * v), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block + kAheadBytes + 64 * v), _MM_HINT_T0);
       const __m512i raw = _mm512_loadu_si512(block + 64 * v);
       const __m512i low = _mm512_sub_epi8(_mm512_and_si512(raw, nibble), eight);
       const __m512i high =
@@ -166,7 +168,6 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
   alignas(64) int32_t sums[2 * kTileRowsX * kPanelRows];
   alignas(64) int8_t unpacked[kUnpackBlocks * kQ8PanelBlockBytes];
   const auto* weight = static_cast<const std::byte*>(p.weight);
-  constexpr int64_t kBytes = kQ8PanelBlockBytes / 2;
   for (int64_t panel = first; panel < last; ++panel) {
     const int64_t o = panel * kPanelRows, outs = std::min(kPanelRows, p.out - o);
     const auto mask = static_cast<__mmask16>((1u << outs) - 1);
@@ -175,7 +176,7 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
     for (int64_t k = 0; k < work.blocks; k += kUnpackBlocks) {
       const int64_t count = std::min(kUnpackBlocks, work.blocks - k);
       const bool last_run = k + count == work.blocks;
-      unpack_q4_0_blocks(quants + k * kBytes, count, unpacked);
+      unpack_q4_0_blocks(quants + k * kQ4PanelBlockBytes, count, unpacked);
       const __m512 bias = last_run && p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o)
                                                         : _mm512_setzero_ps();
       for (int64_t b = 0; b < p.n; b += kTileRowsX) {

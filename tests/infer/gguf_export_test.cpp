@@ -311,14 +311,13 @@ TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
 
 // llama.cpp multiplies q8_0 and q4_0 weights by activations it rounds to q8_0 per block of 32, as
 // kvlab's decode step does with --weight-dtype q8_0 / q4_0: the same file decoded by both gives
-// next-byte probabilities much closer than kvlab's f32 weights come to them — for q8_0 the same
-// ones. For q4_0 the first position agrees to 6e-8 (every product whose output it reads: v, o,
-// the MLP, the head), but from the second llama.cpp's CPU library moves up to 0.041 from kvlab's
-// step, on every kvlab ISA, the scalar reference included (f32 weights: 0.48; the export's nibbles
-// swapped in each byte: 0.66): a difference that enters with a second key (the query/key products
-// or the attention), not traced further; so past the first position this file holds q4_0 to its
-// layout and scales, not the last bit. The token embedding is rounded through the file's dtype
-// first (llama.cpp reads its rows from that table; kvlab keeps embeddings in f32).
+// the same next-byte probabilities, far closer than kvlab's f32 weights come to them. The token
+// embedding is rounded through the file's dtype first (llama.cpp reads its rows from that table;
+// kvlab keeps embeddings in f32), and the norms' gains are drawn in [1, 3]: with unit gains a
+// q4_0-rounded embedding's blocks hold values in exact ratios (1 : 2 among them), which put
+// elements of x exactly at q8_0's rounding ties, where ggml's reference quantizer (kvlab's: 1 / d,
+// halves away from zero) and llama.cpp's AVX2 one (127 / amax, halves to even) part: up to 0.041
+// for q4_0 with unit gains, 7e-7 with drawn ones.
 TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
   const fs::path oracles = oracles_dir();
   if (const std::string why = oracle_missing(oracles, "llama-cpp"); !why.empty()) {
@@ -339,7 +338,11 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
     {
       torch::NoGradGuard no_grad;
       for (auto& p : model->named_parameters()) {
-        if (p.key().find("norm") == std::string::npos) p.value().mul_(6);  // peaked outputs
+        if (p.key().find("norm") == std::string::npos) {
+          p.value().mul_(6);  // peaked outputs
+        } else {
+          p.value().uniform_(1.0, 3.0);
+        }
       }
       torch::Tensor embed = model->model->embed_tokens;
       const torch::Tensor f = embed.contiguous();
@@ -385,10 +388,9 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
       }
       return probs;
     };
-    // the largest gap over positions [0, positions)
-    auto worst_gap = [&](const std::vector<std::vector<double>>& ours, size_t positions) {
+    auto worst_gap = [&](const std::vector<std::vector<double>>& ours) {
       double worst = 0;
-      for (size_t t = 0; t < positions; ++t) {
+      for (size_t t = 0; t < ids.size(); ++t) {
         for (int v = 0; v < 256; ++v) {
           const std::string key = std::to_string(v);
           const double theirs = rows[t].contains(key) ? rows[t].at(key).get<double>() : 0.0;
@@ -398,16 +400,11 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
       }
       return worst;
     };
-    const std::vector<std::vector<double>> ours = decode(dtype);
-    const double same = worst_gap(ours, ids.size()), first = worst_gap(ours, 1);
-    const double f32 = worst_gap(decode(DType::kF32), ids.size());
+    const double same = worst_gap(decode(dtype)), f32 = worst_gap(decode(DType::kF32));
     std::cout << "max |p_llama.cpp − p_kvlab| over " << ids.size()
               << " positions × 256 bytes: " << dtype_name(dtype) << " weights " << same
-              << " (first position " << first << "), f32 weights " << f32 << "\n";
-    // measured: q8_0 3.2e-7 (f32 weights 0.07), q4_0 0.041, its first position 6.1e-8 (f32
-    // weights 0.48)
-    EXPECT_LT(first, 1e-5);
-    EXPECT_LT(same, dtype == DType::kQ8_0 ? 1e-5 : 0.1);
+              << ", f32 weights " << f32 << "\n";
+    EXPECT_LT(same, 1e-5);  // measured: q8_0 7.6e-7 (f32 weights 0.14), q4_0 7.0e-7 (0.69)
     EXPECT_LT(same, f32 / 4) << "kvlab's step with the file's dtype is no closer to llama.cpp's "
                                 "than its f32 step";
   }

@@ -12,6 +12,7 @@ namespace {
 
 #include "kernels/matvec_bf16_rounding.inc"
 #include "kernels/matvec_rows.inc"
+#include "kernels/matvec_write_panels.inc"
 
 // Rows of x a products tile takes: four panels × six rows is 24 accumulators, with the four
 // panel loads and the broadcast 29 of the 32 registers.
@@ -89,26 +90,6 @@ inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t p
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(both));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[b][r] = _mm512_dpbf16_ps(acc[b][r], wv[r], xv);
-    }
-  }
-}
-
-// y[b + j][rows of panel (first + r · spread)] = acc[j][r] (+ bias), the last panel's padding
-// rows masked off.
-template <int R, int NB>
-void write_panels(const MatVecParams& p, int64_t first, int64_t spread, int64_t b,
-                  const __m512 (&acc)[NB][R]) {
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const int64_t o = (first + r * spread) * kPanelRows;
-    const int64_t rows = std::min(kPanelRows, p.out - o);
-    const auto mask = static_cast<__mmask16>((1u << rows) - 1);
-    const __m512 bias =
-        p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
-#pragma GCC unroll 6
-    for (int j = 0; j < NB; ++j) {
-      _mm512_mask_storeu_ps(p.y + (b + j) * ys + o, mask, _mm512_add_ps(acc[j][r], bias));
     }
   }
 }

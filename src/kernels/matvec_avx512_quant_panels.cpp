@@ -15,6 +15,7 @@ namespace {
 
 #include "kernels/matvec_common.inc"
 #include "kernels/matvec_q8_0_x.inc"
+#include "kernels/matvec_write_panels.inc"
 
 // How far ahead, in its own panel, a tile prefetches its quants: 4 KiB, as the row kernels'
 // kPrefetchBytes.
@@ -135,7 +136,6 @@ template <DType D>
 void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, const int32_t* xbias,
                  int64_t first, int64_t last) {
   const int64_t blocks = q8_0_blocks(p.in);
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t b) {
     __m512 acc[NB][NP] = {};
@@ -143,17 +143,7 @@ void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, cons
                            weight + quant_panel_scales(D, p.out, p.in, panel), blocks,
                            xq + b * blocks * kQB, blocks * kQB, xs + b * blocks, xbias + b * blocks,
                            blocks, acc);
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) {
-      const int64_t o = (panel + j) * kPanelRows, outs = std::min(kPanelRows, p.out - o);
-      const auto mask = static_cast<__mmask16>((1u << outs) - 1);
-      const __m512 bias =
-          p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
-#pragma GCC unroll 4
-      for (int r = 0; r < NB; ++r) {
-        _mm512_mask_storeu_ps(p.y + (b + r) * ys + o, mask, _mm512_add_ps(acc[r][j], bias));
-      }
-    }
+    write_panels<NP, NB>(p, panel, 1, b, acc);  // the NP panels side by side
   };
   // rows of x a tile: four (two panels), or up to two (four panels): ≤ 26 of the 32 registers
   const auto rows = [&]<int NP>(int64_t panel) {

@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "kernels/cache_line_allocator.h"
 #include "kernels/thread_pool.h"
 #include "spec/dtype.h"
 
@@ -76,12 +77,14 @@ constexpr int64_t bf16_row_stride(int64_t in) {
 }
 
 // How the AMX kernel lays out x's rounded rows: blocks of kBf16TileRows rows (the last padded with
-// zero rows), rows bf16_tile_row_stride(in) elements apart — a chunk more than bf16_row_stride
-// where that is a whole number of 4 KiB pages, which would put a tile's 16 rows in one L1 set.
+// zero rows), rows bf16_tile_row_stride(in) elements apart — an odd number of chunks (64 bytes
+// each), a chunk more than bf16_row_stride where that is even. Rows an even number of lines apart
+// share L1 sets: at 2 KiB (1,024 inputs) a tile's 16 rows fell in two sets, at a whole number of
+// 4 KiB pages in one, and the two tiles of x a pass reads (32 rows) missed in them.
 constexpr int64_t kBf16TileRows = 16;
 constexpr int64_t bf16_tile_row_stride(int64_t in) {
-  return bf16_row_stride(in) * 2 % 4096 == 0 ? bf16_row_stride(in) + kBf16RowChunk
-                                             : bf16_row_stride(in);
+  const int64_t stride = bf16_row_stride(in);
+  return stride / kBf16RowChunk % 2 == 0 ? stride + kBf16RowChunk : stride;
 }
 
 // bf16 panels (WeightOrder::kPanels): output rows in panels of kPanelRows; panel p holds rows
@@ -147,13 +150,13 @@ void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_
 
 // What the kernels keep between calls (the rows of x as q8_0 blocks): it only grows.
 struct MatVecScratch {
-  std::vector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
-  std::vector<float> scales;   // [n][blocks] (likewise)
-  std::vector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
+  CacheLineVector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
+  CacheLineVector<float> scales;   // [n][blocks] (likewise)
+  CacheLineVector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
   // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16];
   // q4_0 panels: x's block sums times −8 (the weights' nibbles are q + 8), [n][blocks]
-  std::vector<int32_t> block_bias;
-  std::vector<float> block_scales;
+  CacheLineVector<int32_t> block_bias;
+  CacheLineVector<float> block_scales;
 };
 
 // From this many rows of x, bf16 weights stored as rows on an AMX CPU go through oneDNN's matmul

@@ -130,8 +130,9 @@ void matvec_amx_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScrat
   require_weights(p, "matvec_amx_bf16_panels", WeightOrder::kPanels, DType::kBf16);
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
-  // rows of x a whole number of 4 KiB apart would fall in one set of L1: a tile load of 16 rows
-  // (the tiles re-read x once per pair of panels) missed in it every time
+  // each row of x an odd number of cache lines past the last (the scratch starts on one), so the 32
+  // rows a pass loads lie in 32 sets of L1 and every tile row is one line: the tiles re-read x once
+  // per pair of panels
   const int64_t xs = bf16_tile_row_stride(p.in);
   round_rows(p, scratch.bf16.data(), xs, pool);
   // the last block of x's rows padded with zero rows (the scratch holds whole blocks)

@@ -491,6 +491,7 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   check(11001, 20, 3);  // the same, with a NaN in row 1
   check(1100, 20, 35);  // a NaN in row 1 among three blocks of x
   check(2040, 33, 40);  // rows of 2048 rounded elements: the tiles' x a chunk more than 4 KiB apart
+  check(1000, 33, 40);  // rows of 1024 (an even number of chunks): a chunk more than 2 KiB apart
   std::vector<float> w(64), x(64), y(1);
   MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
   wrong.weight_order = WeightOrder::kPanels;
@@ -515,6 +516,38 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
     rows.weight_order = WeightOrder::kRows;
     EXPECT_EQ(thrown_message([&] { matvec_bf16_panels(rows, pool, scratch); }),
               "matvec_bf16_panels: weight_order: must be panels");
+  }
+}
+
+// The kernels' scratch starts on a cache line (each 64-byte load or AMX tile row of x one line),
+// and the AMX kernel's rows of x lie an odd number of lines apart (so consecutive rows fall in
+// distinct L1 sets), at least as wide as the rounded row.
+TEST(MatVecTest, ScratchRowsLieOnCacheLines) {
+  for (int64_t in = 1; in <= 9000; in += 37) {
+    const int64_t stride = bf16_tile_row_stride(in);
+    ASSERT_GE(stride, bf16_row_stride(in)) << in;
+    ASSERT_EQ(stride * 2 % 64, 0) << in;
+    ASSERT_EQ(stride * 2 / 64 % 2, 1) << in;
+  }
+  EXPECT_EQ(bf16_tile_row_stride(1024), 1056);
+  EXPECT_EQ(bf16_tile_row_stride(4096), 4128);
+  EXPECT_EQ(bf16_tile_row_stride(1000), 1056);
+  EXPECT_EQ(bf16_tile_row_stride(1056), 1056);
+  const auto on_a_line = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; };
+  std::vector<float> x(3 * 1000);
+  for (const DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0}) {
+    for (const WeightOrder order : {WeightOrder::kRows, WeightOrder::kPanels}) {
+      MatVecScratch scratch;
+      MatVecParams p{nullptr, nullptr, x.data(), nullptr, 3, 1000, 7, 0, 0, dtype};
+      p.weight_order = order;
+      reserve_matvec_scratch(p, scratch);
+      for (const void* data : {static_cast<const void*>(scratch.bf16.data()),
+                               static_cast<const void*>(scratch.quants.data()),
+                               static_cast<const void*>(scratch.scales.data()),
+                               static_cast<const void*>(scratch.block_bias.data())}) {
+        if (data != nullptr) EXPECT_TRUE(on_a_line(data)) << dtype_name(dtype);
+      }
+    }
   }
 }
 

@@ -31,6 +31,10 @@ constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf1
 // (docs/kernels/dense-decode.md).
 constexpr int64_t kAheadChunks = 4;
 
+// The second pass over a pair of panels (rows 32..63 of x) finds them in L2, and would leave the
+// memory idle: it brings the next pair into L2 instead, a chunk of each per multiply, for the
+// next first pass to find there (3% at 64 rows of x, docs/kernels/dense-decode.md).
+
 // A tile of sums (stored to `sums`, [16 rows of x][16 outputs]) -> y rows b.. (the valid ones),
 // the outputs of `panel`, + bias.
 inline __attribute__((always_inline)) void write_sums(const MatVecParams& p, int64_t panel,
@@ -50,10 +54,13 @@ inline __attribute__((always_inline)) void write_sums(const MatVecParams& p, int
 // y for NX blocks of 16 rows of x from row b and NP panels from `panel`, over every chunk of
 // the inputs. x's rows are rounded to bf16, xs elements apart, padded with zeros to whole chunks
 // and whole blocks of rows; the panels are padded to whole chunks too (pack_bf16_panels).
+// `prefetch`: the first pass over the panels (into L1, kAheadChunks ahead); `next_pair`: the
+// next pair of panels, brought into L2 (nullptr: none).
 template <int NX, int NP>
 inline __attribute__((always_inline)) void tile_block(const MatVecParams& p, const uint16_t* x,
                                                       int64_t xs, int64_t panel, int64_t b,
-                                                      bool prefetch, float* sums) {
+                                                      bool prefetch, const uint16_t* next_pair,
+                                                      float* sums) {
   const int64_t chunks = bf16_row_stride(p.in) / kChunkElements;
   const int64_t stride = bf16_panel_elements(p.in);
   const uint16_t* w = static_cast<const uint16_t*>(p.weight) + panel * stride;
@@ -71,6 +78,14 @@ inline __attribute__((always_inline)) void tile_block(const MatVecParams& p, con
       for (int line = 0; line < 16; ++line) {
         _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
         if constexpr (NP == 2) _mm_prefetch(ahead + 2 * stride + 64 * line, _MM_HINT_T0);
+      }
+    }
+    if (next_pair != nullptr) {
+      const auto* next = reinterpret_cast<const char*>(next_pair + c * kChunkPanelElements);
+#pragma GCC unroll 16
+      for (int line = 0; line < 16; ++line) {
+        _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+        _mm_prefetch(next + 2 * stride + 64 * line, _MM_HINT_T1);
       }
     }
     // the loads first, then the multiplies: in the tile loop alone (from L1) 1.0–1.3× the rate
@@ -112,11 +127,19 @@ void panel_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t f
   _tile_loadconfig(&config);
   const int64_t blocks = (p.n + kTileRowsX - 1) / kTileRowsX;
   const auto row_blocks = [&]<int NP>(int64_t panel) {
+    // the next pair of panels, while the second pass (x's blocks 2 and 3) reads this one
+    const uint16_t* next_pair = panel + 4 <= last ? static_cast<const uint16_t*>(p.weight) +
+                                                        (panel + 2) * bf16_panel_elements(p.in)
+                                                  : nullptr;
     int64_t blk = 0;
     for (; blk + 2 <= blocks; blk += 2) {
-      tile_block<2, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, sums);
+      tile_block<2, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, blk == 2 ? next_pair : nullptr,
+                        sums);
     }
-    if (blk < blocks) tile_block<1, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, sums);
+    if (blk < blocks) {
+      tile_block<1, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, blk == 2 ? next_pair : nullptr,
+                        sums);
+    }
   };
   int64_t panel = first;
   for (; panel + 2 <= last; panel += 2) row_blocks.template operator()<2>(panel);

@@ -4,8 +4,8 @@
 #include <optional>
 #include <vector>
 
-#include "kernels/cache_line_allocator.h"
 #include "kernels/thread_pool.h"
+#include "kernels/weight_allocator.h"
 #include "spec/dtype.h"
 
 namespace kvlab {
@@ -150,13 +150,13 @@ void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_
 
 // What the kernels keep between calls (the rows of x as q8_0 blocks): it only grows.
 struct MatVecScratch {
-  CacheLineVector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
-  CacheLineVector<float> scales;   // [n][blocks] (likewise)
-  CacheLineVector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
+  WeightVector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
+  WeightVector<float> scales;   // [n][blocks] (likewise)
+  WeightVector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
   // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16];
   // q4_0 panels: x's block sums times −8 (the weights' nibbles are q + 8), [n][blocks]
-  CacheLineVector<int32_t> block_bias;
-  CacheLineVector<float> block_scales;
+  WeightVector<int32_t> block_bias;
+  WeightVector<float> block_scales;
 };
 
 // From this many rows of x, bf16 weights stored as rows on an AMX CPU go through oneDNN's matmul

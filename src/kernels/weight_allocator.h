@@ -1,16 +1,18 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace kvlab {
 
-// Memory for the dense layers' stored weights: every array on a 64-byte cache line (their kernels
-// load whole 64-byte vectors, and from the heap's 16-byte alignment each load straddled two lines:
-// bf16 panels at one row of x measured ~5% slower so); arrays of kHugeWeightBytes and more on a
-// 2 MiB boundary with transparent huge pages asked for (madvise, before the pages are first
-// touched; advice only). A decode step streams every weight once, and on 4 KiB pages that is a
-// page walk every 4 KiB: the dense products at batch 1 ran 1.08–1.14× as fast on huge pages
-// (docs/kernels/dense-decode.md).
+// Memory for the dense layers' stored weights and their kernels' scratch (MatVecScratch): every
+// array on a 64-byte cache line (the kernels load whole 64-byte vectors and AMX tile rows, and from
+// the heap's 16-byte alignment each load straddled two lines: bf16 panels at one row of x measured
+// ~5% slower so, and the AMX tiles' rows of x slower still: docs/kernels/dense-decode.md); arrays
+// of kHugeWeightBytes and more on a 2 MiB boundary with transparent huge pages asked for (madvise,
+// before the pages are first touched; advice only). A decode step streams every weight once, and on
+// 4 KiB pages that is a page walk every 4 KiB: the dense products at batch 1 ran 1.08–1.14× as fast
+// on huge pages (docs/kernels/dense-decode.md).
 constexpr std::size_t kHugeWeightBytes = std::size_t{2} << 20;
 void* allocate_weight_bytes(std::size_t bytes);
 void free_weight_bytes(void* p, std::size_t bytes);
@@ -30,5 +32,8 @@ struct WeightAllocator {
     return true;
   }
 };
+
+template <class T>
+using WeightVector = std::vector<T, WeightAllocator<T>>;
 
 }  // namespace kvlab

@@ -31,10 +31,6 @@ constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf1
 // (docs/kernels/dense-decode.md).
 constexpr int64_t kAheadChunks = 4;
 
-// The second pass over a pair of panels (rows 32..63 of x) finds them in L2, and would leave the
-// memory idle: it brings the next pair into L2 instead, a chunk of each per multiply, for the
-// next first pass to find there (3% at 64 rows of x, docs/kernels/dense-decode.md).
-
 // A tile of sums (stored to `sums`, [16 rows of x][16 outputs]) -> y rows b.. (the valid ones),
 // the outputs of `panel`, + bias.
 inline __attribute__((always_inline)) void write_sums(const MatVecParams& p, int64_t panel,
@@ -127,7 +123,9 @@ void panel_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t f
   _tile_loadconfig(&config);
   const int64_t blocks = (p.n + kTileRowsX - 1) / kTileRowsX;
   const auto row_blocks = [&]<int NP>(int64_t panel) {
-    // the next pair of panels, while the second pass (x's blocks 2 and 3) reads this one
+    // The second pass over a pair of panels (x's blocks 2 and 3) finds them in L2 and would leave
+    // the memory idle: it brings the next pair into L2, a chunk of each per multiply, for the next
+    // first pass to find there (docs/kernels/dense-decode.md measured it at 64 rows of x).
     const uint16_t* next_pair = panel + 4 <= last ? static_cast<const uint16_t*>(p.weight) +
                                                         (panel + 2) * bf16_panel_elements(p.in)
                                                   : nullptr;

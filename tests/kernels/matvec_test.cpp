@@ -545,7 +545,9 @@ TEST(MatVecTest, ScratchRowsLieOnCacheLines) {
                                static_cast<const void*>(scratch.quants.data()),
                                static_cast<const void*>(scratch.scales.data()),
                                static_cast<const void*>(scratch.block_bias.data())}) {
-        if (data != nullptr) EXPECT_TRUE(on_a_line(data)) << dtype_name(dtype);
+        if (data != nullptr) {
+          EXPECT_TRUE(on_a_line(data)) << dtype_name(dtype);
+        }
       }
     }
   }

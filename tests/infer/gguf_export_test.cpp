@@ -330,7 +330,7 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
   shape.max_context = 32;
   const fs::path work = fs::temp_directory_path() / ("kvlab-q8-" + std::to_string(::getpid()));
   fs::create_directories(work);
-  for (const auto [type, dtype] :
+  for (const auto& [type, dtype] :
        {std::pair{GgmlType::kQ8_0, DType::kQ8_0}, std::pair{GgmlType::kQ4_0, DType::kQ4_0}}) {
     SCOPED_TRACE(dtype_name(dtype));
     torch::manual_seed(7);

@@ -30,6 +30,16 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Token ids as the llama.cpp oracle script takes them: "65,110,100".
+std::string id_list_of(const std::vector<int64_t>& ids) {
+  std::string list;
+  for (const int64_t id : ids) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(id);
+  }
+  return list;
+}
+
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;
@@ -244,8 +254,7 @@ TEST(GgufExportTest, LlamaCppComputesWhatKvlabComputes) {
       {gpt2(/*tied=*/false), "mha", "gpt2"},
   };
   const std::vector<int64_t> ids = {65, 110, 100, 32, 71, 111, 100, 32, 115, 97, 105, 100};
-  std::string id_list;
-  for (const int64_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  const std::string id_list = id_list_of(ids);
   const fs::path work =
       fs::temp_directory_path() / ("kvlab-llama-cpp-" + std::to_string(::getpid()));
   fs::create_directories(work);
@@ -359,8 +368,7 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
     writer.write((work / "model.gguf").string());
     const std::vector<int64_t> ids = {73,  110, 32,  116, 104, 101, 32,  98,
                                       101, 103, 105, 110, 110, 105, 110, 103};
-    std::string id_list;
-    for (const int64_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+    const std::string id_list = id_list_of(ids);
     const std::string command =
         "node '" + std::string(KVLAB_ORACLE_SCRIPTS) + "/llama_cpp_oracle.mjs' '" +
         oracles.string() + "' " + id_list + " '" + (work / "model.gguf").string() + "' '" +

@@ -47,6 +47,12 @@ struct ValueWriter {
 
 }  // namespace
 
+std::optional<DType> ggml_block_dtype(GgmlType type) {
+  if (type == GgmlType::kQ8_0) return DType::kQ8_0;
+  if (type == GgmlType::kQ4_0) return DType::kQ4_0;
+  return std::nullopt;
+}
+
 int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape) {
   int64_t numel = 1;
   for (const int64_t d : shape) numel *= d;
@@ -58,7 +64,7 @@ int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape) {
       return numel * 2;
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: {
-      const DType dtype = type == GgmlType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
+      const DType dtype = *ggml_block_dtype(type);
       const int64_t inner = shape.empty() ? 1 : shape.back();
       if (inner % kQuantBlockElements != 0) {
         throw std::invalid_argument(std::string(dtype_name(dtype)) +

@@ -1,9 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "spec/dtype.h"
 
 namespace kvlab {
 
@@ -14,6 +17,9 @@ namespace kvlab {
 // 32 int8, or 16 bytes of nibble pairs), 34 or 18 bytes a block; that dimension must be a multiple
 // of 32.
 enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kBF16 = 30 };
+// The kvlab dtype whose rows are a block type's bytes (q8_0, q4_0: the cache's converters write
+// ggml's blocks); nothing for an element type.
+std::optional<DType> ggml_block_dtype(GgmlType type);
 // The bytes of a tensor of `shape` (outermost first) in `type`; throws std::invalid_argument for a
 // block type whose innermost dimension is not a multiple of its block.
 int64_t ggml_tensor_bytes(GgmlType type, const std::vector<int64_t>& shape);

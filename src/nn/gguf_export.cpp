@@ -10,11 +10,10 @@
 namespace kvlab::nn {
 namespace {
 
-bool is_block_type(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
-
 std::string tensor_bytes(const torch::Tensor& t, GgmlType type) {
-  if (is_block_type(type)) {  // rows of the innermost dimension, quantized as the cache does
-    const DType dtype = type == GgmlType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
+  if (const std::optional<DType> block = ggml_block_dtype(type)) {
+    // rows of the innermost dimension, quantized as the cache does
+    const DType dtype = *block;
     const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const int64_t width = c.size(-1), rows = c.numel() / width;
     std::string bytes(static_cast<size_t>(rows * row_bytes(dtype, width)), '\0');
@@ -31,7 +30,7 @@ std::string tensor_bytes(const torch::Tensor& t, GgmlType type) {
 // A matrix in `type`; under q8_0 or q4_0 one whose rows are not whole blocks (or a vector) is
 // written f16, as llama.cpp's converter falls back.
 void add(GgufWriter& w, const std::string& name, const torch::Tensor& t, GgmlType type) {
-  if (is_block_type(type) && (t.dim() < 2 || t.size(-1) % kQuantBlockElements != 0)) {
+  if (ggml_block_dtype(type) && (t.dim() < 2 || t.size(-1) % kQuantBlockElements != 0)) {
     type = GgmlType::kF16;
   }
   w.add_tensor({name, type, t.sizes().vec(), tensor_bytes(t, type)});

@@ -339,9 +339,13 @@ TEST(GgufExportTest, LlamaCppBlockWeightsAreKvlabsDecodeStep) {
   shape.max_context = 32;
   const fs::path work = fs::temp_directory_path() / ("kvlab-q8-" + std::to_string(::getpid()));
   fs::create_directories(work);
+  for (const GgmlType element : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    EXPECT_EQ(ggml_block_dtype(element), std::nullopt);
+  }
   for (const auto& [type, dtype] :
        {std::pair{GgmlType::kQ8_0, DType::kQ8_0}, std::pair{GgmlType::kQ4_0, DType::kQ4_0}}) {
     SCOPED_TRACE(dtype_name(dtype));
+    ASSERT_EQ(ggml_block_dtype(type), dtype);  // the export's mapping, against the pairs here
     torch::manual_seed(7);
     TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kBf16), torch::kFloat32);
     {

@@ -130,9 +130,9 @@ void AttentionStep::rotate(float* x, int64_t width, int64_t b, const AttentionSp
 }
 
 void AttentionStep::store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width,
-                               int64_t n) {
+                               int64_t first, int64_t last) {
   const int64_t stream = cache_.stream(role);
-  for (int64_t b = 0; b < n; ++b) {
+  for (int64_t b = first; b < last; ++b) {
     cache_.store_token(layer, stream, seq(b), pos(b), rows + b * width);
   }
 }

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "cache/paged_cache.h"
@@ -50,8 +52,19 @@ class AttentionStep {
   // keeps the cos/sin of its last (position, width, θ, scaling), so a token's heads and layers
   // share them while the batch's sequences sit at different positions.
   void rotate(float* x, int64_t width, int64_t b, const AttentionSpec& spec);
-  // Rows [n][width] of the batch's new tokens into the stream of `role`.
-  void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n);
+  // Rows [first, last) of [n][width], the batch's new tokens, into the stream of `role`.
+  void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t first,
+                  int64_t last);
+  void store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width, int64_t n) {
+    store_rows(layer, role, rows, width, 0, n);
+  }
+  // fn(first, last) over the batch rows [0, rows), each call touching only its rows' scratch,
+  // cache rows and RoPE rows: on the calling thread alone below kRowsOnPoolElements elements,
+  // else one contiguous share a thread of the decoder's pool (the norms, RoPE, cache writes and
+  // gated activations of a batch, which would otherwise be the only serial part of a step). An
+  // exception in a share is rethrown here, after every share has ended.
+  template <class Fn>
+  void for_rows(int64_t rows, int64_t elements_per_row, Fn&& fn);
   // The kernel's parameters for `layer` of a spec over the step's batch: the query from
   // `query`, the output to `attended` (the caller sets the rest its family needs).
   DecodeParams kernel_params(const AttentionSpec& spec, int64_t layer);
@@ -90,5 +103,31 @@ class AttentionStep {
   std::vector<RopeRowKey> rope_keys_;
   int64_t rope_stride_ = 0;
 };
+
+// A share on the pool costs a hand-off of ~0.5 µs (kvlab's spinning pool, Emerald Rapids VM);
+// 8 k elements of per-row work (norms, RoPE, cache writes) take several µs on one thread.
+inline constexpr int64_t kRowsOnPoolElements = int64_t{1} << 13;
+
+template <class Fn>
+void AttentionStep::for_rows(int64_t rows, int64_t elements_per_row, Fn&& fn) {
+  ThreadPool& pool = decoder_.pool();
+  if (rows < 2 || pool.size() == 1 || rows * elements_per_row < kRowsOnPoolElements) {
+    fn(int64_t{0}, rows);
+    return;
+  }
+  constexpr int64_t kMostShares = 64;
+  const int64_t shares = std::min<int64_t>({rows, pool.size(), kMostShares});
+  std::exception_ptr failed[kMostShares];
+  pool.parallel_for(shares, [&](int64_t t) {
+    try {
+      fn(rows * t / shares, rows * (t + 1) / shares);
+    } catch (...) {
+      failed[t] = std::current_exception();
+    }
+  });
+  for (int64_t t = 0; t < shares; ++t) {
+    if (failed[t]) std::rethrow_exception(failed[t]);
+  }
+}
 
 }  // namespace kvlab::infer

@@ -22,21 +22,6 @@ double micros_since(Clock::time_point start) {
 
 int64_t max_of(std::initializer_list<int64_t> values) { return std::max(values); }
 
-// fn(first, last) over the rows [0, rows): on the calling thread alone below
-// kRowsOnPoolElements elements, else in one contiguous share a thread on the decoder's pool (the
-// norms, residual adds and gated activations of a large batch, which are otherwise the only
-// serial part of a step).
-constexpr int64_t kRowsOnPoolElements = int64_t{1} << 15;
-template <class Fn>
-void split_rows(ThreadPool& pool, int64_t rows, int64_t elements_per_row, Fn&& fn) {
-  if (rows * elements_per_row < kRowsOnPoolElements || pool.size() == 1) {
-    fn(int64_t{0}, rows);
-    return;
-  }
-  const int64_t tasks = std::min<int64_t>(rows, pool.size());
-  pool.parallel_for(tasks, [&](int64_t t) { fn(rows * t / tasks, rows * (t + 1) / tasks); });
-}
-
 }  // namespace
 
 DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads, int64_t max_batch,
@@ -105,7 +90,7 @@ void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) 
   const int64_t width = m.up.out, D = w_.shape.d_model;
   step_.dense(m.up, x, D, mlp_a_.data(), width, n);  // [n, width]
   if (m.kind == MlpKind::kSwiglu) step_.dense(m.gate, x, D, mlp_b_.data(), width, n);
-  split_rows(decoder_.pool(), n, width, [&](int64_t first, int64_t last) {
+  step_.for_rows(n, width, [&](int64_t first, int64_t last) {
     float* a = mlp_a_.data() + first * width;
     const int64_t elements = (last - first) * width;
     if (m.kind == MlpKind::kSwiglu) {
@@ -259,7 +244,7 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
   }
   // hidden += `residual` (unless null), then normed = norm(hidden), row by row
   const auto add_and_norm = [&](const float* residual, const NormWeights& norm) {
-    split_rows(decoder_.pool(), n, D, [&](int64_t first, int64_t last) {
+    step_.for_rows(n, D, [&](int64_t first, int64_t last) {
       for (int64_t b = first; b < last; ++b) {
         float* h = hidden_.data() + b * D;
         if (residual != nullptr) {

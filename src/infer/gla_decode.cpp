@@ -48,25 +48,29 @@ class GlaDecode final : public DecodeAttention {
     // W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n] -> expanded [n, H, d_c]
     step.per_head(up_.key_up_t.data(), nullptr, dc, dn, step.proj_a.data(), q_width,
                   step.expanded.data(), n, H);
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = step.proj_a.data() + (b * H + h) * q_width;
-        step.rotate(q + dn, dr, b, s);
-        float* q_tilde = step.query.data() + (b * H + h) * row;  // [d_c + d_r]
-        const float* absorbed = step.expanded.data() + (b * H + h) * dc;
-        std::copy(absorbed, absorbed + dc, q_tilde);
-        std::copy(q + dn, q + q_width, q_tilde + dc);
-      }
-    }
     step.dense(latent_, x, D, step.proj_b.data(), C * row, n);  // [n, C, d_c + d_r]
-    for (int64_t bg = 0; bg < n * C; ++bg) {
-      float* projected = step.proj_b.data() + bg * row;
-      float* cached = step.proj_c.data() + bg * row;
-      apply_norm(latent_norm_, projected, cached);
-      step.rotate(projected + dc, dr, bg / C, s);
-      std::copy(projected + dc, projected + row, cached + dc);
-    }
-    step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), C * row, n);
+    // per sequence: q̃ = [W_uk,hᵀ q_h^nope ; rotated q_h^rope], the latent rows normed, their rope
+    // parts rotated, and cached
+    step.for_rows(n, H * row + 2 * C * row, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          float* q = step.proj_a.data() + (b * H + h) * q_width;
+          step.rotate(q + dn, dr, b, s);
+          float* q_tilde = step.query.data() + (b * H + h) * row;  // [d_c + d_r]
+          const float* absorbed = step.expanded.data() + (b * H + h) * dc;
+          std::copy(absorbed, absorbed + dc, q_tilde);
+          std::copy(q + dn, q + q_width, q_tilde + dc);
+        }
+      }
+      for (int64_t bg = first * C; bg < last * C; ++bg) {
+        float* projected = step.proj_b.data() + bg * row;
+        float* cached = step.proj_c.data() + bg * row;
+        apply_norm(latent_norm_, projected, cached);
+        step.rotate(projected + dc, dr, bg / C, s);
+        std::copy(projected + dc, projected + row, cached + dc);
+      }
+      step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), C * row, first, last);
+    });
     step.run_attention_kernel(p);  // attended: [n, H, d_c + d_r]
     // v_h = W_uv,h (Σ p c)[0:d_c] + b_v,h
     step.expand_values(up_, dv, dc, row, n, H);

@@ -46,34 +46,39 @@ class GvaDecode final : public DecodeAttention {
     const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
     DecodeParams p = step.kernel_params(s, layer);
     const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
-    step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
-    step.dense(value_, x, D, step.proj_c.data(), value_.out, n);   // [n, G·d_h]
-    step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), value_.out, n);
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = step.proj_a.data() + (b * H + h) * q_width;
-        if (!query_norm_.empty()) apply_norm(query_norm_, q, q);
-        if (dr > 0) {
-          step.rotate(q + dn, dr, b, s);
-          std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
-        } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
-          step.rotate(q, dn, b, s);
-          std::copy(q, q + dn, step.query.data() + (b * H + h) * dn);
+    step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);        // [n, H, d_n + d_r]
+    step.dense(value_, x, D, step.proj_c.data(), value_.out, n);         // [n, G·d_h]
+    if (dr > 0) step.dense(rope_key_, x, D, step.proj_b.data(), dr, n);  // [n, d_r], all heads'
+    // per sequence: the cache rows written (the rotated key), the queries normed and rotated
+    step.for_rows(n, 2 * H * q_width + value_.out, [&](int64_t first, int64_t last) {
+      step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), value_.out, first, last);
+      for (int64_t b = first; b < last; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          float* q = step.proj_a.data() + (b * H + h) * q_width;
+          if (!query_norm_.empty()) apply_norm(query_norm_, q, q);
+          if (dr > 0) {
+            step.rotate(q + dn, dr, b, s);
+            std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
+          } else {  // dr = 0: full-width RoPE, keys rebuilt in the kernel
+            step.rotate(q, dn, b, s);
+            std::copy(q, q + dn, step.query.data() + (b * H + h) * dn);
+          }
         }
       }
-    }
-    if (dr > 0) {
-      step.dense(rope_key_, x, D, step.proj_b.data(), dr, n);  // [n, d_r], shared by all heads
-      for (int64_t b = 0; b < n; ++b) step.rotate(step.proj_b.data() + b * dr, dr, b, s);
-      step.store_rows(layer, StreamRole::kRope, step.proj_b.data(), dr, n);
+      if (dr == 0) return;
+      for (int64_t b = first; b < last; ++b) step.rotate(step.proj_b.data() + b * dr, dr, b, s);
+      step.store_rows(layer, StreamRole::kRope, step.proj_b.data(), dr, first, last);
       if (key_maps_.empty()) {  // gta: M_h selects the first d_n channels, q̃_h = [q_h^nope ; 0]
-        for (int64_t bh = 0; bh < n * H; ++bh) {
+        for (int64_t bh = first * H; bh < last * H; ++bh) {
           const float* q = step.proj_a.data() + bh * q_width;
           float* q_tilde = step.query.data() + bh * d;
           std::copy(q, q + dn, q_tilde);
           std::fill(q_tilde + dn, q_tilde + d, 0.0f);
         }
-      } else {  // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
+      }
+    });
+    if (dr > 0) {
+      if (!key_maps_.empty()) {  // q̃_h = M_h q_h^nope: M_h [d_h][d_n] is a [out][in] matrix
         step.per_head(key_maps_.data(), nullptr, d, dn, step.proj_a.data(), q_width,
                       step.query.data(), n, H);
       }

@@ -51,41 +51,41 @@ class MlaDecode final : public DecodeAttention {
     if (!query_down_.empty()) {
       const int64_t dq = query_down_.out;
       step.dense(query_down_, x, D, step.proj_b.data(), dq, n);
-      for (int64_t b = 0; b < n; ++b) {
-        float* row = step.proj_b.data() + b * dq;
-        apply_norm(query_down_norm_, row, row);
-      }
+      step.for_rows(n, dq, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+          float* row = step.proj_b.data() + b * dq;
+          apply_norm(query_down_norm_, row, row);
+        }
+      });
       step.dense(query_, step.proj_b.data(), dq, step.proj_a.data(), H * q_width, n);
     } else {
       step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
-    }
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = step.proj_a.data() + (b * H + h) * q_width;
-        step.rotate(q + dn, dr, b, s);
-        std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
-      }
     }
     // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
     step.per_head(up_.key_up_t.data(), nullptr, dc, dn, step.proj_a.data(), q_width,
                   step.query.data(), n, H);
     step.dense(latent_, x, D, step.proj_b.data(), dc + dr, n);  // [n, d_c + d_r]
-    for (int64_t b = 0; b < n; ++b) {
-      float* row = step.proj_b.data() + b * (dc + dr);
-      if (latent_norm_.empty()) {  // plainlatent
-        std::copy(row, row + dc, step.proj_c.data() + b * dc);
-      } else {
-        apply_norm(latent_norm_, row, step.proj_c.data() + b * dc);  // c: [n, d_c]
-      }
-      step.rotate(row + dc, dr, b, s);
-    }
-    step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), dc, n);
+    // per sequence: the queries' RoPE parts rotated, c normed, the rope key rotated, both cached
     const int64_t rope_stream = step.cache().stream(StreamRole::kRope);
-    for (int64_t b = 0; b < n; ++b) {
-      // the rope key sits after c in the projection's row: stored on its own
-      step.cache().store_token(layer, rope_stream, step.seq(b), step.pos(b),
-                               step.proj_b.data() + b * (dc + dr) + dc);
-    }
+    step.for_rows(n, H * dr + 2 * (dc + dr), [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          float* q = step.proj_a.data() + (b * H + h) * q_width;
+          step.rotate(q + dn, dr, b, s);
+          std::copy(q + dn, q + q_width, step.query_rope.data() + (b * H + h) * dr);
+        }
+        float* row = step.proj_b.data() + b * (dc + dr);
+        if (latent_norm_.empty()) {  // plainlatent
+          std::copy(row, row + dc, step.proj_c.data() + b * dc);
+        } else {
+          apply_norm(latent_norm_, row, step.proj_c.data() + b * dc);  // c: [n, d_c]
+        }
+        step.rotate(row + dc, dr, b, s);
+        // the rope key sits after c in the projection's row: stored on its own
+        step.cache().store_token(layer, rope_stream, step.seq(b), step.pos(b), row + dc);
+      }
+      step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), dc, first, last);
+    });
     p.q_rope = step.query_rope.data();
     step.run_attention_kernel(p);  // attended: [n, H, d_c]
     // v_h = W_uv,h (Σ p c) + b_v,h

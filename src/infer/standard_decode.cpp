@@ -47,47 +47,55 @@ class StandardDecode final : public DecodeAttention {
     DecodeParams p = step.kernel_params(s, layer);
     const bool rope = s.pos == PosScheme::kRope;
     step.dense(query_, x, D, step.proj_a.data(), H * d, n);  // [n, H, d], unrotated
-    if (s.shares_kv()) {  // one stream C: kv_proj, or the query itself (qkv1); unrotated
-      const float* content = step.proj_a.data();
-      int64_t width = H * d;
+    // the cached stream(s): C (kv_proj, or the query itself for qkv1), or V and K; unrotated
+    const float* content = step.proj_a.data();
+    int64_t content_width = H * d;
+    if (s.shares_kv()) {
       if (!content_.empty()) {
         step.dense(content_, x, D, step.proj_b.data(), content_.out, n);
         content = step.proj_b.data();
-        width = content_.out;
+        content_width = content_.out;
       }
-      step.store_rows(layer, StreamRole::kContent, content, width, n);
       if (step.cache().layout().norm_on_read) {
         p.norm_weight = key_norm_.weight.data();
         p.norm_eps = key_norm_.eps;
       }
     } else {
       step.dense(value_, x, D, step.proj_c.data(), value_.out, n);
-      step.store_rows(layer, StreamRole::kValue, step.proj_c.data(), value_.out, n);
-      if (!key_.empty()) {
-        step.dense(key_, x, D, step.proj_b.data(), key_.out, n);
-        const int64_t G = key_.out / d;
-        for (int64_t b = 0; b < n; ++b) {
-          for (int64_t g = 0; g < G; ++g) {
-            float* k = step.proj_b.data() + (b * G + g) * d;
-            if (s.qk_norm) apply_norm(key_norm_, k, k);
-            if (rope) step.rotate(k, d, b, s);
+      if (!key_.empty()) step.dense(key_, x, D, step.proj_b.data(), key_.out, n);
+    }
+    // per sequence: the keys normed and rotated, the cache rows written, the queries copied,
+    // normed and rotated
+    const int64_t G = key_.out / d;
+    step.for_rows(n, 2 * H * d + key_.out + value_.out, [&](int64_t first, int64_t last) {
+      if (s.shares_kv()) {
+        step.store_rows(layer, StreamRole::kContent, content, content_width, first, last);
+      } else {
+        step.store_rows(layer, StreamRole::kValue, step.proj_c.data(), value_.out, first, last);
+        if (!key_.empty()) {
+          for (int64_t b = first; b < last; ++b) {
+            for (int64_t g = 0; g < G; ++g) {
+              float* k = step.proj_b.data() + (b * G + g) * d;
+              if (s.qk_norm) apply_norm(key_norm_, k, k);
+              if (rope) step.rotate(k, d, b, s);
+            }
           }
+          step.store_rows(layer, StreamRole::kKey, step.proj_b.data(), key_.out, first, last);
         }
-        step.store_rows(layer, StreamRole::kKey, step.proj_b.data(), key_.out, n);
       }
-    }
-    for (int64_t b = 0; b < n; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* q = step.query.data() + (b * H + h) * d;
-        const float* projected = step.proj_a.data() + (b * H + h) * d;
-        std::copy(projected, projected + d, q);
-        if (s.qk_norm) apply_norm(query_norm_, q, q);
-        if (rope) step.rotate(q, d, b, s);
+      for (int64_t b = first; b < last; ++b) {
+        for (int64_t h = 0; h < H; ++h) {
+          float* q = step.query.data() + (b * H + h) * d;
+          const float* projected = step.proj_a.data() + (b * H + h) * d;
+          std::copy(projected, projected + d, q);
+          if (s.qk_norm) apply_norm(query_norm_, q, q);
+          if (rope) step.rotate(q, d, b, s);
+        }
       }
-    }
-    if (key_.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys
-      step.store_rows(layer, StreamRole::kKey, step.query.data(), H * d, n);
-    }
+      if (key_.empty() && !s.shares_kv()) {  // Q = K: the rotated queries are the keys
+        step.store_rows(layer, StreamRole::kKey, step.query.data(), H * d, first, last);
+      }
+    });
     step.run_attention_kernel(p);
     step.dense(output_, step.attended.data(), H * d, y, D, n);
   }

@@ -309,31 +309,42 @@ TEST(GeneratorTest, RaggedBatchEqualsEachSequenceAlone) {
   }
 }
 
-// A batch wide enough (128 rows of d 256) that the step's norms, residual adds and activation go
-// on the pool, a contiguous share of rows a thread: rows from both shares equal their sequences
-// decoded alone, for SwiGLU with RMSNorm and for GELU with LayerNorm.
+// A batch wide enough (128 rows of d 256) that the step's norms, residual adds and activation, and
+// each family's per-sequence work (RoPE, q/k norms, cache writes), go on the pool, a contiguous
+// share of rows a thread: rows from both shares, at three positions, equal their sequences decoded
+// alone — for SwiGLU with RMSNorm and GELU with LayerNorm, and for each family's step.
 TEST(GeneratorTest, WideBatchOnThePoolEqualsEachSequenceAlone) {
   torch::manual_seed(43);
-  for (bool llama : {true, false}) {
-    SCOPED_TRACE(llama ? "swiglu, rmsnorm" : "gelu, layernorm");
+  struct Variant {
+    bool llama;
+    const char* attn;
+  };
+  for (const Variant& v :
+       {Variant{true, "gqa:2,qknorm"}, Variant{false, "gqa:2"}, Variant{true, "q-gqa:2,knorm"},
+        Variant{true, "q-kv"}, Variant{true, "qk-v"}, Variant{true, "qkv1"},
+        Variant{true, "gva:2,dr=16"}, Variant{true, "gva:2,dr=0"}, Variant{true, "gta:2"},
+        Variant{true, "mla:dc=32,dr=16,dq=48"}, Variant{true, "gla:hc=2"}}) {
+    SCOPED_TRACE(std::string(v.attn) + (v.llama ? " swiglu, rmsnorm" : " gelu, layernorm"));
     ModelShape shape = small_shape(PosScheme::kRope);
-    if (llama) testing::make_llama(shape);
+    if (v.llama) testing::make_llama(shape);
     shape.d_model = 256;
     shape.head_dim = 64;
     shape.mlp_width = 384;
-    nn::TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
+    nn::TransformerModel model(ModelConfig::make(shape, v.attn, DType::kF32), torch::kFloat32);
     constexpr int64_t kRows = 128;  // 128 × 256 = 32 k elements: on the pool
     Generator batch(model, DType::kF32, 16, kRows, 2);
     std::vector<int32_t> seqs;
     std::vector<int64_t> next;
-    const auto prompt_of = [](int64_t r) { return std::vector<int64_t>{r % 11, (r / 11) % 11}; };
+    const auto prompt_of = [](int64_t r) {  // 1–3 tokens: the rows at three positions
+      return std::vector<int64_t>(static_cast<size_t>(1 + r % 3), r % 11);
+    };
     for (int64_t r = 0; r < kRows; ++r) {
       seqs.push_back(batch.add_sequence());
       batch.feed(seqs.back(), prompt_of(r));
       next.push_back((r * 7) % 11);
     }
     const torch::Tensor stepped = batch.step(seqs, next);  // [128, V]
-    for (int64_t r : {0, 1, 63, 64, 126, 127}) {
+    for (int64_t r : {0, 1, 2, 63, 64, 65, 126, 127}) {
       SCOPED_TRACE(r);
       Generator alone(model, DType::kF32, 16, 1, 1);
       const int32_t x = alone.add_sequence();

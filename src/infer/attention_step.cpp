@@ -50,6 +50,36 @@ KVLAB_CLONES void apply_norm(const NormWeights& norm, const float* x, float* y) 
   }
 }
 
+KVLAB_CLONES void add_and_norm(const NormWeights& norm, float* h, const float* residual, float* y) {
+  if (norm.kind != NormKind::kRmsNorm || residual == nullptr) {
+    if (residual != nullptr) {
+      for (int64_t i = 0; i < norm.width; ++i) h[i] += residual[i];
+    }
+    apply_norm(norm, h, y);
+    return;
+  }
+  // apply_norm's eight running sums of squares, taken as the residual is added (a pass less)
+  constexpr int64_t kLanes = 8;
+  const int64_t n = norm.width, whole = n / kLanes * kLanes;
+  double lanes[kLanes] = {};
+  for (int64_t i = 0; i < whole; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const float v = h[i + j] + residual[i + j];
+      h[i + j] = v;
+      lanes[j] += static_cast<double>(v) * v;
+    }
+  }
+  for (int64_t i = whole; i < n; ++i) {
+    h[i] += residual[i];
+    lanes[0] += static_cast<double>(h[i]) * h[i];
+  }
+  double square = 0;
+  for (double lane : lanes) square += lane;
+  const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
+  const float* weight = norm.weight.data();
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(h[i] * inv * weight[i]);
+}
+
 AttentionStep::AttentionStep(PagedKvCache& cache, FastDecoder& decoder, int64_t d_model)
     : cache_(cache), decoder_(decoder), d_model_(d_model) {}
 

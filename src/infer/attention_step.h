@@ -21,6 +21,9 @@ struct StepProfile {
 
 // x [width] -> y [width] (LayerNorm or RMSNorm); x and y may be the same array.
 void apply_norm(const NormWeights& norm, const float* x, float* y);
+// h [width] += residual (unless null), then y = norm(h): the same floats as the add followed by
+// apply_norm, RMSNorm's in one pass over h and the residual.
+void add_and_norm(const NormWeights& norm, float* h, const float* residual, float* y);
 
 // What a layer's decode step runs on (DecodeAttention::run): the step's batch (its sequences,
 // each new token's position, their page table), the cache, scratch arrays sized for the batch,

@@ -243,27 +243,24 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
     }
   }
   // hidden += `residual` (unless null), then normed = norm(hidden), row by row
-  const auto add_and_norm = [&](const float* residual, const NormWeights& norm) {
+  const auto next_norm = [&](const float* residual, const NormWeights& norm) {
     step_.for_rows(n, D, [&](int64_t first, int64_t last) {
       for (int64_t b = first; b < last; ++b) {
-        float* h = hidden_.data() + b * D;
-        if (residual != nullptr) {
-          for (int64_t i = 0; i < D; ++i) h[i] += residual[b * D + i];
-        }
-        apply_norm(norm, h, normed_.data() + b * D);
+        add_and_norm(norm, hidden_.data() + b * D, residual == nullptr ? nullptr : residual + b * D,
+                     normed_.data() + b * D);
       }
     });
   };
   const float* residual = nullptr;  // the last block's MLP output, added before the next norm
   for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
     const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
-    add_and_norm(residual, block.input_norm);
+    next_norm(residual, block.input_norm);
     block.attention->run(step_, l, normed_.data(), block_out_.data(), n);
-    add_and_norm(block_out_.data(), block.post_attention_norm);
+    next_norm(block_out_.data(), block.post_attention_norm);
     feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
     residual = mlp_out_.data();
   }
-  add_and_norm(residual, w_.final_norm);
+  next_norm(residual, w_.final_norm);
   step_.dense(w_.lm_head, normed_.data(), D, logits, V, n);
   if (step_.profile_ != nullptr) {
     step_.profile_->step_us += micros_since(step_start);

@@ -62,6 +62,37 @@ TEST(ApplyNormTest, MatchesTheTextbookFormulaAtEveryWidth) {
   }
 }
 
+// The decode step's residual add fused into the norm: the same hidden row and the same output as
+// the add followed by apply_norm, bit for bit (RMSNorm sums as it adds; LayerNorm adds first).
+TEST(ApplyNormTest, AddAndNormEqualsTheAddThenTheNorm) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (NormKind kind : {NormKind::kRmsNorm, NormKind::kLayerNorm}) {
+    for (int64_t width : {1, 7, 8, 9, 17, 1024, 1031}) {
+      for (bool with_residual : {true, false}) {
+        SCOPED_TRACE(std::string(kind == NormKind::kRmsNorm ? "rms" : "layer") + " width " +
+                     std::to_string(width) + (with_residual ? " residual" : ""));
+        NormWeights norm;
+        norm.kind = kind;
+        norm.width = width;
+        for (int64_t i = 0; i < width; ++i) norm.weight.push_back(1.0f + 0.1f * normal(rng));
+        if (kind == NormKind::kLayerNorm) norm.bias.assign(static_cast<size_t>(width), 0.25f);
+        std::vector<float> h(static_cast<size_t>(width)), residual(h.size());
+        for (float& v : h) v = 1.0f + 3.0f * normal(rng);
+        for (float& v : residual) v = 0.5f * normal(rng);
+        std::vector<float> expected_h = h, expected(h.size()), y(h.size(), -777.0f);
+        if (with_residual) {
+          for (size_t i = 0; i < h.size(); ++i) expected_h[i] += residual[i];
+        }
+        apply_norm(norm, expected_h.data(), expected.data());
+        add_and_norm(norm, h.data(), with_residual ? residual.data() : nullptr, y.data());
+        EXPECT_EQ(h, expected_h);
+        EXPECT_EQ(y, expected);
+      }
+    }
+  }
+}
+
 TEST(ApplyNormTest, ANanAnywhereMakesTheRowNan) {
   NormWeights norm;
   norm.width = 19;

@@ -107,8 +107,8 @@ class AttentionStep {
   int64_t rope_stride_ = 0;
 };
 
-// A share on the pool costs a hand-off of ~0.5 µs (kvlab's spinning pool, Emerald Rapids VM);
-// 8 k elements of per-row work (norms, RoPE, cache writes) take several µs on one thread.
+// Below this many elements a batch's per-row work stays on the calling thread: a share's hand-off
+// would cost about what splitting it saves (both measured in docs/kernels/dense-decode.md).
 inline constexpr int64_t kRowsOnPoolElements = int64_t{1} << 13;
 
 template <class Fn>

@@ -71,8 +71,7 @@ KVLAB_CLONES void swiglu_forward(const float* gate, float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     // g σ(g) from e = e^(−|g|), which never overflows: g / (1 + e) for g ≥ 0, g e / (1 + e)
-    // below; one division either way (0.85× the time of σ's reciprocal times g, in
-    // docs/kernels/dense-decode.md)
+    // below — one division either way
     const float e = exp_nonpositive(-std::fabs(g));
     up[i] *= (g >= 0.0f ? g : g * e) / (1.0f + e);
   }

@@ -16,6 +16,20 @@ double us_since(StepClock::time_point start) {
   return std::chrono::duration<double, std::micro>(StepClock::now() - start).count();
 }
 
+// y = (x − mean) / √(squares / n + eps) · weight (+ bias), in double: the output pass both norms
+// share. Inlined into each clone of its callers.
+[[gnu::always_inline]] inline void write_normed(const NormWeights& norm, const float* x,
+                                                double mean, double squares, float* y) {
+  const int64_t n = norm.width;
+  const double inv = 1.0 / std::sqrt(squares / static_cast<double>(n) + norm.eps);
+  const float* weight = norm.weight.data();
+  const float* bias = norm.bias.empty() ? nullptr : norm.bias.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = (x[i] - mean) * inv * weight[i];
+    y[i] = static_cast<float>(bias == nullptr ? v : v + bias[i]);
+  }
+}
+
 }  // namespace
 
 // In double, as eight running sums: a loop the compiler vectorises without reassociating (a
@@ -41,13 +55,7 @@ KVLAB_CLONES void apply_norm(const NormWeights& norm, const float* x, float* y) 
     const double centred = x[i] - mean;
     return centred * centred;
   });
-  const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
-  const float* weight = norm.weight.data();
-  const float* bias = norm.bias.empty() ? nullptr : norm.bias.data();
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = (x[i] - mean) * inv * weight[i];
-    y[i] = static_cast<float>(bias == nullptr ? v : v + bias[i]);
-  }
+  write_normed(norm, x, mean, square, y);
 }
 
 KVLAB_CLONES void add_and_norm(const NormWeights& norm, float* h, const float* residual, float* y) {
@@ -75,9 +83,7 @@ KVLAB_CLONES void add_and_norm(const NormWeights& norm, float* h, const float* r
   }
   double square = 0;
   for (double lane : lanes) square += lane;
-  const double inv = 1.0 / std::sqrt(square / static_cast<double>(n) + norm.eps);
-  const float* weight = norm.weight.data();
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(h[i] * inv * weight[i]);
+  write_normed(norm, h, 0.0, square, y);
 }
 
 AttentionStep::AttentionStep(PagedKvCache& cache, FastDecoder& decoder, int64_t d_model)

@@ -11,7 +11,7 @@ namespace kvlab {
 // (bench compute's, median of 3) of f32 FMAs; where the CPU has bf16 products, which the bf16
 // weights run from bf16_product_min_rows() sequences, of bf16 (else 0); where q8_0 and q4_0 weights
 // run AMX's int8 tiles, from quant_tile_min_rows() sequences, of those at one block a multiply
-// (else 0).
+// (else 0); from quant_expand_min_rows() sequences they run bf16 tiles (expanded), at bf16's.
 struct StepCeilings {
   double gb_per_s = 0;
   double f32_gmacs = 0;

@@ -235,9 +235,13 @@ void FastDecoder::run(const MatVecParams& params) {
       matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
     } else if (takes_quant_panels(params.weight_dtype)) {
       const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
-      tile_rows > 0 && params.n >= tile_rows
-          ? matvec_amx_quant_panels(params, pool_, matvec_scratch_)
-          : matvec_quant_panels(params, pool_, matvec_scratch_);
+      if (matvec_expands_quant_panels(params)) {
+        matvec_amx_expanded_panels(params, pool_, matvec_scratch_);
+      } else if (tile_rows > 0 && params.n >= tile_rows) {
+        matvec_amx_quant_panels(params, pool_, matvec_scratch_);
+      } else {
+        matvec_quant_panels(params, pool_, matvec_scratch_);
+      }
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
       matvec_amx_bf16_panels(params, pool_, matvec_scratch_);
     } else {
@@ -289,6 +293,15 @@ int64_t quant_tile_min_rows(DType dtype, CpuIsa isa) {
   return dtype == DType::kQ8_0   ? kAmxQ8PanelMinRows
          : dtype == DType::kQ4_0 ? kAmxQ4PanelMinRows
                                  : 0;
+}
+
+int64_t quant_expand_min_rows(DType dtype, CpuIsa isa) {
+  return quant_tile_min_rows(dtype, isa) > 0 && cpu_has_avx512_bf16() ? kAmxExpandedMinRows : 0;
+}
+
+bool FastDecoder::matvec_expands_quant_panels(const MatVecParams& params) const {
+  const int64_t min_rows = quant_expand_min_rows(params.weight_dtype, isa_);
+  return params.weight_order == WeightOrder::kPanels && min_rows > 0 && params.n >= min_rows;
 }
 
 bool FastDecoder::matvec_runs_avx512(DType weight_dtype) const {

@@ -42,6 +42,11 @@ int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
 // tiles on `isa` (matvec_amx_quant_panels: kAmxQ8PanelMinRows or kAmxQ4PanelMinRows where the
 // weights are stored in panels), 0 where they never are (or `dtype` is another).
 int64_t quant_tile_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
+// The fewest rows of x from which q8_0 or q4_0 weights (`dtype`) are expanded to bf16 and
+// multiplied by AMX's bf16 tiles on `isa` (matvec_amx_expanded_panels, from kAmxExpandedMinRows
+// where the int8 tiles run and the CPU has AVX-512 BF16; the int8 tiles then run from
+// quant_tile_min_rows up to it), 0 where they never are.
+int64_t quant_expand_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
 // token reads), f32 on the scalar reference.
@@ -127,11 +132,14 @@ class FastDecoder {
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
   // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 and q4_0
   // panels matvec_quant_panels (matvec_amx_quant_panels from quant_tile_min_rows rows), bf16 panels
-  // matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows), where
+  // matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows; q8_0 and q4_0
+  // panels matvec_amx_expanded_panels from quant_expand_min_rows rows), where
   // fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights stored
   // for another decoder's ISA).
   void run(const MatVecParams& params);
   bool matvec_runs_bf16_products(const MatVecParams& params) const;
+  // Whether run() multiplies q8_0 / q4_0 weights expanded to bf16 (quant_expand_min_rows).
+  bool matvec_expands_quant_panels(const MatVecParams& params) const;
   bool matvec_runs_avx512(DType weight_dtype) const;
   // RoPE on read: extends the cos/sin table to `tokens` positions ahead of time, so a decode loop
   // that calls this once with its longest context never grows it between steps.

@@ -13,8 +13,16 @@ namespace kvlab {
 
 bool matvec_supports(DType dtype) { return dtype != DType::kFp8; }
 
+uint16_t* reserve_expanded_panels(MatVecScratch& scratch, int64_t elements) {
+  if (static_cast<int64_t>(scratch.expanded.size()) < elements) {
+    scratch.expanded.resize(static_cast<size_t>(elements));
+  }
+  return scratch.expanded.data();
+}
+
 void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
-  if (p.weight_dtype == DType::kBf16) {
+  if (p.weight_dtype == DType::kBf16 ||
+      (p.weight_order == WeightOrder::kPanels && takes_quant_panels(p.weight_dtype))) {
     // whole blocks of rows at the AMX kernel's stride (the widest of the bf16 kernels' layouts)
     const int64_t rows = (p.n + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;
     const auto need = static_cast<size_t>(rows * bf16_tile_row_stride(p.in));

@@ -157,6 +157,8 @@ struct MatVecScratch {
   // q4_0 panels: x's block sums times −8 (the weights' nibbles are q + 8), [n][blocks]
   WeightVector<int32_t> block_bias;
   WeightVector<float> block_scales;
+  // matvec_amx_expanded_panels: each task's pair of q8_0 / q4_0 panels expanded to bf16
+  WeightVector<uint16_t> expanded;
 };
 
 // From this many rows of x, bf16 weights stored as rows on an AMX CPU go through oneDNN's matmul
@@ -188,6 +190,8 @@ void require_weights(const MatVecParams& params, const char* caller, WeightOrder
 // require_weights for the kernels over q8_0 and q4_0 panels: panels, of either dtype.
 void require_quant_panels(const MatVecParams& params, const char* caller);
 
+// scratch.expanded grown to at least `elements`; its data.
+uint16_t* reserve_expanded_panels(MatVecScratch& scratch, int64_t elements);
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
 // instantiated with their flags).
 void reserve_matvec_scratch(const MatVecParams& params, MatVecScratch& scratch);
@@ -235,6 +239,23 @@ void matvec_amx_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVe
 // the nibbles as they lie, the tiles unpack them first; docs/kernels/dense-decode.md).
 constexpr int64_t kAmxQ8PanelMinRows = 8;
 constexpr int64_t kAmxQ4PanelMinRows = 16;
+
+// AMX over q8_0 or q4_0 panels expanded to bf16 (matvec_amx_expanded_panels.cpp): x's rows rounded
+// to bf16 as matvec_amx_bf16_panels rounds them; each weight expanded to bf16(q · d_w) (q · d_w is
+// exact in f32; rounded to nearest even) in the bf16 panel order, a pair of panels at a time, each
+// chunk of 32 inputs just before the first pass's tiles load it; then matvec_amx_bf16_panels' tile
+// multiplies over every block of 16 rows of x, f32 sums: the same arithmetic as bf16 weights of
+// those values. It differs from the int8 kernels by the rounding of x (to bf16, not q8_0 blocks)
+// and of each weight (within 2^-9 of q · d_w relative: under half of q8_0's own step d_w).
+void matvec_amx_expanded_panels(const MatVecParams& params, ThreadPool& pool,
+                                MatVecScratch& scratch);
+// From this many rows of x — more than one block of 16 — q8_0 and q4_0 panels on a CPU with AMX
+// and AVX-512 BF16 go through matvec_amx_expanded_panels: the int8 tiles store and scale every
+// block's sums once per block of rows, the expansion costs once per weight whatever the rows
+// (~34 ns a block of a panel, 512 weights, on one thread of the Emerald Rapids VM). On that VM,
+// the d 1024 × 16 model's dense layers: 1.13–1.17× the int8 tiles' rate at 20–32 rows, 1.26–1.31×
+// at 64, 1.33–1.56× at 96; 0.82–0.91× at 16 (docs/kernels/dense-decode.md).
+constexpr int64_t kAmxExpandedMinRows = 17;
 
 // AMX over bf16 panels (matvec_amx_bf16_panels.cpp): x's rows rounded to bf16 as
 // matvec_bf16_products rounds them, in blocks of 16 rows (the last padded with zero rows); each

@@ -11,18 +11,9 @@
 namespace kvlab {
 namespace {
 
+#include "kernels/matvec_amx_bf16_tiles.inc"
 #include "kernels/matvec_bf16_rounding.inc"
 #include "kernels/matvec_rows.inc"
-
-// A tile multiply (tdpbf16ps) takes 16 rows of x × 32 input elements (the A tile) against the
-// same 32 elements of one panel's 16 output rows (the B tile: a panel's 16 pairs of inputs, 64
-// bytes each, are one contiguous KiB in exactly the order the tile wants) into 16 × 16 f32 sums.
-constexpr int64_t kTileRowsX = kBf16TileRows;
-constexpr int64_t kChunkElements = kBf16RowChunk;                     // 32 inputs a tile multiply
-constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf16: one B tile
-
-// Eight tiles (full_tiles_config(8)): sums C[i][j] in tmm0..3 (x block i, panel j: tmm 2i + j), x
-// blocks in tmm4, 5, panels in tmm6, 7.
 
 // How far ahead of the chunk it multiplies the first pass over a pair of panels prefetches each
 // of them into L1 (the tiles' loads wait on memory otherwise): 4 KiB a panel. Measured on the
@@ -31,85 +22,28 @@ constexpr int64_t kChunkPanelElements = kChunkElements * kPanelRows;  // 512 bf1
 // (docs/kernels/dense-decode.md).
 constexpr int64_t kAheadChunks = 4;
 
-// A tile of sums (stored to `sums`, [16 rows of x][16 outputs]) -> y rows b.. (the valid ones),
-// the outputs of `panel`, + bias.
-inline __attribute__((always_inline)) void write_sums(const MatVecParams& p, int64_t panel,
-                                                      int64_t b, const float* sums) {
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-  const int64_t o = panel * kPanelRows, outs = std::min(kPanelRows, p.out - o);
-  const auto mask = static_cast<__mmask16>((1u << outs) - 1);
-  const __m512 bias =
-      p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
-  const int64_t rows = std::min(kTileRowsX, p.n - b);
-  for (int64_t m = 0; m < rows; ++m) {
-    const __m512 v = _mm512_load_ps(sums + m * kPanelRows);
-    _mm512_mask_storeu_ps(p.y + (b + m) * ys + o, mask, _mm512_add_ps(v, bias));
+// The first pass over NP panels at `w` (`stride` elements apart), before chunk c of `chunks`: the
+// panels' chunk kAheadChunks ahead into L1.
+template <int NP>
+inline __attribute__((always_inline)) void prefetch_ahead(const uint16_t* w, int64_t stride,
+                                                          int64_t c, int64_t chunks) {
+  if (c + kAheadChunks >= chunks) return;
+  const auto* ahead = reinterpret_cast<const char*>(w + (c + kAheadChunks) * kChunkPanelElements);
+#pragma GCC unroll 16
+  for (int line = 0; line < 16; ++line) {
+    _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    if constexpr (NP == 2) _mm_prefetch(ahead + 2 * stride + 64 * line, _MM_HINT_T0);
   }
 }
 
-// y for NX blocks of 16 rows of x from row b and NP panels from `panel`, over every chunk of
-// the inputs. x's rows are rounded to bf16, xs elements apart, padded with zeros to whole chunks
-// and whole blocks of rows; the panels are padded to whole chunks too (pack_bf16_panels).
-// `prefetch`: the first pass over the panels (into L1, kAheadChunks ahead); `next_pair`: the
-// next pair of panels, brought into L2 (nullptr: none).
-template <int NX, int NP>
-inline __attribute__((always_inline)) void tile_block(const MatVecParams& p, const uint16_t* x,
-                                                      int64_t xs, int64_t panel, int64_t b,
-                                                      bool prefetch, const uint16_t* next_pair,
-                                                      float* sums) {
-  const int64_t chunks = bf16_row_stride(p.in) / kChunkElements;
-  const int64_t stride = bf16_panel_elements(p.in);
-  const uint16_t* w = static_cast<const uint16_t*>(p.weight) + panel * stride;
-  const uint16_t* x0 = x + b * xs;
-  const int64_t x_bytes = xs * static_cast<int64_t>(sizeof(uint16_t));
-  _tile_zero(0);
-  if constexpr (NP == 2) _tile_zero(1);
-  if constexpr (NX == 2) _tile_zero(2);
-  if constexpr (NX == 2 && NP == 2) _tile_zero(3);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const uint16_t* wc = w + c * kChunkPanelElements;
-    if (prefetch && c + kAheadChunks < chunks) {
-      const auto* ahead = reinterpret_cast<const char*>(wc + kAheadChunks * kChunkPanelElements);
+// The second pass, before chunk c: chunk c of the next pair of panels into L2.
+inline __attribute__((always_inline)) void prefetch_next_pair(const uint16_t* next_pair,
+                                                              int64_t stride, int64_t c) {
+  const auto* next = reinterpret_cast<const char*>(next_pair + c * kChunkPanelElements);
 #pragma GCC unroll 16
-      for (int line = 0; line < 16; ++line) {
-        _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-        if constexpr (NP == 2) _mm_prefetch(ahead + 2 * stride + 64 * line, _MM_HINT_T0);
-      }
-    }
-    if (next_pair != nullptr) {
-      const auto* next = reinterpret_cast<const char*>(next_pair + c * kChunkPanelElements);
-#pragma GCC unroll 16
-      for (int line = 0; line < 16; ++line) {
-        _mm_prefetch(next + 64 * line, _MM_HINT_T1);
-        _mm_prefetch(next + 2 * stride + 64 * line, _MM_HINT_T1);
-      }
-    }
-    // the loads first, then the multiplies: in the tile loop alone (from L1) 1.0–1.3× the rate
-    // of loads between the multiplies
-    _tile_loadd(4, x0 + c * kChunkElements, x_bytes);
-    _tile_loadd(6, wc, 64);
-    if constexpr (NP == 2) _tile_loadd(7, wc + stride, 64);
-    if constexpr (NX == 2) _tile_loadd(5, x0 + kTileRowsX * xs + c * kChunkElements, x_bytes);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NP == 2) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (NX == 2) _tile_dpbf16ps(2, 5, 6);
-    if constexpr (NX == 2 && NP == 2) _tile_dpbf16ps(3, 5, 7);
-  }
-  // (the tile number of _tile_stored is an immediate: one statement per tile)
-  constexpr int64_t kSumsBytes = kPanelRows * sizeof(float);
-  _tile_stored(0, sums, kSumsBytes);
-  write_sums(p, panel, b, sums);
-  if constexpr (NP == 2) {
-    _tile_stored(1, sums, kSumsBytes);
-    write_sums(p, panel + 1, b, sums);
-  }
-  if constexpr (NX == 2) {
-    _tile_stored(2, sums, kSumsBytes);
-    write_sums(p, panel, b + kTileRowsX, sums);
-  }
-  if constexpr (NX == 2 && NP == 2) {
-    _tile_stored(3, sums, kSumsBytes);
-    write_sums(p, panel + 1, b + kTileRowsX, sums);
+  for (int line = 0; line < 16; ++line) {
+    _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+    _mm_prefetch(next + 2 * stride + 64 * line, _MM_HINT_T1);
   }
 }
 
@@ -129,15 +63,28 @@ void panel_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t f
     const uint16_t* next_pair = panel + 4 <= last ? static_cast<const uint16_t*>(p.weight) +
                                                         (panel + 2) * bf16_panel_elements(p.in)
                                                   : nullptr;
+    const int64_t stride = bf16_panel_elements(p.in);
+    const int64_t chunks = bf16_row_stride(p.in) / kChunkElements;
+    const uint16_t* w = static_cast<const uint16_t*>(p.weight) + panel * stride;
+    const auto pass = [&]<int NX>(int64_t blk) {
+      const int64_t b = blk * kTileRowsX;
+      if (blk == 0) {
+        tile_block<NX, NP>(
+            p, w, x, xs, panel, b, sums, [&](int64_t c) __attribute__((always_inline)) {
+              prefetch_ahead<NP>(w, stride, c, chunks);
+            });
+      } else if (blk == 2 && next_pair != nullptr) {
+        tile_block<NX, NP>(
+            p, w, x, xs, panel, b, sums, [&](int64_t c) __attribute__((always_inline)) {
+              prefetch_next_pair(next_pair, stride, c);
+            });
+      } else {
+        tile_block<NX, NP>(p, w, x, xs, panel, b, sums, [](int64_t) {});
+      }
+    };
     int64_t blk = 0;
-    for (; blk + 2 <= blocks; blk += 2) {
-      tile_block<2, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, blk == 2 ? next_pair : nullptr,
-                        sums);
-    }
-    if (blk < blocks) {
-      tile_block<1, NP>(p, x, xs, panel, blk * kTileRowsX, blk == 0, blk == 2 ? next_pair : nullptr,
-                        sums);
-    }
+    for (; blk + 2 <= blocks; blk += 2) pass.template operator()<2>(blk);
+    if (blk < blocks) pass.template operator()<1>(blk);
   };
   int64_t panel = first;
   for (; panel + 2 <= last; panel += 2) row_blocks.template operator()<2>(panel);

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
 #include "nn/nn_test_util.h"
 #include "spec/spec_error.h"
 #include "thrown_message.h"
@@ -354,16 +356,16 @@ TEST(GeneratorTest, WideBatchOnThePoolEqualsEachSequenceAlone) {
   }
 }
 
-// q8_0 and q4_0 weights: a batch of 20 (the tiles' products on AMX int8 CPUs: a block of 16 rows
-// of x and a padded one; elsewhere the VNNI or AVX2 kernels' batches) decodes as each sequence
-// alone (one row of x: the matrix-vector kernels). Both round x to q8_0 alike, so they differ by
-// the order of f32 sums only.
+// q8_0 and q4_0 weights: a batch of 16 (the int8 tiles' products on AMX int8 CPUs, a block of 16
+// rows of x; elsewhere the VNNI or AVX2 kernels' batches) decodes as each sequence alone (one row
+// of x: the matrix-vector kernels). Both round x to q8_0 alike, so they differ by the order of f32
+// sums only. (From quant_expand_min_rows rows the weights are expanded to bf16: the next test.)
 TEST(GeneratorTest, QuantWeightsBatchEqualsEachSequenceAlone) {
   torch::manual_seed(47);
   ModelShape shape = small_shape(PosScheme::kRope);
   testing::make_llama(shape);
   nn::TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
-  constexpr int64_t kRows = 20;
+  constexpr int64_t kRows = 16;
   for (DType weights : {DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(dtype_name(weights));
     Generator batch(model, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, weights);
@@ -377,13 +379,78 @@ TEST(GeneratorTest, QuantWeightsBatchEqualsEachSequenceAlone) {
     }
     const torch::Tensor stepped = batch.step(seqs, next);  // [20, V]
     ASSERT_FALSE(torch::isnan(stepped).any().item<bool>());
-    for (int64_t r : {0, 7, 15, 16, 19}) {
+    for (int64_t r : {0, 7, 15}) {
       SCOPED_TRACE(r);
       Generator alone(model, DType::kF32, 16, 1, 1, std::nullopt, std::nullopt, 0, weights);
       const int32_t x = alone.add_sequence();
       alone.feed(x, prompt_of(r));
       EXPECT_LT(max_abs_diff(stepped[r], alone.step({x}, {next[static_cast<size_t>(r)]})[0]), 1e-4);
     }
+  }
+}
+
+// From quant_expand_min_rows rows (AMX with AVX-512 BF16) q8_0 and q4_0 weights are expanded to
+// bf16(q · d) and multiplied as bf16 weights are: a batch of 20 (two blocks of 16 rows of x, the
+// second padded) steps exactly as the same batch with bf16 weights holding those values (each
+// Linear's weight quantized, read back by load_rows and rounded by f32_to_bf16 here), which run
+// the same tiles. Where no such CPU is, skipped (the test above covers every batch there).
+TEST(GeneratorTest, ExpandedQuantWeightsStepAsBf16WeightsOfTheirValues) {
+  if (quant_expand_min_rows(DType::kQ8_0) == 0) {
+    GTEST_SKIP() << "q8_0 / q4_0 weights are expanded to bf16 only with AMX and AVX-512 BF16";
+  }
+  constexpr int64_t kRows = 20;
+  ASSERT_GE(kRows, quant_expand_min_rows(DType::kQ8_0));
+  ModelShape shape = small_shape(PosScheme::kRope);
+  testing::make_llama(shape);
+  for (DType weights : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(weights));
+    torch::manual_seed(53);
+    nn::TransformerModel model(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
+    torch::manual_seed(53);
+    nn::TransformerModel rounded(ModelConfig::make(shape, "gqa:2", DType::kF32), torch::kFloat32);
+    {
+      torch::NoGradGuard no_grad;
+      int64_t linears = 0;
+      for (const auto& module : rounded->modules(/*include_self=*/false)) {
+        auto* linear = module->as<nn::LinearImpl>();
+        if (linear == nullptr) continue;
+        const torch::Tensor w = linear->weight.detach().contiguous();  // [out, in]
+        const int64_t out = w.size(0), in = w.size(1);
+        std::vector<std::byte> packed(static_cast<size_t>(out * row_bytes(weights, in)));
+        store_rows(w.data_ptr<float>(), out, in, weights, packed.data());
+        std::vector<float> values(static_cast<size_t>(out * in));
+        load_rows(packed.data(), out, in, weights, values.data());
+        for (float& v : values) v = bf16_to_f32(f32_to_bf16(v));
+        linear->weight.copy_(torch::from_blob(values.data(), {out, in}).clone());
+        ++linears;
+      }
+      ASSERT_GT(linears, 0);
+    }
+    Generator quant(model, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, weights);
+    Generator bf16(rounded, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, DType::kBf16);
+    // every token through the decode step (a prompt's feed runs libtorch's f32 modules, whose
+    // weights differ between the two models)
+    std::vector<int32_t> quant_seqs, bf16_seqs;
+    for (int64_t r = 0; r < kRows; ++r) {
+      quant_seqs.push_back(quant.add_sequence());
+      bf16_seqs.push_back(bf16.add_sequence());
+    }
+    torch::Tensor a, b;
+    std::vector<int64_t> next(kRows);
+    for (int64_t t = 0; t < 3; ++t) {
+      SCOPED_TRACE(t);
+      for (int64_t r = 0; r < kRows; ++r) next[static_cast<size_t>(r)] = (r * 5 + t * 3) % 7;
+      a = quant.step(quant_seqs, next);
+      b = bf16.step(bf16_seqs, next);
+      ASSERT_FALSE(torch::isnan(a).any().item<bool>());
+      EXPECT_EQ(max_abs_diff(a, b), 0.0);
+    }
+    // and not the int8 kernels' products: x rounded to bf16, not to q8_0 blocks
+    Generator alone(model, DType::kF32, 16, 1, 1, std::nullopt, std::nullopt, 0, weights);
+    const int32_t x = alone.add_sequence();
+    torch::Tensor single;
+    for (int64_t t = 0; t < 3; ++t) single = alone.step({x}, {(t * 3) % 7});
+    EXPECT_GT(max_abs_diff(a[0], single[0]), 1e-4);
   }
 }
 

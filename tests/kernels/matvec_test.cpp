@@ -630,14 +630,18 @@ TEST(MatVecTest, QuantPanelsReadBackExactly) {
       "pack_quant_panels: dtype: must be q8_0 or q4_0, not f16");
 }
 
-// q8_0 and q4_0 panels through both of their kernels where the CPU has them (AVX-512 VNNI's at
-// every batch, AMX int8's at every batch; called directly) and through the decoder (VNNI below
-// quant_tile_min_rows, AMX from it, where fastest_weight_order stores panels; the reference
-// elsewhere), against the reference on ggml's rows of the same weights: odd shapes (partial
-// panels, partial last blocks, odd block counts: the tiles' lone last block; q4_0's runs of 16
-// unpacked blocks, the last partial), strides, batches of 1..9 (the VNNI kernel's tiles of four
-// rows and two panels, two rows and four, the rest), of 16..40 (the tiles' blocks of 16 rows, the
-// last padded), bias, a NaN in one row of x. The reference reading panels equals it exactly.
+// q8_0 and q4_0 panels through each of their kernels where the CPU has it (AVX-512 VNNI's, AMX
+// int8's and AMX's over panels expanded to bf16, at every batch; called directly) and through the
+// decoder (VNNI below quant_tile_min_rows, AMX int8 from it, expanded from quant_expand_min_rows,
+// where fastest_weight_order stores panels; the reference elsewhere). The int8 kernels against the
+// reference on ggml's rows of the same weights; the expanded kernel against its twin: the
+// reference over bf16 rows of the weights as load_rows reads them (q · d), each rounded by
+// f32_to_bf16, times x rounded alike. Odd shapes (partial panels, partial last blocks, odd block
+// counts: the tiles' lone last block; q4_0's runs of 16 unpacked blocks, the last partial; the
+// expanded panels' lone last panel), strides, batches of 1..9 (the VNNI kernel's tiles of four
+// rows and two panels, two rows and four, the rest), of 16..40 (the tiles' blocks of 16 rows, in
+// twos for the bf16 tiles, the last padded), bias, a NaN in one row of x. The reference reading
+// panels equals it exactly.
 TEST(MatVecTest, QuantPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());
@@ -645,10 +649,12 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
   MatVecScratch scratch;
   const bool vnni = cpu_has_avx512_vnni();
   const bool amx = cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8();  // (asks for the tiles)
+  const bool expands = amx && cpu_has_avx512_bf16();
   std::cout << "[ INFO     ] q8_0 / q4_0 panels on this CPU: "
-            << (amx    ? "AVX-512 VNNI and AMX int8 kernels"
-                : vnni ? "AVX-512 VNNI kernel"
-                       : "the scalar reference")
+            << (expands ? "AVX-512 VNNI, AMX int8 and AMX bf16 (expanded) kernels"
+                : amx   ? "AVX-512 VNNI and AMX int8 kernels"
+                : vnni  ? "AVX-512 VNNI kernel"
+                        : "the scalar reference")
             << "; the decoder stores them "
             << (fastest_weight_order(DType::kQ4_0) == WeightOrder::kPanels ? "in panels"
                                                                            : "in another order")
@@ -662,15 +668,28 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
     matvec_reference(r.params(r.rows.data(), WeightOrder::kRows, expected.data()));
     MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
     matvec_reference(p);
-    const auto run = [&](auto&& kernel) {
+    // the expanded kernel's twin: bf16(q · d) rows times x rounded to bf16
+    std::vector<float> dequantized(static_cast<size_t>(out * in)), x_rounded = r.x;
+    load_rows(r.rows.data(), out, in, dtype, dequantized.data());
+    std::vector<uint16_t> bf16_rows(dequantized.size());
+    for (size_t i = 0; i < dequantized.size(); ++i) bf16_rows[i] = f32_to_bf16(dequantized[i]);
+    for (float& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
+    std::vector<float> expanded = r.untouched_y();
+    MatVecParams twin = r.params(bf16_rows.data(), WeightOrder::kRows, expanded.data());
+    twin.weight_dtype = DType::kBf16;
+    twin.x = x_rounded.data();
+    matvec_reference(twin);
+    const auto run = [&](bool expands_weights, auto&& kernel) {
       std::vector<float> actual = r.untouched_y();
       p.y = actual.data();
       kernel();
-      expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+      expands_weights ? expect_reordered_matches(expanded, expanded, actual, in, n, r.y_stride)
+                      : expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
     };
-    run([&] { fast.run(p); });
-    if (vnni) run([&] { matvec_quant_panels(p, pool, scratch); });
-    if (amx) run([&] { matvec_amx_quant_panels(p, pool, scratch); });
+    run(fast.matvec_expands_quant_panels(p), [&] { fast.run(p); });
+    if (vnni) run(false, [&] { matvec_quant_panels(p, pool, scratch); });
+    if (amx) run(false, [&] { matvec_amx_quant_panels(p, pool, scratch); });
+    if (expands) run(true, [&] { matvec_amx_expanded_panels(p, pool, scratch); });
   };
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
     for (int64_t in : {1, 33, 64, 90, 513, 1100}) {
@@ -705,6 +724,12 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
               "matvec_amx_quant_panels: weight_order: must be panels");
     EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(bf16_panels, pool, scratch); }),
               "matvec_amx_quant_panels: weight_dtype: must be q8_0 or q4_0");
+  }
+  if (expands) {
+    EXPECT_EQ(thrown_message([&] { matvec_amx_expanded_panels(q8_rows, pool, scratch); }),
+              "matvec_amx_expanded_panels: weight_order: must be panels");
+    EXPECT_EQ(thrown_message([&] { matvec_amx_expanded_panels(bf16_panels, pool, scratch); }),
+              "matvec_amx_expanded_panels: weight_dtype: must be q8_0 or q4_0");
   }
   EXPECT_EQ(thrown_message([&] { matvec_reference(f16_panels); }),
             "matvec: weight_order: interleaved only for q8_0 weights, panels only for bf16, q8_0 "

@@ -1,0 +1,173 @@
+// Built with AVX-512 F/BW/VL/DQ + BF16 + AMX (tile, bf16); reached only through FastDecoder where
+// the CPU has AMX (and the kernel the tile permission) and q8_0 or q4_0 weights are stored in
+// panels, from kAmxExpandedMinRows rows of x.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "kernels/amx_tiles.h"
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_amx_bf16_tiles.inc"
+#include "kernels/matvec_bf16_rounding.inc"
+#include "kernels/matvec_rows.inc"
+
+constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  // 256
+
+// How far ahead of the block it expands a panel's quants are prefetched into L1: 4 KiB, as the
+// int8 tiles' kAheadBlocks.
+constexpr int64_t kAheadBytes = 4096;
+
+// The scales of a panel's block (16 f16, one an output row) as four vectors, d[g] holding those of
+// outputs 4g..4g+3 each four times: the order of a quarter of a q8_0-ordered row.
+struct BlockScales {
+  __m512 d[4];
+  explicit BlockScales(const std::byte* scales) {
+    const __m512 all =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i from = _mm512_setr_epi32(4 * g, 4 * g, 4 * g, 4 * g, 4 * g + 1, 4 * g + 1,
+                                             4 * g + 1, 4 * g + 1, 4 * g + 2, 4 * g + 2, 4 * g + 2,
+                                             4 * g + 2, 4 * g + 3, 4 * g + 3, 4 * g + 3, 4 * g + 3);
+      d[g] = _mm512_permutexvar_ps(from, all);
+    }
+  }
+};
+
+// Row v of a block in the q8_0 panel order (inputs 4v..4v+3 of the 16 outputs, four bytes an
+// output; its quarters q[g] hold outputs 4g..4g+3), each quant times its output's scale, rounded
+// to bf16 (nearest even) -> the bf16 panel order's rows 2v (inputs 4v, 4v+1 of each output) and
+// 2v + 1 (inputs 4v + 2, 4v + 3) at `out`, 64 elements. q · d is exact in f32 (8 × 11 bits).
+inline __attribute__((always_inline)) void expand_row(const __m128i (&q)[4], const BlockScales& s,
+                                                      uint16_t* out) {
+  __m512 scaled[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    scaled[g] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q[g])), s.d[g]);
+  }
+  // each 64-bit lane: one output's four inputs in bf16; outputs 0..7, then 8..15
+  const auto low = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled[1], scaled[0]));
+  const auto high = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled[3], scaled[2]));
+  const __m512i first_pair =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i second_pair = _mm512_add_epi32(first_pair, _mm512_set1_epi32(1));
+  _mm512_store_si512(out, _mm512_permutex2var_epi32(low, first_pair, high));
+  _mm512_store_si512(out + 2 * kPanelRows, _mm512_permutex2var_epi32(low, second_pair, high));
+}
+
+// Block k of a panel (32 inputs of its 16 outputs) -> one bf16 B tile (kChunkPanelElements).
+inline void expand_q8_0_block(const std::byte* quants, const std::byte* scales, uint16_t* out) {
+  const BlockScales s(scales);
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    const __m128i q[4] = {_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 64 * v)),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 64 * v + 16)),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 64 * v + 32)),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 64 * v + 48))};
+    expand_row(q, s, out + 4 * kPanelRows * v);
+  }
+}
+
+// q4_0: a 64-byte load's low nibbles are row v of the q8_0 order, its high nibbles row v + 4, each
+// nibble minus 8.
+inline void expand_q4_0_block(const std::byte* quants, const std::byte* scales, uint16_t* out) {
+  const BlockScales s(scales);
+  const __m512i nibble = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    const __m512i raw = _mm512_loadu_si512(quants + 64 * v);
+    const __m512i low = _mm512_sub_epi8(_mm512_and_si512(raw, nibble), eight);
+    const __m512i high =
+        _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble), eight);
+    const __m128i lq[4] = {_mm512_castsi512_si128(low), _mm512_extracti32x4_epi32(low, 1),
+                           _mm512_extracti32x4_epi32(low, 2), _mm512_extracti32x4_epi32(low, 3)};
+    const __m128i hq[4] = {_mm512_castsi512_si128(high), _mm512_extracti32x4_epi32(high, 1),
+                           _mm512_extracti32x4_epi32(high, 2), _mm512_extracti32x4_epi32(high, 3)};
+    expand_row(lq, s, out + 4 * kPanelRows * v);
+    expand_row(hq, s, out + 4 * kPanelRows * (v + 4));
+  }
+}
+
+// Block k of panel `panel` of p's q8_0 or q4_0 weights -> chunk k of its bf16 panel order
+// (pack_bf16_panels) at `out`, each weight bf16(q · d); the quants 4 KiB ahead into L1 (past the
+// panel's end: the next panel's, which follow it).
+inline __attribute__((always_inline)) void expand_block(const MatVecParams& p, int64_t panel,
+                                                        int64_t k, uint16_t* out) {
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  const DType dtype = p.weight_dtype;
+  const int64_t block_bytes = quant_panel_block_bytes(dtype);
+  const std::byte* block = weight + quant_panel_quants(dtype, p.in, panel) + k * block_bytes;
+  const std::byte* scales =
+      weight + quant_panel_scales(dtype, p.out, p.in, panel) + k * kQ8PanelScaleBytes;
+  for (int64_t line = 0; line < block_bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(block + kAheadBytes + line), _MM_HINT_T0);
+  }
+  dtype == DType::kQ8_0 ? expand_q8_0_block(block, scales, out)
+                        : expand_q4_0_block(block, scales, out);
+}
+
+// y for panels [first, last), two at a time: the first pass over a pair (x's first two blocks of
+// rows) expands each chunk of both panels into `expanded` (two panels' room) just before its tiles
+// load it, the later passes read the expanded pair from cache.
+void expanded_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t first,
+                    int64_t last, uint16_t* expanded) {
+  const AmxTileConfig config = full_tiles_config(8);
+  alignas(64) float sums[kTileRowsX * kPanelRows];
+  _tile_loadconfig(&config);
+  const int64_t blocks = (p.n + kTileRowsX - 1) / kTileRowsX;
+  const int64_t stride = bf16_panel_elements(p.in);
+  const auto row_blocks = [&]<int NP>(int64_t panel) {
+    const auto pass = [&]<int NX>(int64_t blk) {
+      const int64_t b = blk * kTileRowsX;
+      if (blk == 0) {
+        tile_block<NX, NP>(
+            p, expanded, x, xs, panel, b, sums, [&](int64_t c) __attribute__((always_inline)) {
+              for (int j = 0; j < NP; ++j) {
+                expand_block(p, panel + j, c, expanded + j * stride + c * kChunkPanelElements);
+              }
+            });
+      } else {
+        tile_block<NX, NP>(p, expanded, x, xs, panel, b, sums, [](int64_t) {});
+      }
+    };
+    int64_t blk = 0;
+    for (; blk + 2 <= blocks; blk += 2) pass.template operator()<2>(blk);
+    if (blk < blocks) pass.template operator()<1>(blk);
+  };
+  int64_t panel = first;
+  for (; panel + 2 <= last; panel += 2) row_blocks.template operator()<2>(panel);
+  if (panel < last) row_blocks.template operator()<1>(panel);
+  _tile_release();
+}
+
+}  // namespace
+
+void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  require_quant_panels(p, "matvec_amx_expanded_panels");
+  if (p.n == 0) return;
+  reserve_matvec_scratch(p, scratch);
+  const int64_t xs = bf16_tile_row_stride(p.in);
+  round_rows(p, scratch.bf16.data(), xs, pool);
+  const int64_t padded = (p.n + kTileRowsX - 1) / kTileRowsX * kTileRowsX;
+  std::memset(scratch.bf16.data() + p.n * xs, 0,
+              static_cast<size_t>((padded - p.n) * xs) * sizeof(uint16_t));
+  const int64_t panels = panel_count(p.out);
+  int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  per_task = (per_task + 1) / 2 * 2;  // whole pairs of panels
+  // each task its own room for a pair of expanded panels
+  const int64_t pair_elements = 2 * bf16_panel_elements(p.in);
+  uint16_t* expanded =
+      reserve_expanded_panels(scratch, (panels + per_task - 1) / per_task * pair_elements);
+  const uint16_t* x = scratch.bf16.data();
+  for_each_task(pool, panels, per_task, [&](int64_t first, int64_t last) {
+    expanded_range(p, x, xs, first, last, expanded + first / per_task * pair_elements);
+  });
+}
+
+}  // namespace kvlab

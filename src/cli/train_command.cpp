@@ -16,6 +16,7 @@
 #include "experiments/eval_text.h"
 #include "io/atomic_file.h"
 #include "io/hf_model_config.h"
+#include "kernels/matvec.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/table.h"
@@ -393,6 +394,14 @@ CLI::App* add_eval_command(CLI::App& app, EvalCommandOptions& o) {
                   "against f32 weights, over one cache (--cache-dtype, default f32) in f32 "
                   "arithmetic: the quality cost of the weight dtype")
       ->delimiter(',');
+  cmd->add_option("--decode-batch", o.decode_batch,
+                  fmt::format("With --weight-dtype, --cache-dtype or --attn-precision: held-out "
+                              "windows decoded together, the sequences of one decode step "
+                              "(default {}; on CPUs with AMX and AVX-512 BF16, q8_0 / q4_0 weights "
+                              "are expanded to bf16 from {} / {} sequences a step and multiplied "
+                              "as bf16 weights are, x rounded to bf16: the quality of each path)",
+                              kDecodeEvalBatch, kAmxExpandedQ8MinRows, kAmxExpandedQ4MinRows))
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
   return cmd;
 }
 
@@ -523,7 +532,14 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
   if (!o.rope_dtype.empty() && o.cache_dtype.empty()) {
     throw SpecError("rope-dtype", "needs --cache-dtype (the cache whose rope stream it sets)");
   }
-  if (!o.precision.empty() || !o.cache_dtype.empty() || !o.weight_dtypes.empty()) {
+  const bool decode_path =
+      !o.precision.empty() || !o.cache_dtype.empty() || !o.weight_dtypes.empty();
+  if (o.decode_batch > 0 && !decode_path) {
+    throw SpecError("decode-batch",
+                    "applies to the decode-path evaluation (--weight-dtype, --cache-dtype or "
+                    "--attn-precision)");
+  }
+  if (decode_path) {
     if (!o.contexts.empty()) {
       throw SpecError("context", std::string("--context and --") +
                                      (!o.weight_dtypes.empty() ? "weight-dtype"
@@ -532,7 +548,8 @@ int run_eval(const EvalCommandOptions& o, std::ostream& out) {
                                      " exclude each other");
     }
     return run_eval_decode(o.precision, o.cache_dtype, o.rope_dtype, o.weight_dtypes, o.threads,
-                           *task, seed, model, o.format, out);
+                           o.decode_batch > 0 ? o.decode_batch : kDecodeEvalBatch, *task, seed,
+                           model, o.format, out);
   }
   if (!o.contexts.empty()) {
     if (task->metric() != data::Metric::kPerplexity) {

@@ -59,6 +59,7 @@ struct EvalCommandOptions {
   std::string cache_dtype;  // set: evaluate through the decode path with this cache
   std::string rope_dtype;   // set: that cache's rope stream in this dtype
   std::vector<std::string> weight_dtypes;  // set: f32 weights against each of these
+  int64_t decode_batch = 0;                // decode path: sequences a step (0: kDecodeEvalBatch)
   int64_t stride = 0;  // model folders without a task: window step (0: context / 2)
   int64_t batch = 1;   // and windows per forward pass
 };

@@ -191,7 +191,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   const int64_t bf16_rows = bf16_product_min_rows();            // 0: never
   const int64_t q8_0_rows = quant_tile_min_rows(DType::kQ8_0);  // 0: never
   const int64_t q4_0_rows = quant_tile_min_rows(DType::kQ4_0);
-  const int64_t expand_rows = quant_expand_min_rows(DType::kQ8_0);  // the same for q4_0
+  const int64_t q8_0_expand_rows = quant_expand_min_rows(DType::kQ8_0);
+  const int64_t q4_0_expand_rows = quant_expand_min_rows(DType::kQ4_0);
   bool measured_ceilings = false;
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
@@ -417,10 +418,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                                  "tiles a block of 32 inputs a multiply: their peak, "
                                  "{:.1f} GMAC/s{}; q8_0/q4_0 weights otherwise: none",
                                  q8_0_rows, q4_0_rows, ceilings.int8_block_gmacs,
-                                 expand_rows > 0
-                                     ? fmt::format("; from batch {} both expanded to bf16 and "
-                                                   "run bf16 tiles: bf16's peak",
-                                                   expand_rows)
+                                 q8_0_expand_rows > 0
+                                     ? fmt::format("; q8_0 from batch {}, q4_0 from {} expanded "
+                                                   "to bf16 and run bf16 tiles: bf16's peak",
+                                                   q8_0_expand_rows, q4_0_expand_rows)
                                      : std::string())
                    : std::string("; q8_0/q4_0 weights: none"))
         << table.to_markdown();

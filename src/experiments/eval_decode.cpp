@@ -179,9 +179,8 @@ nlohmann::json decode_eval_json(const DecodeEvalRow& r) {
 
 std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const data::Task& task,
                                               uint64_t seed, const std::vector<DecodeSetup>& setups,
-                                              int threads) {
-  // the eval windows in batches of up to 16 sequences (steps of the decode path stay small)
-  const std::vector<data::Batch> batches = task.eval_batches(seed, 16);
+                                              int threads, int64_t batch) {
+  const std::vector<data::Batch> batches = task.eval_batches(seed, batch);
   if (batches.empty()) throw std::invalid_argument("the task has no held-out data");
   const std::vector<DecodeEval> runs = run_decode(model, batches, setups, threads);
   const double reference_loss = runs.front().loss_sum / static_cast<double>(runs.front().positions);
@@ -225,7 +224,7 @@ std::string setup_text(const DecodeSetup& s) {
 
 int run_eval_decode(const std::string& precision_text, const std::string& cache_dtype_text,
                     const std::string& rope_dtype_text,
-                    const std::vector<std::string>& weight_dtype_texts, int threads,
+                    const std::vector<std::string>& weight_dtype_texts, int threads, int64_t batch,
                     const data::Task& task, uint64_t seed, nn::TransformerModel& model,
                     const std::string& format, std::ostream& out) {
   const bool by_precision = !precision_text.empty();
@@ -271,7 +270,7 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
           {cache_dtype == DType::kBf16 ? DType::kF32 : DType::kBf16, AttnPrecision::kF32, {}});
       setups.push_back({cache_dtype, AttnPrecision::kF32, rope_dtype});
     }
-    runs = eval_decode_setups(model, task, seed, setups, threads);
+    runs = eval_decode_setups(model, task, seed, setups, threads, batch);
     if (by_precision && runs.size() == 2 && runs[1].setup.precision == AttnPrecision::kF32) {
       // the asked arithmetic did not apply: say so rather than label an f32 row with it
       const bool bf16 = setups[1].precision == AttnPrecision::kBf16;
@@ -309,19 +308,21 @@ int run_eval_decode(const std::string& precision_text, const std::string& cache_
     out << nlohmann::json{{"attn", attn},
                           {"task", task.name()},
                           {"reference", setup_text(reference.setup)},
+                          {"decode_batch", batch},
                           {"rows", rows}}
                .dump(2)
         << "\n";
   } else {
     out << fmt::format(
                "{} on {}: held-out data through the decode path (token by token over a paged "
-               "cache); the first row ({}) is the reference the others are compared with: KL of "
+               "cache, {} windows a step); the first row ({}) is the reference the others are "
+               "compared with: KL of "
                "their next-byte distributions from its (nats, mean over positions), and greedy "
                "agreement, the positions where both pick the same most likely next byte; keys: the "
                "key "
                "stream's order in the cache pages (pairs where the cache takes them and the CPU "
                "scores them faster, else rows)\n\n",
-               attn, task.name(), setup_text(reference.setup))
+               attn, task.name(), batch, setup_text(reference.setup))
         << table.to_markdown();
   }
   return 0;

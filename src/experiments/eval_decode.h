@@ -53,12 +53,15 @@ std::optional<DType> parse_rope_dtype_flag(const std::string& text, const Attent
 // A row as results.json and `eval --format json` write it.
 nlohmann::json decode_eval_json(const DecodeEvalRow& row);
 
+// Held-out windows a decode step takes by default: steps of the decode path stay small.
+constexpr int64_t kDecodeEvalBatch = 16;
+
 // `task`'s held-out windows (the run's `seed`) decoded token by token through a paged cache
-// under every set-up in lockstep; the first set-up is the reference of the comparisons. Throws
-// std::invalid_argument when the model cannot decode.
+// under every set-up in lockstep, `batch` windows a step; the first set-up is the reference of the
+// comparisons. Throws std::invalid_argument when the model cannot decode.
 std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const data::Task& task,
                                               uint64_t seed, const std::vector<DecodeSetup>& setups,
-                                              int threads);
+                                              int threads, int64_t batch = kDecodeEvalBatch);
 
 // `kvlab eval --attn-precision P`: the held-out text through the decode path in f32 and in P
 // ("f32", "bf16" or "auto") over a `cache_dtype` cache (f32 when empty). With `precision` empty:
@@ -70,10 +73,10 @@ std::vector<DecodeEvalRow> eval_decode_setups(nn::TransformerModel& model, const
 //
 // With `weight_dtypes` (--weight-dtype, a list): f32 weights against each of them, all over one
 // cache (`cache_dtype`, f32 when empty) in f32 arithmetic: the quality cost of storing the dense
-// layers' matrices in that dtype.
+// layers' matrices in that dtype. `batch`: windows a decode step (--decode-batch).
 int run_eval_decode(const std::string& precision, const std::string& cache_dtype,
                     const std::string& rope_dtype, const std::vector<std::string>& weight_dtypes,
-                    int threads, const data::Task& task, uint64_t seed, nn::TransformerModel& model,
-                    const std::string& format, std::ostream& out);
+                    int threads, int64_t batch, const data::Task& task, uint64_t seed,
+                    nn::TransformerModel& model, const std::string& format, std::ostream& out);
 
 }  // namespace kvlab

@@ -296,7 +296,8 @@ int64_t quant_tile_min_rows(DType dtype, CpuIsa isa) {
 }
 
 int64_t quant_expand_min_rows(DType dtype, CpuIsa isa) {
-  return quant_tile_min_rows(dtype, isa) > 0 && cpu_has_avx512_bf16() ? kAmxExpandedMinRows : 0;
+  if (quant_tile_min_rows(dtype, isa) == 0 || !cpu_has_avx512_bf16()) return 0;
+  return dtype == DType::kQ8_0 ? kAmxExpandedQ8MinRows : kAmxExpandedQ4MinRows;
 }
 
 bool FastDecoder::matvec_expands_quant_panels(const MatVecParams& params) const {

@@ -43,9 +43,9 @@ int64_t bf16_product_min_rows(CpuIsa isa = detect_cpu_isa());
 // weights are stored in panels), 0 where they never are (or `dtype` is another).
 int64_t quant_tile_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // The fewest rows of x from which q8_0 or q4_0 weights (`dtype`) are expanded to bf16 and
-// multiplied by AMX's bf16 tiles on `isa` (matvec_amx_expanded_panels, from kAmxExpandedMinRows
-// where the int8 tiles run and the CPU has AVX-512 BF16; the int8 tiles then run from
-// quant_tile_min_rows up to it), 0 where they never are.
+// multiplied by AMX's bf16 tiles on `isa` (matvec_amx_expanded_panels, from kAmxExpandedQ8MinRows
+// or kAmxExpandedQ4MinRows where the int8 tiles run and the CPU has AVX-512 BF16; the int8 tiles
+// then run from quant_tile_min_rows up to it), 0 where they never are.
 int64_t quant_expand_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a

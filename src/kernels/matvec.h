@@ -249,13 +249,15 @@ constexpr int64_t kAmxQ4PanelMinRows = 16;
 // and of each weight (within 2^-9 of q · d_w relative: under half of q8_0's own step d_w).
 void matvec_amx_expanded_panels(const MatVecParams& params, ThreadPool& pool,
                                 MatVecScratch& scratch);
-// From this many rows of x — more than one block of 16 — q8_0 and q4_0 panels on a CPU with AMX
-// and AVX-512 BF16 go through matvec_amx_expanded_panels: the int8 tiles store and scale every
-// block's sums once per block of rows, the expansion costs once per weight whatever the rows
-// (~34 ns a block of a panel, 512 weights, on one thread of the Emerald Rapids VM). On that VM,
-// the d 1024 × 16 model's dense layers: 1.13–1.17× the int8 tiles' rate at 20–32 rows, 1.26–1.31×
-// at 64, 1.33–1.56× at 96; 0.82–0.91× at 16 (docs/kernels/dense-decode.md).
-constexpr int64_t kAmxExpandedMinRows = 17;
+// From these many rows of x, q8_0 (q4_0) panels on a CPU with AMX and AVX-512 BF16 go through
+// matvec_amx_expanded_panels: the int8 tiles store and scale every block's sums once per block of
+// 16 rows of x, the expansion costs once per weight whatever the rows (~34 ns a panel's block of
+// 512 weights on one thread of the Emerald Rapids VM), and q4_0's tiles unpack first. The d 1024 ×
+// 16 model's dense layers on that VM, against the int8 tiles: q8_0 at 17–48 rows 1.11–1.17× in
+// its fast state but 0.81–1.01× in its slow one, from 49 rows 1.06–1.31× in both (1.2–1.5× at
+// 96–128); q4_0 from 17 rows 1.03–1.36× in both (docs/kernels/dense-decode.md).
+constexpr int64_t kAmxExpandedQ8MinRows = 49;
+constexpr int64_t kAmxExpandedQ4MinRows = 17;
 
 // AMX over bf16 panels (matvec_amx_bf16_panels.cpp): x's rows rounded to bf16 as
 // matvec_bf16_products rounds them, in blocks of 16 rows (the last padded with zero rows); each

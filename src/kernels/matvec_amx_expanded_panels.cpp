@@ -1,6 +1,6 @@
 // Built with AVX-512 F/BW/VL/DQ + BF16 + AMX (tile, bf16); reached only through FastDecoder where
 // the CPU has AMX (and the kernel the tile permission) and q8_0 or q4_0 weights are stored in
-// panels, from kAmxExpandedMinRows rows of x.
+// panels, from quant_expand_min_rows rows of x.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -608,6 +608,18 @@ TEST(CliGenerateTest, CachedGreedyEqualsFullRecompute) {
     EXPECT_NEAR(rows[0]["loss"].get<double>(), fwd["loss"].get<double>(),
                 1e-5 * fwd["loss"].get<double>());
     EXPECT_DOUBLE_EQ(rows[0]["greedy_agreement"].get<double>(), 1.0);
+    EXPECT_EQ(nlohmann::json::parse(decoded.out)["decode_batch"], 16);
+    if (std::string(attn) == "mla") {  // the same windows, three a decode step
+      const RunResult narrow = run_kvlab("eval --checkpoint " + dir +
+                                         " --attn-precision f32 --cache-dtype f32 --decode-batch 3 "
+                                         "--format json");
+      ASSERT_EQ(narrow.exit_code, 0) << narrow.err;
+      const nlohmann::json three = nlohmann::json::parse(narrow.out);
+      EXPECT_EQ(three["decode_batch"], 3);
+      EXPECT_EQ(three["rows"][0]["positions"], fwd["positions"]);
+      EXPECT_NEAR(three["rows"][0]["loss"].get<double>(), fwd["loss"].get<double>(),
+                  1e-5 * fwd["loss"].get<double>());
+    }
     // bf16 arithmetic where the CPU has it (q-gqa's keys, rotated on read, are rounded after
     // the rotation)
     const RunResult bf16 = run_kvlab("eval --checkpoint " + dir +

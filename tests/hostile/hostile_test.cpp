@@ -357,6 +357,12 @@ std::vector<HostileCase> cases() {
       "eval --checkpoint {ckpt} --weight-dtype q8_0 --attn-precision bf16", "weight-dtype");
   add("Eval_weight_dtype_on_synthetic", "eval --checkpoint {syn} --weight-dtype bf16",
       "weight-dtype");
+  add("Eval_decode_batch_zero", "eval --checkpoint {ckpt} --weight-dtype q8_0 --decode-batch 0",
+      "decode-batch");
+  add("Eval_decode_batch_huge", "eval --checkpoint {ckpt} --weight-dtype q8_0 --decode-batch 257",
+      "decode-batch");
+  add("Eval_decode_batch_without_the_decode_path", "eval --checkpoint {ckpt} --decode-batch 8",
+      "decode-batch");
   add("Eval_data_missing", "eval --checkpoint {ckpt} --data {d}/none.txt", "data");
   add("Eval_data_differs", "eval --checkpoint {ckpt} --data {d}/other.txt", "data",
       file("other.txt", std::string(4000, 'z')));

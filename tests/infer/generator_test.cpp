@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/convert.h"
@@ -390,16 +391,17 @@ TEST(GeneratorTest, QuantWeightsBatchEqualsEachSequenceAlone) {
 }
 
 // From quant_expand_min_rows rows (AMX with AVX-512 BF16) q8_0 and q4_0 weights are expanded to
-// bf16(q · d) and multiplied as bf16 weights are: a batch of 20 (two blocks of 16 rows of x, the
-// second padded) steps exactly as the same batch with bf16 weights holding those values (each
+// bf16(q · d) and multiplied as bf16 weights are: a batch one past the larger of the two (blocks of
+// 16 rows of x, the last padded) steps exactly as the same batch with bf16 weights holding those
+// values (each
 // Linear's weight quantized, read back by load_rows and rounded by f32_to_bf16 here), which run
 // the same tiles. Where no such CPU is, skipped (the test above covers every batch there).
 TEST(GeneratorTest, ExpandedQuantWeightsStepAsBf16WeightsOfTheirValues) {
   if (quant_expand_min_rows(DType::kQ8_0) == 0) {
     GTEST_SKIP() << "q8_0 / q4_0 weights are expanded to bf16 only with AMX and AVX-512 BF16";
   }
-  constexpr int64_t kRows = 20;
-  ASSERT_GE(kRows, quant_expand_min_rows(DType::kQ8_0));
+  const int64_t rows =
+      std::max(quant_expand_min_rows(DType::kQ8_0), quant_expand_min_rows(DType::kQ4_0)) + 1;
   ModelShape shape = small_shape(PosScheme::kRope);
   testing::make_llama(shape);
   for (DType weights : {DType::kQ8_0, DType::kQ4_0}) {
@@ -426,20 +428,20 @@ TEST(GeneratorTest, ExpandedQuantWeightsStepAsBf16WeightsOfTheirValues) {
       }
       ASSERT_GT(linears, 0);
     }
-    Generator quant(model, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, weights);
-    Generator bf16(rounded, DType::kF32, 16, kRows, 2, std::nullopt, std::nullopt, 0, DType::kBf16);
+    Generator quant(model, DType::kF32, 16, rows, 2, std::nullopt, std::nullopt, 0, weights);
+    Generator bf16(rounded, DType::kF32, 16, rows, 2, std::nullopt, std::nullopt, 0, DType::kBf16);
     // every token through the decode step (a prompt's feed runs libtorch's f32 modules, whose
     // weights differ between the two models)
     std::vector<int32_t> quant_seqs, bf16_seqs;
-    for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       quant_seqs.push_back(quant.add_sequence());
       bf16_seqs.push_back(bf16.add_sequence());
     }
     torch::Tensor a, b;
-    std::vector<int64_t> next(kRows);
+    std::vector<int64_t> next(static_cast<size_t>(rows));
     for (int64_t t = 0; t < 3; ++t) {
       SCOPED_TRACE(t);
-      for (int64_t r = 0; r < kRows; ++r) next[static_cast<size_t>(r)] = (r * 5 + t * 3) % 7;
+      for (int64_t r = 0; r < rows; ++r) next[static_cast<size_t>(r)] = (r * 5 + t * 3) % 7;
       a = quant.step(quant_seqs, next);
       b = bf16.step(bf16_seqs, next);
       ASSERT_FALSE(torch::isnan(a).any().item<bool>());

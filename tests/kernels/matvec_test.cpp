@@ -697,7 +697,7 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
         for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 9}) check(dtype, in, out, n);
       }
       for (int64_t out : {17, 200}) {
-        for (int64_t n : {16, 17, 33, 40}) check(dtype, in, out, n);
+        for (int64_t n : {16, 17, 33, 40, 50}) check(dtype, in, out, n);
       }
     }
     check(dtype, 1100, 20, 35);  // a NaN in row 1 among three blocks of x

@@ -253,9 +253,9 @@ void matvec_amx_expanded_panels(const MatVecParams& params, ThreadPool& pool,
 // matvec_amx_expanded_panels: the int8 tiles store and scale every block's sums once per block of
 // 16 rows of x, the expansion costs once per weight whatever the rows (~34 ns a panel's block of
 // 512 weights on one thread of the Emerald Rapids VM), and q4_0's tiles unpack first. The d 1024 ×
-// 16 model's dense layers on that VM, against the int8 tiles: q8_0 at 17–48 rows 1.11–1.17× in
-// its fast state but 0.81–1.01× in its slow one, from 49 rows 1.06–1.31× in both (1.2–1.5× at
-// 96–128); q4_0 from 17 rows 1.03–1.36× in both (docs/kernels/dense-decode.md).
+// 16 model's dense layers on that VM, against the int8 tiles: q8_0 at 17–48 rows 1.11–1.18× in
+// its fast state but 0.81–1.01× in its slow one, from 64 rows 1.06–1.31× in both (1.2–1.5× at
+// 96–128); q4_0 from 17 rows 1.01–1.56× in both (docs/kernels/dense-decode.md).
 constexpr int64_t kAmxExpandedQ8MinRows = 49;
 constexpr int64_t kAmxExpandedQ4MinRows = 17;
 

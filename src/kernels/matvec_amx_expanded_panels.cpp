@@ -14,8 +14,6 @@ namespace kvlab {
 namespace {
 
 #include "kernels/matvec_amx_bf16_tiles.inc"
-#include "kernels/matvec_bf16_rounding.inc"
-#include "kernels/matvec_rows.inc"
 
 constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  // 256
 
@@ -120,29 +118,20 @@ void expanded_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_
   const AmxTileConfig config = full_tiles_config(8);
   alignas(64) float sums[kTileRowsX * kPanelRows];
   _tile_loadconfig(&config);
-  const int64_t blocks = (p.n + kTileRowsX - 1) / kTileRowsX;
   const int64_t stride = bf16_panel_elements(p.in);
-  const auto row_blocks = [&]<int NP>(int64_t panel) {
-    const auto pass = [&]<int NX>(int64_t blk) {
-      const int64_t b = blk * kTileRowsX;
-      if (blk == 0) {
-        tile_block<NX, NP>(
-            p, expanded, x, xs, panel, b, sums, [&](int64_t c) __attribute__((always_inline)) {
-              for (int j = 0; j < NP; ++j) {
-                expand_block(p, panel + j, c, expanded + j * stride + c * kChunkPanelElements);
-              }
-            });
-      } else {
-        tile_block<NX, NP>(p, expanded, x, xs, panel, b, sums, [](int64_t) {});
-      }
-    };
-    int64_t blk = 0;
-    for (; blk + 2 <= blocks; blk += 2) pass.template operator()<2>(blk);
-    if (blk < blocks) pass.template operator()<1>(blk);
-  };
-  int64_t panel = first;
-  for (; panel + 2 <= last; panel += 2) row_blocks.template operator()<2>(panel);
-  if (panel < last) row_blocks.template operator()<1>(panel);
+  walk_panel_pairs(p, first, last, [&]<int NX, int NP>(int64_t panel, int64_t blk) {
+    const int64_t b = blk * kTileRowsX;
+    if (blk == 0) {
+      tile_block<NX, NP>(
+          p, expanded, x, xs, panel, b, sums, [&](int64_t c) __attribute__((always_inline)) {
+            for (int j = 0; j < NP; ++j) {
+              expand_block(p, panel + j, c, expanded + j * stride + c * kChunkPanelElements);
+            }
+          });
+    } else {
+      tile_block<NX, NP>(p, expanded, x, xs, panel, b, sums, [](int64_t) {});
+    }
+  });
   _tile_release();
 }
 
@@ -151,17 +140,11 @@ void expanded_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_
 void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
   require_quant_panels(p, "matvec_amx_expanded_panels");
   if (p.n == 0) return;
-  reserve_matvec_scratch(p, scratch);
-  const int64_t xs = bf16_tile_row_stride(p.in);
-  round_rows(p, scratch.bf16.data(), xs, pool);
-  const int64_t padded = (p.n + kTileRowsX - 1) / kTileRowsX * kTileRowsX;
-  std::memset(scratch.bf16.data() + p.n * xs, 0,
-              static_cast<size_t>((padded - p.n) * xs) * sizeof(uint16_t));
-  const int64_t panels = panel_count(p.out);
-  int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
-  per_task = (per_task + 1) / 2 * 2;  // whole pairs of panels
+  const int64_t xs = round_tile_rows(p, scratch, pool);
+  const int64_t per_task = panels_per_task(p, pool);
   // each task its own room for a pair of expanded panels
   const int64_t pair_elements = 2 * bf16_panel_elements(p.in);
+  const int64_t panels = panel_count(p.out);
   uint16_t* expanded =
       reserve_expanded_panels(scratch, (panels + per_task - 1) / per_task * pair_elements);
   const uint16_t* x = scratch.bf16.data();

@@ -15,8 +15,6 @@ namespace {
 
 #include "kernels/matvec_amx_bf16_tiles.inc"
 
-constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  // 256
-
 // How far ahead of the block it expands a panel's quants are prefetched into L1: 4 KiB, as the
 // int8 tiles' kAheadBlocks.
 constexpr int64_t kAheadBytes = 4096;

@@ -4,10 +4,14 @@
 // default bf16) in the order the decoder stores them on this CPU (fastest_weight_order), each step
 // through FastDecoder::run as the decoder calls it. Per batch: the median step's ms, GMAC/s, and
 // each matrix's ms summed over the layers (mean of the steps after the first) — where the dense
-// part of a batched step goes. Not part of the build; after `make build`:
+// part of a batched step goes. With `--expanded-vs-int8` (q8_0 or q4_0 panels, a CPU with AMX and
+// AVX-512 BF16): the two AMX kernels over the same panels, matvec_amx_quant_panels (int8 tiles) and
+// matvec_amx_expanded_panels (expanded to bf16), called directly and alternating step by step at
+// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. Not part of the build;
+// after `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
-//   /tmp/dss THREADS [DTYPE]
+//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,16 +48,26 @@ double ms_since(Clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc == 2 || argc == 3 ? std::atoi(argv[1]) : 0;
-  const std::string dtype_arg = argc == 3 ? argv[2] : "bf16";
+  const int threads = argc >= 2 && argc <= 4 ? std::atoi(argv[1]) : 0;
+  const std::string dtype_arg = argc >= 3 ? argv[2] : "bf16";
   const DType dtype = dtype_arg == "q8_0"   ? DType::kQ8_0
                       : dtype_arg == "q4_0" ? DType::kQ4_0
                                             : DType::kBf16;
-  if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16")) {
-    std::fprintf(stderr, "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0]\n", argv[0]);
+  const bool against_int8 = argc == 4 && std::string(argv[3]) == "--expanded-vs-int8";
+  if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
+      (argc == 4 && (!against_int8 || dtype == DType::kBf16))) {
+    std::fprintf(stderr,
+                 "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8]]\n",
+                 argv[0]);
     return 2;
   }
   const CpuIsa isa = detect_cpu_isa();
+  if (against_int8 && quant_expand_min_rows(dtype, isa) == 0) {
+    std::fprintf(stderr,
+                 "--expanded-vs-int8: this CPU does not run the expanded kernel (AMX and "
+                 "AVX-512 BF16)\n");
+    return 2;
+  }
   const WeightOrder order = fastest_weight_order(dtype, isa);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -85,8 +99,31 @@ int main(int argc, char** argv) {
   std::printf("%s, %.*s, %d threads, %s weights as %s, %d layers\n", cpu_model_name().c_str(),
               static_cast<int>(cpu_isa_name(isa).size()), cpu_isa_name(isa).data(), threads,
               dtype_arg.c_str(), kOrderNames[static_cast<int>(order)], kLayers);
-  std::vector<float> x(64 * 4096), y(64 * 4096);
+  std::vector<float> x(128 * 4096), y(128 * 4096);
   for (float& v : x) v = normal(rng);
+  if (against_int8) {
+    MatVecScratch scratch;
+    for (int64_t n : {16, 17, 24, 32, 48, 64, 96, 128}) {
+      std::vector<double> ms[2];  // [0]: int8 tiles, [1]: expanded
+      for (int step = 0; step < 2 * kSteps; ++step) {
+        const auto step_start = Clock::now();
+        for (size_t k = 0; k < weights.size(); ++k) {
+          const Matrix& m = kLayer[k % kMatrices];
+          MatVecParams p{
+              weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0, dtype};
+          p.weight_order = order;
+          step % 2 == 0 ? matvec_amx_quant_panels(p, decoder.pool(), scratch)
+                        : matvec_amx_expanded_panels(p, decoder.pool(), scratch);
+        }
+        ms[step % 2].push_back(ms_since(step_start));
+      }
+      for (auto& v : ms) std::sort(v.begin() + 1, v.end());  // each one's first step: a warm-up
+      const double int8_ms = ms[0][kSteps / 2 + 1], expanded_ms = ms[1][kSteps / 2 + 1];
+      std::printf("batch %3lld: int8 tiles %6.2f ms, expanded %6.2f ms, int8 / expanded %.3f\n",
+                  static_cast<long long>(n), int8_ms, expanded_ms, int8_ms / expanded_ms);
+    }
+    return 0;
+  }
   for (int64_t n : {1, 8, 16, 32, 64}) {
     double per_matrix[kMatrices] = {};
     std::vector<double> steps_ms;

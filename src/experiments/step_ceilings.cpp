@@ -32,7 +32,7 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
   }
   if (takes_quant_panels(weight_dtype)) {
     const int64_t expand_rows = quant_expand_min_rows(weight_dtype);
-    if (expand_rows > 0 && batch >= expand_rows && bf16_gmacs > 0) return bf16_gmacs;
+    if (expand_rows > 0 && batch >= expand_rows) return bf16_gmacs;  // 0: not measured
     const int64_t rows = quant_tile_min_rows(weight_dtype);
     return rows > 0 && batch >= rows ? int8_block_gmacs : 0.0;
   }

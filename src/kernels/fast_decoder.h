@@ -131,9 +131,9 @@ class FastDecoder {
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
   // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 and q4_0
-  // panels matvec_quant_panels (matvec_amx_quant_panels from quant_tile_min_rows rows), bf16 panels
-  // matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows; q8_0 and q4_0
-  // panels matvec_amx_expanded_panels from quant_expand_min_rows rows), where
+  // panels matvec_quant_panels (matvec_amx_quant_panels from quant_tile_min_rows rows,
+  // matvec_amx_expanded_panels from quant_expand_min_rows rows), bf16 panels matvec_bf16_panels
+  // (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows), where
   // fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights stored
   // for another decoder's ISA).
   void run(const MatVecParams& params);

@@ -254,8 +254,8 @@ void matvec_amx_expanded_panels(const MatVecParams& params, ThreadPool& pool,
 // 16 rows of x, the expansion costs once per weight whatever the rows (~34 ns a panel's block of
 // 512 weights on one thread of the Emerald Rapids VM), and q4_0's tiles unpack first. The d 1024 ×
 // 16 model's dense layers on that VM, against the int8 tiles: q8_0 at 17–48 rows 1.11–1.18× in
-// its fast state but 0.81–1.01× in its slow one, from 64 rows 1.06–1.31× in both (1.2–1.5× at
-// 96–128); q4_0 from 17 rows 1.01–1.56× in both (docs/kernels/dense-decode.md).
+// its fast state but 0.79–1.26× in its slow one (mostly below 1), from 64 rows 1.00–1.39× in both
+// (1.2–1.5× at 96–128); q4_0 from 17 rows 1.01–1.65× in both (docs/kernels/dense-decode.md).
 constexpr int64_t kAmxExpandedQ8MinRows = 49;
 constexpr int64_t kAmxExpandedQ4MinRows = 17;
 

@@ -303,6 +303,27 @@ void PagedKvCache::page_table_into(const std::vector<int32_t>& seqs, PageTable& 
   }
 }
 
+void PagedKvCache::page_table_into(const int32_t* seqs, const int64_t* tokens, int64_t n,
+                                   PageTable& t) const {
+  t.page_size = static_cast<int32_t>(page_size_);
+  t.indptr.clear();
+  t.page_ids.clear();
+  t.last_page_len.clear();
+  t.indptr.push_back(0);
+  for (int64_t b = 0; b < n; ++b) {
+    const Sequence& s = live(seqs[b]);
+    if (tokens[b] < 1 || tokens[b] > s.length) {
+      throw CacheError("page table row " + std::to_string(b) + ": " + std::to_string(tokens[b]) +
+                       " tokens of sequence " + std::to_string(seqs[b]) + ", which holds " +
+                       std::to_string(s.length));
+    }
+    const int64_t pages = (tokens[b] + page_size_ - 1) / page_size_;
+    t.page_ids.insert(t.page_ids.end(), s.pages.begin(), s.pages.begin() + pages);
+    t.indptr.push_back(static_cast<int32_t>(t.page_ids.size()));
+    t.last_page_len.push_back(static_cast<int32_t>((tokens[b] - 1) % page_size_ + 1));
+  }
+}
+
 int64_t PagedKvCache::stream(StreamRole role) const {
   const int64_t i = layout_.stream_index(role);
   if (i < 0) {

@@ -81,6 +81,11 @@ class PagedKvCache {
   // The same, into `table`, reusing its capacity: a decode loop that keeps one PageTable
   // allocates nothing once the table has grown to its largest batch.
   void page_table_into(const std::vector<int32_t>& seqs, PageTable& table) const;
+  // Row b of `table` shows sequence seqs[b]'s first tokens[b] tokens (1 <= tokens[b] <= its
+  // length; a sequence may take several rows): a prompt's rows in one step, each seeing the
+  // tokens up to its own (causal). Throws CacheError naming the row otherwise.
+  void page_table_into(const int32_t* seqs, const int64_t* tokens, int64_t n,
+                       PageTable& table) const;
   // The position of the layout's stream with `role` (the `stream` argument above); throws
   // CacheError when the layout has none.
   int64_t stream(StreamRole role) const;

@@ -49,8 +49,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
          "--weight-dtype", o.weight_dtype,
          "How the cached decode stores the dense layers' matrices: f32 | bf16 | f16 | q8_0 "
          "| q4_0 (ggml's blocks; the activations rounded to q8_0 per block) | auto (bf16 "
-         "where the decoder has SIMD kernels, else f32); norms, biases and embeddings stay "
-         "f32, and the prompt's batched pass uses the model's f32 weights")
+         "where the decoder has SIMD kernels, else f32), for the prompt and each step; norms, "
+         "biases and embeddings stay f32")
       ->capture_default_str();
   cmd->add_flag("--no-cache", o.no_cache, "Recompute the full forward for every token (reference)");
   cmd->add_flag("--timings", o.timings,

@@ -55,11 +55,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--cache-dtype", o.cache_dtype,
                   "KV cache dtype: f32 | bf16 | f16 | q8_0 | q4_0 | fp8")
       ->capture_default_str();
-  cmd->add_option(
-         "--weight-dtype", o.weight_dtype,
-         "The decode step's dense-layer matrices: f32 | bf16 | f16 | q8_0 | q4_0 | auto "
-         "(bf16 where the decoder has SIMD kernels, else f32); prompts run the model's f32 "
-         "weights")
+  cmd->add_option("--weight-dtype", o.weight_dtype,
+                  "The decode step's dense-layer matrices: f32 | bf16 | f16 | q8_0 | q4_0 | auto "
+                  "(bf16 where the decoder has SIMD kernels, else f32), for prompts and decoding "
+                  "alike")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
@@ -106,7 +105,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   const std::string dir = nn::checkpoint_dir(o.checkpoint);
   const int threads = nn::set_threads(o.threads);
   nn::TransformerModel model = nn::load_model(dir);
-  const ModelConfig& config = model->config();
+  const ModelConfig config = model->config();  // a copy: the engine takes the model
   if (!config.shape.causal()) throw SpecError("checkpoint", dir + " is not a language model");
 
   serve::TextCodec codec;

@@ -268,7 +268,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
               static_cast<double>(prompt_tokens) / static_cast<double>(batch);
           // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
           // through the raw decode step (allocation-free), those steps timed into `profile` where
-          // given (not the prefill: a short prompt is fed through the same step); returns
+          // given (not the prefill, though it runs through the same step); returns
           // {prefill s, decode s}
           auto generation = [&](infer::StepProfile* profile) {
             const auto t0 = std::chrono::steady_clock::now();
@@ -400,19 +400,21 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
     }
     out << fmt::format(
-               "bench generate: {}; {}; {} cache, {} threads; each batch's prompts run as "
-               "batched passes (libtorch modules over the cache's rows, f32 weights), decode "
-               "through the raw step (dense layers in the row's weight dtype, attention kernels), "
-               "all the batch's sequences in one step; one warm-up generation, then the median "
-               "of {} (min–max); roofline: the weights a step reads (weight bytes) and every "
+               "bench generate: {}; {}; {} cache, {} threads; each prompt runs through "
+               "the raw step, up to {} of its tokens as the rows of one (prefill tok/s: the "
+               "batch's prompts one after another), decode through the same step (dense layers in "
+               "the row's weight dtype, attention kernels), all the batch's sequences in one step; "
+               "one "
+               "warm-up generation, then the median of {} (min–max); roofline: the weights a step "
+               "reads (weight bytes) and every "
                "sequence's cache at the mean context once per step at {:.2f} GB/s (bench "
                "memory's probe, measured now), or, where longer (c), one multiply-add per "
                "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes; "
                "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
                "dense / attention / other: one more generation with the kernels timed; keys: "
                "the cache's key order (--key-order)\n\n",
-               cpu_model_name(), models, dtype_name(dtype), threads, b.repeats, ceilings.gb_per_s,
-               ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
+               cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows, b.repeats,
+               ceilings.gb_per_s, ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
                q8_0_rows > 0
                    ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
                                  "tiles a block of 32 inputs a multiply: their peak, "

@@ -103,6 +103,7 @@ void AttentionStep::reserve(const ScratchWidths& w, int64_t max_batch, int64_t m
   rope_keys_.assign(static_cast<size_t>(max_batch), RopeRowKey{});
   seqs_.reserve(static_cast<size_t>(max_batch));
   positions_.resize(static_cast<size_t>(max_batch));
+  row_tokens_.resize(static_cast<size_t>(max_batch));
   table_.indptr.reserve(static_cast<size_t>(max_batch + 1));
   table_.last_page_len.reserve(static_cast<size_t>(max_batch));
   table_.page_ids.reserve(static_cast<size_t>(

@@ -25,8 +25,10 @@ void apply_norm(const NormWeights& norm, const float* x, float* y);
 // apply_norm, RMSNorm's in one pass over h and the residual.
 void add_and_norm(const NormWeights& norm, float* h, const float* residual, float* y);
 
-// What a layer's decode step runs on (DecodeAttention::run): the step's batch (its sequences,
-// each new token's position, their page table), the cache, scratch arrays sized for the batch,
+// What a layer's decode step runs on (DecodeAttention::run): the step's batch (its rows: each a
+// new token of a sequence, a prompt's tokens taking several rows of one; each row's position, and
+// the page table showing each row its sequence up to its own token), the cache, scratch arrays
+// sized for the batch,
 // and the helpers that run dense layers, RoPE and the kernels on the model's decoder (timed
 // into the profile when one is set). DecodeModel owns it and sets the batch each step.
 class AttentionStep {
@@ -95,7 +97,8 @@ class AttentionStep {
   StepProfile* profile_ = nullptr;
   PageTable table_;
   std::vector<int32_t> seqs_;
-  std::vector<int64_t> positions_;  // per batch row: position of its new token
+  std::vector<int64_t> positions_;   // per batch row: position of its new token
+  std::vector<int64_t> row_tokens_;  // per batch row: the tokens its attention sees (position + 1)
   // What row b of rope_rows_ holds: the [cos ; sin] of this position, width, θ and scaling
   struct RopeRowKey {
     int64_t pos = -1, width = 0;

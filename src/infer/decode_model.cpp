@@ -30,12 +30,14 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
       cache_(cache),
       decoder_(threads),
       step_(cache, decoder_, w_.shape.d_model),
-      max_batch_(max_batch) {
+      max_batch_(max_batch),
+      prefill_rows_(cache.layout().kernel == DecodeKernel::kRecurrentState ? 1 : kPrefillRows) {
   const ModelShape& shape = w_.shape;
   if (max_batch <= 0) throw std::invalid_argument("decode model: max_batch must be > 0");
   if (w_.layers.empty()) throw std::invalid_argument("decode model: no layers");
   const CacheLayout& layout = cache_.layout();
-  const int64_t D = shape.d_model, B = max_batch;
+  const int64_t D = shape.d_model, B = std::max(max_batch, prefill_rows_);
+  prefill_seqs_.resize(static_cast<size_t>(prefill_rows_));
   ScratchWidths widest;
   int64_t mlp_width = 0, experts = 0, chosen = 0, groups = 0;
   for (const BlockWeights& b : w_.layers) {
@@ -185,15 +187,10 @@ void DecodeModel::feed_forward(const FeedForwardWeights& f, const float* x, floa
 }
 
 void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
-  const auto step_start = step_.profile_ != nullptr ? Clock::now() : Clock::time_point();
-  const ModelShape& shape = w_.shape;
-  const int64_t D = shape.d_model, V = shape.vocab_size;
   if (n <= 0 || n > max_batch_) {
     throw std::invalid_argument("decode step: batch of " + std::to_string(n) + " sequences (1.." +
                                 std::to_string(max_batch_) + " allowed)");
   }
-  const int64_t learned_positions =
-      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, D);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t other = 0; other < b; ++other) {
       if (seqs[other] == seqs[b]) {
@@ -201,67 +198,115 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
                                     " appears twice in one batch");
       }
     }
+  }
+  run_rows(seqs, tokens, n, n, logits);
+}
+
+void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits) {
+  if (count <= 0) throw std::invalid_argument("prefill: no tokens");
+  const int64_t held = cache_.length(seq);
+  const int64_t learned_positions =
+      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, w_.shape.d_model);
+  if (!w_.embed_positions.empty() && held + count > learned_positions) {  // before any work
+    throw std::invalid_argument("prefill: positions " + std::to_string(held) + ".." +
+                                std::to_string(held + count - 1) + " exceed the learned table of " +
+                                std::to_string(learned_positions));
+  }
+  std::fill(prefill_seqs_.begin(), prefill_seqs_.end(), seq);
+  try {
+    for (int64_t first = 0; first < count; first += prefill_rows_) {
+      const int64_t rows = std::min(prefill_rows_, count - first);
+      run_rows(prefill_seqs_.data(), tokens + first, rows, first + rows == count ? 1 : 0, logits);
+    }
+  } catch (...) {  // the sequence keeps what it held before the prompt
+    cache_.truncate(seq, held);
+    throw;
+  }
+}
+
+void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n,
+                           int64_t logit_rows, float* logits) {
+  const auto step_start = step_.profile_ != nullptr ? Clock::now() : Clock::time_point();
+  const ModelShape& shape = w_.shape;
+  const int64_t D = shape.d_model, V = shape.vocab_size;
+  const int64_t learned_positions =
+      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, D);
+  for (int64_t b = 0; b < n; ++b) {
     if (tokens[b] < 0 || tokens[b] >= V) {
       throw std::invalid_argument("decode step: token " + std::to_string(tokens[b]) +
                                   " is outside the vocabulary of " + std::to_string(V));
     }
-    if (!w_.embed_positions.empty() && cache_.length(seqs[b]) >= learned_positions) {
-      throw std::invalid_argument(
-          "decode step: position " + std::to_string(cache_.length(seqs[b])) +
-          " exceeds the learned table of " + std::to_string(learned_positions));
-    }
   }
   step_.seqs_.assign(seqs, seqs + n);
   int64_t appended = 0;
+  // every row's sequence as it was, the later rows of a sequence first
+  const auto restore = [&] {
+    for (int64_t b = appended - 1; b >= 0; --b) {
+      cache_.truncate(seqs[b], step_.positions_[static_cast<size_t>(b)]);
+    }
+  };
   try {
     for (; appended < n; ++appended) {
       step_.positions_[static_cast<size_t>(appended)] = cache_.append(seqs[appended], 1);
+      const int64_t pos = step_.positions_[static_cast<size_t>(appended)];
+      if (!w_.embed_positions.empty() && pos >= learned_positions) {
+        ++appended;
+        throw std::invalid_argument("decode step: position " + std::to_string(pos) +
+                                    " exceeds the learned table of " +
+                                    std::to_string(learned_positions));
+      }
+      step_.row_tokens_[static_cast<size_t>(appended)] = pos + 1;
     }
-  } catch (...) {  // leave every sequence as it was
-    for (int64_t b = 0; b < appended; ++b) {
-      cache_.truncate(seqs[b], step_.positions_[static_cast<size_t>(b)]);
-    }
+    cache_.page_table_into(seqs, step_.row_tokens_.data(), n, step_.table_);
+  } catch (...) {
+    restore();
     throw;
   }
-  cache_.page_table_into(step_.seqs_, step_.table_);
-
-  for (int64_t b = 0; b < n; ++b) {  // embedding (+ learned or fixed positions)
-    float* h = hidden_.data() + b * D;
-    const float* e = w_.embed_tokens.data() + tokens[b] * D;
-    std::copy(e, e + D, h);
-    const int64_t pos = step_.positions_[static_cast<size_t>(b)];
-    if (!w_.embed_positions.empty()) {
-      const float* pe = w_.embed_positions.data() + pos * D;
-      for (int64_t i = 0; i < D; ++i) h[i] += pe[i];
-    } else if (shape.pos == PosScheme::kSinusoidal) {
-      for (int64_t i = 0; i < D; ++i) {
-        const double angle =
-            static_cast<double>(pos) *
-            std::pow(10000.0, -2.0 * static_cast<double>(i / 2) / static_cast<double>(D));
-        h[i] += static_cast<float>(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
+  try {
+    for (int64_t b = 0; b < n; ++b) {  // embedding (+ learned or fixed positions)
+      float* h = hidden_.data() + b * D;
+      const float* e = w_.embed_tokens.data() + tokens[b] * D;
+      std::copy(e, e + D, h);
+      const int64_t pos = step_.positions_[static_cast<size_t>(b)];
+      if (!w_.embed_positions.empty()) {
+        const float* pe = w_.embed_positions.data() + pos * D;
+        for (int64_t i = 0; i < D; ++i) h[i] += pe[i];
+      } else if (shape.pos == PosScheme::kSinusoidal) {
+        for (int64_t i = 0; i < D; ++i) {
+          const double angle =
+              static_cast<double>(pos) *
+              std::pow(10000.0, -2.0 * static_cast<double>(i / 2) / static_cast<double>(D));
+          h[i] += static_cast<float>(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        }
       }
     }
+    // hidden += `residual` (unless null), then normed = norm(hidden), rows [first, last)
+    const auto next_norm = [&](const float* residual, const NormWeights& norm, int64_t first_row) {
+      step_.for_rows(n - first_row, D, [&](int64_t first, int64_t last) {
+        for (int64_t b = first_row + first; b < first_row + last; ++b) {
+          add_and_norm(norm, hidden_.data() + b * D,
+                       residual == nullptr ? nullptr : residual + b * D, normed_.data() + b * D);
+        }
+      });
+    };
+    const float* residual = nullptr;  // the last block's MLP output, added before the next norm
+    for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
+      const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
+      next_norm(residual, block.input_norm, 0);
+      block.attention->run(step_, l, normed_.data(), block_out_.data(), n);
+      next_norm(block_out_.data(), block.post_attention_norm, 0);
+      feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
+      residual = mlp_out_.data();
+    }
+    if (logit_rows > 0) {  // a prompt's earlier chunks need neither the final norm nor the head
+      const int64_t first = n - logit_rows;
+      next_norm(residual, w_.final_norm, first);
+      step_.dense(w_.lm_head, normed_.data() + first * D, D, logits, V, logit_rows);
+    }
+  } catch (...) {  // a kernel's error: the rows appended are dropped again
+    restore();
+    throw;
   }
-  // hidden += `residual` (unless null), then normed = norm(hidden), row by row
-  const auto next_norm = [&](const float* residual, const NormWeights& norm) {
-    step_.for_rows(n, D, [&](int64_t first, int64_t last) {
-      for (int64_t b = first; b < last; ++b) {
-        add_and_norm(norm, hidden_.data() + b * D, residual == nullptr ? nullptr : residual + b * D,
-                     normed_.data() + b * D);
-      }
-    });
-  };
-  const float* residual = nullptr;  // the last block's MLP output, added before the next norm
-  for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
-    const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
-    next_norm(residual, block.input_norm);
-    block.attention->run(step_, l, normed_.data(), block_out_.data(), n);
-    next_norm(block_out_.data(), block.post_attention_norm);
-    feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
-    residual = mlp_out_.data();
-  }
-  next_norm(residual, w_.final_norm);
-  step_.dense(w_.lm_head, normed_.data(), D, logits, V, n);
   if (step_.profile_ != nullptr) {
     step_.profile_->step_us += micros_since(step_start);
     ++step_.profile_->steps;

@@ -10,6 +10,11 @@
 
 namespace kvlab::infer {
 
+// Prompt tokens a prefill chunk runs as the rows of one step: AMX's bf16 tiles reach their
+// peak from 32 rows, and the chunk's weights are read once for all of them (measured in
+// docs/kernels/dense-decode.md).
+inline constexpr int64_t kPrefillRows = 128;
+
 // The decode step of a whole model on raw pointers (DESIGN.md: "the hot decode loop never
 // touches framework objects"): embedding, per layer norm -> the layer's attention (its
 // family's DecodeAttention: the variant's query and cache rows -> the attention kernel over
@@ -18,12 +23,12 @@ namespace kvlab::infer {
 // query and W_uv into the output); gva, mla and the K=V variants never build a key. Linear
 // attention updates its state in the cache.
 //
-// Every buffer is sized at construction for max_batch sequences, the RoPE table for
-// max_tokens positions, and the cache's page lists up front: once constructed, step()
-// allocates nothing (tested with every heap allocation of the process counted) — except
-// where bf16 weights stored as rows meet kBf16GemmMinRows or more sequences on a CPU with AMX
-// (one without AVX-512 BF16, which no AMX CPU is known to lack; panels elsewhere): those
-// products are oneDNN's, whose primitive cache lookups allocate.
+// Every buffer is sized at construction for max_batch sequences or a prefill chunk's rows,
+// whichever is more, the RoPE table for max_tokens positions, and the cache's page lists up
+// front: once constructed, step() allocates nothing (tested with every heap allocation of the
+// process counted) — except where bf16 weights stored as rows meet kBf16GemmMinRows or more
+// sequences on a CPU with AMX (one without AVX-512 BF16, which no AMX CPU is known to lack; panels
+// elsewhere): those products are oneDNN's, whose primitive cache lookups allocate.
 class DecodeModel {
  public:
   // `cache` must be laid out by the weights' attention spec (any cache dtype) and outlive
@@ -36,6 +41,14 @@ class DecodeModel {
   // cache is full, a learned position table is exceeded, n exceeds max_batch or a token
   // is outside the vocabulary.
   void step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits);
+  // Tokens [count] appended to sequence seq, run as steps of up to prefill_rows() of its
+  // tokens at once (each row attending to the tokens up to its own; the dense layers read each
+  // weight once a chunk), and the logits of the last token into [V]. Throws, leaving the
+  // sequence as it was, where step() would.
+  void prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits);
+  // A prompt's tokens one prefill chunk runs: kPrefillRows, or 1 where a layer keeps a
+  // recurrent state (which advances token by token).
+  int64_t prefill_rows() const { return prefill_rows_; }
 
   const DecodeWeights& weights() const { return w_; }
   int64_t vocab_size() const { return w_.shape.vocab_size; }
@@ -53,6 +66,10 @@ class DecodeModel {
   void set_profile(StepProfile* profile) { step_.profile_ = profile; }
 
  private:
+  // Rows [n]: row b's token appended to sequence seqs[b] (a sequence may take several rows, its
+  // tokens in order), the logits of rows [n - logit_rows, n) into logits [logit_rows][V].
+  void run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, int64_t logit_rows,
+                float* logits);
   void mlp(const MlpWeights& m, const float* x, float* y, int64_t n);
   void feed_forward(const FeedForwardWeights& f, const float* x, float* y, int64_t n);
   // One token's routing from its router logits (overwritten with the scores): fills
@@ -63,7 +80,8 @@ class DecodeModel {
   PagedKvCache& cache_;
   FastDecoder decoder_;
   AttentionStep step_;  // the batch, scratch and helpers every layer's attention runs on
-  int64_t max_batch_;
+  int64_t max_batch_, prefill_rows_;
+  std::vector<int32_t> prefill_seqs_;  // [prefill_rows_]: a prompt chunk's rows' sequence
   // scratch, sized for max_batch rows
   std::vector<float> hidden_, normed_, block_out_;
   std::vector<float> mlp_a_, mlp_b_, mlp_out_, expert_out_, router_;

@@ -13,21 +13,16 @@ namespace {
 
 const torch::TensorOptions kF32 = torch::TensorOptions().dtype(torch::kFloat32);
 
-nn::TransformerBlockImpl& block(nn::TransformerModel& model, int64_t layer) {
-  return *model->model->layers[static_cast<size_t>(layer)]->as<nn::TransformerBlockImpl>();
-}
-
 }  // namespace
 
 Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
                      int64_t max_seqs, int threads, std::optional<DType> rope_dtype,
                      std::optional<KeyOrder> key_order, int64_t max_pages, DType weight_dtype)
-    : model_(std::move(model)),
-      layout_([&] {
-        if (!model_->config().shape.causal()) {
+    : layout_([&] {
+        if (!model->config().shape.causal()) {
           throw std::invalid_argument("decoding needs a causal (decoder) model");
         }
-        AttentionSpec spec = model_->config().attn;
+        AttentionSpec spec = model->config().attn;
         spec.cache_dtype = cache_dtype;
         if (rope_dtype.has_value()) spec.rope_cache_dtype = rope_dtype;
         spec.key_cache_order = key_order.value_or(fastest_key_order(spec.cache_layout()));
@@ -39,64 +34,15 @@ Generator::Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_
         return layout;
       }()),
       cache_(
-          layout_, model_->config().shape.n_layers, kPageSize,
+          layout_, model->config().shape.n_layers, kPageSize,
           max_pages > 0 ? max_pages : max_seqs * ((max_tokens_per_seq + kPageSize - 1) / kPageSize),
           max_seqs),
-      decode_(load_decode_weights(model_, weight_dtype), cache_, threads, max_seqs,
+      decode_(load_decode_weights(model, weight_dtype), cache_, threads, max_seqs,
               max_tokens_per_seq) {}
 
 int32_t Generator::add_sequence() { return cache_.add_sequence(); }
 
 void Generator::free_sequence(int32_t seq) { cache_.free_sequence(seq); }
-
-void Generator::write_rows(int64_t layer, int32_t seq, int64_t first_pos,
-                           const std::vector<torch::Tensor>& rows) {
-  for (size_t s = 0; s < rows.size(); ++s) {
-    const torch::Tensor r = rows[s][0].to(torch::kFloat32).contiguous();  // [T, heads, width]
-    for (int64_t t = 0; t < r.size(0); ++t) {
-      cache_.store_token(layer, static_cast<int64_t>(s), seq, first_pos + t,
-                         r[t].data_ptr<float>());
-    }
-  }
-}
-
-std::vector<torch::Tensor> Generator::gather_rows(int64_t layer, int32_t seq) {
-  std::vector<torch::Tensor> out;
-  const int64_t tokens = cache_.length(seq);
-  for (size_t s = 0; s < layout_.streams.size(); ++s) {
-    const CacheStream& st = layout_.streams[s];
-    torch::Tensor t = torch::empty({1, tokens, st.n_heads, st.head_width}, kF32);
-    float* dst = t.data_ptr<float>();
-    for (int64_t pos = 0; pos < tokens; ++pos) {
-      cache_.load_token(layer, static_cast<int64_t>(s), seq, pos, dst + pos * st.width());
-    }
-    out.push_back(t);
-  }
-  return out;
-}
-
-torch::Tensor Generator::prefill(int32_t seq, const std::vector<int64_t>& tokens) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t pos = cache_.append(seq, T);
-  try {
-    const torch::Tensor input = torch::tensor(tokens, torch::kInt64).view({1, T});
-    torch::Tensor h = model_->model->embed(input, pos);  // [1, T, D]
-    for (int64_t l = 0; l < model_->config().shape.n_layers; ++l) {
-      nn::TransformerBlockImpl& b = block(model_, l);
-      const torch::Tensor x = b.input_layernorm(h);
-      write_rows(l, seq, pos, b.self_attn->cache_rows(x, pos));
-      h = h + b.self_attn->forward_from_cache(x, gather_rows(l, seq), pos);
-      h = h + b.mlp->forward(b.post_attention_layernorm(h));
-    }
-    h = model_->model->norm(h.narrow(1, T - 1, 1));
-    const torch::Tensor logits =
-        model_->lm_head ? model_->lm_head(h) : torch::matmul(h, model_->model->embed_tokens.t());
-    return logits.view({-1}).to(torch::kFloat32).contiguous();
-  } catch (...) {  // the sequence keeps what it held before the prompt
-    cache_.truncate(seq, pos);
-    throw;
-  }
-}
 
 torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
   c10::InferenceMode guard;
@@ -108,11 +54,9 @@ torch::Tensor Generator::feed(int32_t seq, const std::vector<int64_t>& tokens) {
                                   std::to_string(decode_.vocab_size()));
     }
   }
-  if (tokens.size() >= 2 && layout_.kernel != DecodeKernel::kRecurrentState) {
-    return prefill(seq, tokens);
-  }
   torch::Tensor logits = torch::empty({decode_.vocab_size()}, kF32);
-  for (int64_t token : tokens) step(&seq, &token, 1, logits.data_ptr<float>());
+  decode_.prefill(seq, tokens.data(), static_cast<int64_t>(tokens.size()),
+                  logits.data_ptr<float>());
   return logits;
 }
 

@@ -18,9 +18,10 @@ namespace kvlab::infer {
 // Decoding with a cache that holds exactly the spec's layout. A decode step (one token per
 // sequence) runs entirely on raw pointers (DecodeModel: dense layers, norms, RoPE and the
 // attention kernels, absorbed for gva and mla; gva with dr=0 rebuilds every cached key inside
-// the kernel) and allocates nothing. A prompt runs as one batched pass through the libtorch
-// modules (their decode form over rows read back from the cache, so prefill sees the same
-// rounded rows decode will); linear attention steps its constant-size state token by token.
+// the kernel) and allocates nothing. A prompt runs through the same step, up to kPrefillRows of
+// its tokens as the rows of one (DecodeModel::prefill: each row attends over the cache up to its
+// own token, so prefill sees the same rounded rows decode will); linear attention steps its
+// constant-size state token by token. The model's modules are read once, at construction.
 class Generator {
  public:
   // Tokens a page of its cache holds (a serving engine sizes its pool in these).
@@ -30,8 +31,8 @@ class Generator {
   // (throws SpecError where the cache cannot take it); unset, fastest_key_order (the decoder's
   // ISA) picks it. max_pages: the cache's pages of kPageSize tokens (0: enough for every sequence
   // at max_tokens_per_seq; a serving engine sizes it from its memory budget). weight_dtype: how
-  // the decode step stores the dense layers' matrices (load_decode_weights); the prompt's
-  // batched pass runs the modules' own f32 weights.
+  // the decode step stores the dense layers' matrices (load_decode_weights), for prompts and
+  // decoding alike.
   Generator(nn::TransformerModel model, DType cache_dtype, int64_t max_tokens_per_seq,
             int64_t max_seqs, int threads, std::optional<DType> rope_dtype = std::nullopt,
             std::optional<KeyOrder> key_order = std::nullopt, int64_t max_pages = 0,
@@ -51,19 +52,12 @@ class Generator {
   const PagedKvCache& cache() const { return cache_; }
   // The cache itself, for a caller that owns its pages (PagedKvCache::use_external_pages).
   PagedKvCache& cache() { return cache_; }
-  // The decode step's attention arithmetic and profiling (see DecodeModel); prompts run
-  // through libtorch in f32 whatever the precision.
+  // The decode step's attention arithmetic and profiling (see DecodeModel), prompts' chunks
+  // included.
   DecodeModel& decode_model() { return decode_; }
   const DecodeModel& decode_model() const { return decode_; }
 
  private:
-  void write_rows(int64_t layer, int32_t seq, int64_t first_pos,
-                  const std::vector<torch::Tensor>& rows);
-  std::vector<torch::Tensor> gather_rows(int64_t layer, int32_t seq);
-  // Tokens [T >= 2] appended to sequence seq in one batched pass -> logits of the last [V].
-  torch::Tensor prefill(int32_t seq, const std::vector<int64_t>& tokens);
-
-  nn::TransformerModel model_;
   CacheLayout layout_;
   PagedKvCache cache_;
   DecodeModel decode_;

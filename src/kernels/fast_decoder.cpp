@@ -249,6 +249,8 @@ void FastDecoder::run(const MatVecParams& params) {
     }
   } else if (isa_ == CpuIsa::kScalar) {
     matvec_reference(params);
+  } else if (matvec_runs_f32_gemm(params)) {
+    matvec_gemm_f32(params);
   } else if (matvec_runs_bf16_products(params)) {
     if (isa_ == CpuIsa::kAmx && params.n >= kBf16GemmMinRows) {
       matvec_gemm_bf16(params, matvec_scratch_);
@@ -260,6 +262,11 @@ void FastDecoder::run(const MatVecParams& params) {
   } else {
     matvec_avx2(params, pool_, matvec_scratch_);
   }
+}
+
+bool FastDecoder::matvec_runs_f32_gemm(const MatVecParams& params) const {
+  return isa_ != CpuIsa::kScalar && params.weight_order == WeightOrder::kRows &&
+         params.weight_dtype == DType::kF32 && params.n >= kF32GemmMinRows;
 }
 
 bool FastDecoder::matvec_runs_bf16_products(const MatVecParams& params) const {

@@ -127,7 +127,8 @@ class FastDecoder {
   bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
   void run(const LinearStepParams& params);
-  // The dense layers around attention (projections, MLP, LM head): bf16 products where
+  // The dense layers around attention (projections, MLP, LM head): f32 weight rows from
+  // kF32GemmMinRows rows of x through oneDNN's sgemm (matvec_gemm_f32), bf16 products where
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
   // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 and q4_0
@@ -138,6 +139,8 @@ class FastDecoder {
   // for another decoder's ISA).
   void run(const MatVecParams& params);
   bool matvec_runs_bf16_products(const MatVecParams& params) const;
+  // Whether run() multiplies f32 weight rows by oneDNN's sgemm (kF32GemmMinRows).
+  bool matvec_runs_f32_gemm(const MatVecParams& params) const;
   // Whether run() multiplies q8_0 / q4_0 weights expanded to bf16 (quant_expand_min_rows).
   bool matvec_expands_quant_panels(const MatVecParams& params) const;
   bool matvec_runs_avx512(DType weight_dtype) const;

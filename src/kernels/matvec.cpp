@@ -66,6 +66,19 @@ void matvec_gemm_bf16(const MatVecParams& p, MatVecScratch& scratch) {
   }
 }
 
+void matvec_gemm_f32(const MatVecParams& p) {
+  require_weights(p, "matvec_gemm_f32", WeightOrder::kRows, DType::kF32);
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
+  // y [n][out] = x [n][in] · Wᵀ, W [out][in] row-major
+  sgemm(false, true, p.n, p.out, p.in, 1.0f, p.x, xs, static_cast<const float*>(p.weight), p.in,
+        0.0f, p.y, ys);
+  if (p.bias != nullptr) {
+    for (int64_t b = 0; b < p.n; ++b)
+      for (int64_t o = 0; o < p.out; ++o) p.y[b * ys + o] += p.bias[o];
+  }
+}
+
 void require_weights(const MatVecParams& p, const char* caller, WeightOrder order,
                      std::optional<DType> dtype) {
   validate_matvec(p);

@@ -172,6 +172,14 @@ constexpr int64_t kBf16GemmMinRows = 16;
 // matrix-vector kernels' (which keep x in f32) by x's rounding.
 void matvec_gemm_bf16(const MatVecParams& params, MatVecScratch& scratch);
 
+// From this many rows of x, f32 weight rows go through oneDNN's sgemm (matvec_gemm_f32): on the
+// d 1024 model's shapes it measured 1.20× the AVX-512 kernel's rate at 32 rows, 1.52× at 64 and
+// 2.05× at 128 (a prompt's chunk), within ±16% of it at 4–24 (docs/kernels/dense-decode.md).
+constexpr int64_t kF32GemmMinRows = 32;
+
+// y = W x + b for f32 weight rows: oneDNN's sgemm on libtorch's OpenMP threads.
+void matvec_gemm_f32(const MatVecParams& params);
+
 // From this many rows of x, bf16 weights on a CPU with AVX-512 BF16 are multiplied in bf16
 // products: matvec_bf16_panels over panels (the order such a decoder stores them in; with AMX,
 // matvec_amx_bf16_panels), matvec_bf16_products over rows (docs/kernels/dense-decode.md has the

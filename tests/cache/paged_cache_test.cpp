@@ -8,6 +8,7 @@
 #include "kernels/convert.h"
 #include "spec/model_config.h"
 #include "spec/test_shapes.h"
+#include "thrown_message.h"
 
 namespace kvlab {
 namespace {
@@ -103,6 +104,23 @@ TEST(PagedKvCacheTest, AppendTruncateFreeAndThePageTable) {
   EXPECT_EQ(t.last_page_len, (std::vector<int32_t>{4, 4}));
   EXPECT_EQ(t.tokens(0), 8);
   EXPECT_EQ(t.tokens(1), 4);
+  // a prompt's rows: each row shows its sequence up to its own token, whatever the others hold
+  const int32_t seqs[] = {a, a, a, b};
+  const int64_t tokens[] = {1, 4, 5, 2};
+  PageTable rows;
+  cache.page_table_into(seqs, tokens, 4, rows);
+  EXPECT_EQ(rows.indptr, (std::vector<int32_t>{0, 1, 2, 4, 5}));
+  EXPECT_EQ(rows.page_ids[2], t.page_ids[0]);
+  EXPECT_EQ(rows.page_ids[3], t.page_ids[1]);
+  EXPECT_EQ(rows.page_ids[4], t.page_ids[2]);
+  EXPECT_EQ(rows.last_page_len, (std::vector<int32_t>{1, 4, 1, 2}));
+  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(rows.tokens(r), tokens[r]) << r;
+  const int64_t past_the_end[] = {9}, none[] = {0};
+  EXPECT_NE(thrown_message([&] {
+              cache.page_table_into(seqs, past_the_end, 1, rows);
+            }).find("page table row 0: 9 tokens of sequence 0, which holds 8"),
+            std::string::npos);
+  EXPECT_THROW(cache.page_table_into(seqs, none, 1, rows), CacheError);
   cache.truncate(a, 3);  // back to one page
   EXPECT_EQ(cache.free_pages(), 4);
   EXPECT_EQ(cache.page_table({a}).last_page_len, (std::vector<int32_t>{3}));

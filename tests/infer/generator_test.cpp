@@ -77,6 +77,38 @@ TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
   }
 }
 
+// A prompt longer than a prefill chunk runs as several steps of kPrefillRows rows (each row
+// attending over the cache up to its own token): the logits after each prompt equal the full
+// forward's, and so do the steps after them; linear attention's prompt steps token by token.
+TEST(GeneratorTest, PromptsLongerThanAChunkEqualTheFullForward) {
+  const int64_t first = kPrefillRows + 22, second = kPrefillRows + 12, total = first + second + 3;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.attn);
+    torch::manual_seed(43);
+    ModelShape shape = small_shape(c.pos);
+    shape.max_context = total;
+    nn::TransformerModel model(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
+    const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, total});
+    const torch::Tensor full = model->forward(tokens).detach();  // [1, total, V]
+    Generator gen(model, DType::kF32, total, 1, 2);
+    EXPECT_EQ(gen.decode_model().prefill_rows(),
+              std::string(c.attn) == "linear" ? 1 : kPrefillRows);
+    const int32_t seq = gen.add_sequence();
+    const auto span = [&](int64_t from, int64_t to) {
+      std::vector<int64_t> out;
+      for (int64_t t = from; t < to; ++t) out.push_back(tokens[0][t].item<int64_t>());
+      return out;
+    };
+    EXPECT_LT(max_abs_diff(gen.feed(seq, span(0, first)), full[0][first - 1]), 2e-5);
+    EXPECT_LT(max_abs_diff(gen.feed(seq, span(first, first + second)), full[0][first + second - 1]),
+              2e-5);
+    for (int64_t t = first + second; t < total; ++t) {
+      const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
+      EXPECT_LT(max_abs_diff(logits, full[0][t]), 2e-5) << "token " << t;
+    }
+  }
+}
+
 // Keys ordered by element pairs (two-stream bf16 caches): the same logits as key rows at every
 // step, both equal to the full forward; a cache that cannot take pairs is refused naming
 // key_order, and the order picked when none is given is fastest_key_order's.
@@ -430,8 +462,7 @@ TEST(GeneratorTest, ExpandedQuantWeightsStepAsBf16WeightsOfTheirValues) {
     }
     Generator quant(model, DType::kF32, 16, rows, 2, std::nullopt, std::nullopt, 0, weights);
     Generator bf16(rounded, DType::kF32, 16, rows, 2, std::nullopt, std::nullopt, 0, DType::kBf16);
-    // every token through the decode step (a prompt's feed runs libtorch's f32 modules, whose
-    // weights differ between the two models)
+    // every token through the decode step, one step a token
     std::vector<int32_t> quant_seqs, bf16_seqs;
     for (int64_t r = 0; r < rows; ++r) {
       quant_seqs.push_back(quant.add_sequence());
@@ -544,6 +575,24 @@ TEST(GeneratorTest, RefusesWhatCannotDecode) {
             std::string::npos);
   EXPECT_EQ(full.length(x), 17);
   EXPECT_EQ(full.length(y), 0);
+
+  // a prompt whose second chunk finds the cache full: nothing of it stays, its pages go back
+  const int64_t pages = (kPrefillRows + 32) / Generator::kPageSize;
+  Generator tight(rope, DType::kBf16, /*max_tokens_per_seq=*/4 * kPrefillRows, 1, 1, std::nullopt,
+                  std::nullopt, /*max_pages=*/pages);
+  const int32_t z = tight.add_sequence();
+  tight.feed(z, {1, 2});
+  EXPECT_NE(thrown_message([&] {
+              tight.feed(z, std::vector<int64_t>(static_cast<size_t>(kPrefillRows + 40), 3));
+            }).find("cache full"),
+            std::string::npos);
+  EXPECT_EQ(tight.length(z), 2);
+  EXPECT_EQ(tight.cache().free_pages(), pages - 1);
+  // and the sequence decodes on as if the prompt had never come
+  Generator roomier(rope, DType::kBf16, 4 * kPrefillRows, 1, 1);
+  const int32_t w = roomier.add_sequence();
+  const torch::Tensor expected = roomier.feed(w, {1, 2, 5});
+  EXPECT_EQ(max_abs_diff(tight.feed(z, {5}), expected), 0.0);
 }
 
 }  // namespace

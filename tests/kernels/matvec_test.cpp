@@ -178,6 +178,63 @@ TEST_P(MatVecIsaTest, NanInputsStayNanAndFp8WeightsAreRefused) {
 // From bf16_product_min_rows() rows, bf16 weights on a CPU with hardware bf16 products multiply
 // x rounded to bf16 (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from kBf16GemmMinRows):
 // the reference on the rounded x, to f32 sums; below it the widening kernels keep x in f32.
+// f32 weight rows from kF32GemmMinRows rows of x go through oneDNN's sgemm (a prompt's chunk, a
+// wide batch): called directly and through the decoder, against the reference over odd shapes,
+// strides and a bias; a NaN in x stays in its own row; the padding between rows untouched.
+TEST(MatVecTest, F32GemmMatchesTheReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastDecoder fast(2, detect_cpu_isa());
+  for (int64_t n : {kF32GemmMinRows - 1, kF32GemmMinRows, int64_t{37}, int64_t{130}}) {
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{70, 45}, {513, 33}, {17, 1000}}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " +
+                   std::to_string(out));
+      const int64_t x_stride = in + 3, y_stride = out + 2;
+      std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
+      std::vector<float> x(static_cast<size_t>(n * x_stride));
+      for (float& v : w) v = normal(rng);
+      for (float& v : b) v = normal(rng);
+      for (float& v : x) v = normal(rng);
+      constexpr int64_t kNanRow = 5;
+      x[static_cast<size_t>(kNanRow * x_stride + in / 2)] = NAN;
+      const float sentinel = -777.0f;
+      std::vector<float> expected(static_cast<size_t>(n * y_stride), sentinel);
+      std::vector<float> direct = expected, decoded = expected;
+      MatVecParams p{w.data(), b.data(), x.data(), expected.data(), n,
+                     in,       out,      x_stride, y_stride,        DType::kF32};
+      if (fast.isa() != CpuIsa::kScalar) {
+        EXPECT_EQ(fast.matvec_runs_f32_gemm(p), n >= kF32GemmMinRows);
+      }
+      matvec_reference(p);
+      p.y = direct.data();
+      matvec_gemm_f32(p);
+      p.y = decoded.data();
+      fast.run(p);
+      for (const std::vector<float>* actual : {&direct, &decoded}) {
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            const auto i = static_cast<size_t>(r * y_stride + o);
+            if (r == kNanRow) {
+              ASSERT_TRUE(std::isnan((*actual)[i])) << "row " << r << " output " << o;
+              continue;
+            }
+            ASSERT_FALSE(std::isnan((*actual)[i])) << "row " << r << " output " << o;
+            ASSERT_NEAR((*actual)[i], expected[i],
+                        1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
+                << "row " << r << " output " << o;
+          }
+          ASSERT_EQ((*actual)[static_cast<size_t>(r * y_stride + out)], sentinel) << r;
+        }
+      }
+    }
+  }
+  std::vector<std::byte> bf16(static_cast<size_t>(2 * 4 * 8));
+  std::vector<float> x(8), y(4);
+  const MatVecParams not_f32{bf16.data(), nullptr, x.data(), y.data(), 1, 8, 4, 0, 0, DType::kBf16};
+  EXPECT_EQ(thrown_message([&] { matvec_gemm_f32(not_f32); }),
+            "matvec_gemm_f32: weight_dtype: must be f32");
+}
+
 TEST(MatVecTest, Bf16ProductsMatchTheReferenceOnRoundedInputs) {
   const int64_t min_rows = bf16_product_min_rows();
   if (min_rows == 0) GTEST_SKIP() << "no hardware bf16 products (AVX-512 BF16 or AMX) on this CPU";

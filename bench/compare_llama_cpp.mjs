@@ -2,7 +2,7 @@
 // exported to GGUF per dtype (`kvlab export --format gguf`), llama.cpp (node-llama-cpp's prebuilt
 // CPU library, as the tests install it under build/oracles) and `kvlab bench generate` decode the
 // same prompt length and token count greedily, alternating in each round; medians over rounds,
-// and the ratio kvlab ÷ llama.cpp. Both use an f16 KV cache. A benchmark, not a test
+// and the ratios kvlab ÷ llama.cpp of the prompt's and the decode's tokens/s. Both use an f16 KV cache. A benchmark, not a test
 // (docs/kernels/dense-decode.md has the command and the numbers).
 //
 // usage: node bench/compare_llama_cpp.mjs --checkpoint RUN [--kvlab build/bin/kvlab]
@@ -79,9 +79,10 @@ function kvlabRound(dtype, threads) {
 const results = [];
 console.log(`kvlab vs llama.cpp: ${args.checkpoint}, prompt ${P}, ${N} greedy tokens, f16 KV ` +
             `caches, ${rounds} rounds (medians); CPU: ${cpus()[0].model}\n`);
-console.log("| weights | threads | llama.cpp prompt tok/s | kvlab prompt tok/s | " +
-            "llama.cpp decode tok/s | kvlab decode tok/s | kvlab ÷ llama.cpp | kvlab of roofline |");
-console.log("|:--|--:|--:|--:|--:|--:|--:|--:|");
+console.log("| weights | threads | llama.cpp prompt tok/s | kvlab prompt tok/s | prompt: kvlab ÷ " +
+            "llama.cpp | llama.cpp decode tok/s | kvlab decode tok/s | decode: kvlab ÷ llama.cpp " +
+            "| kvlab of roofline |");
+console.log("|:--|--:|--:|--:|--:|--:|--:|--:|--:|");
 for (const dtype of dtypes) {
   const gguf = join(work, `model-${dtype}.gguf`);
   execFileSync(args.kvlab, ["export", "--checkpoint", args.checkpoint, "--format", "gguf",
@@ -103,11 +104,13 @@ for (const dtype of dtypes) {
       kvlab_roofline_fraction: median(ours.map((x) => x.roofline)),
       kvlab_weight_bytes: ours[0].bytes,
     };
+    row.prefill_ratio = row.kvlab_prefill_tokens_per_s / row.llama_cpp_prefill_tokens_per_s;
     row.decode_ratio = row.kvlab_decode_tokens_per_s / row.llama_cpp_decode_tokens_per_s;
     results.push(row);
     const f = (x) => x.toFixed(0);
     console.log(`| ${dtype} | ${threads} | ${f(row.llama_cpp_prefill_tokens_per_s)} | ` +
-                `${f(row.kvlab_prefill_tokens_per_s)} | ${f(row.llama_cpp_decode_tokens_per_s)} | ` +
+                `${f(row.kvlab_prefill_tokens_per_s)} | ${row.prefill_ratio.toFixed(2)}× | ` +
+                `${f(row.llama_cpp_decode_tokens_per_s)} | ` +
                 `${f(row.kvlab_decode_tokens_per_s)} | ${row.decode_ratio.toFixed(2)}× | ` +
                 `${(100 * row.kvlab_roofline_fraction).toFixed(1)}% |`);
   }

@@ -186,6 +186,10 @@ void DecodeModel::feed_forward(const FeedForwardWeights& f, const float* x, floa
   }
 }
 
+int64_t DecodeModel::learned_position_count() const {
+  return static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, w_.shape.d_model);
+}
+
 void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
   if (n <= 0 || n > max_batch_) {
     throw std::invalid_argument("decode step: batch of " + std::to_string(n) + " sequences (1.." +
@@ -205,8 +209,7 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
 void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits) {
   if (count <= 0) throw std::invalid_argument("prefill: no tokens");
   const int64_t held = cache_.length(seq);
-  const int64_t learned_positions =
-      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, w_.shape.d_model);
+  const int64_t learned_positions = learned_position_count();
   if (!w_.embed_positions.empty() && held + count > learned_positions) {  // before any work
     throw std::invalid_argument("prefill: positions " + std::to_string(held) + ".." +
                                 std::to_string(held + count - 1) + " exceed the learned table of " +
@@ -229,8 +232,7 @@ void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n
   const auto step_start = step_.profile_ != nullptr ? Clock::now() : Clock::time_point();
   const ModelShape& shape = w_.shape;
   const int64_t D = shape.d_model, V = shape.vocab_size;
-  const int64_t learned_positions =
-      static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, D);
+  const int64_t learned_positions = learned_position_count();
   for (int64_t b = 0; b < n; ++b) {
     if (tokens[b] < 0 || tokens[b] >= V) {
       throw std::invalid_argument("decode step: token " + std::to_string(tokens[b]) +

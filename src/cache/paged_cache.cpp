@@ -288,28 +288,37 @@ PageTable PagedKvCache::page_table(const std::vector<int32_t>& seqs) const {
   return t;
 }
 
-void PagedKvCache::page_table_into(const std::vector<int32_t>& seqs, PageTable& t) const {
-  t.page_size = static_cast<int32_t>(page_size_);
+namespace {
+
+// An empty table of pages of page_size tokens.
+void start_table(PageTable& t, int64_t page_size) {
+  t.page_size = static_cast<int32_t>(page_size);
   t.indptr.clear();
   t.page_ids.clear();
   t.last_page_len.clear();
   t.indptr.push_back(0);
+}
+
+}  // namespace
+
+void PagedKvCache::add_table_row(PageTable& t, const Sequence& s, int64_t tokens) const {
+  const int64_t pages = (tokens + page_size_ - 1) / page_size_;
+  t.page_ids.insert(t.page_ids.end(), s.pages.begin(), s.pages.begin() + pages);
+  t.indptr.push_back(static_cast<int32_t>(t.page_ids.size()));
+  t.last_page_len.push_back(tokens == 0 ? 0 : static_cast<int32_t>((tokens - 1) % page_size_ + 1));
+}
+
+void PagedKvCache::page_table_into(const std::vector<int32_t>& seqs, PageTable& t) const {
+  start_table(t, page_size_);
   for (int32_t seq : seqs) {
     const Sequence& s = live(seq);
-    t.page_ids.insert(t.page_ids.end(), s.pages.begin(), s.pages.end());
-    t.indptr.push_back(static_cast<int32_t>(t.page_ids.size()));
-    t.last_page_len.push_back(
-        s.length == 0 ? 0 : static_cast<int32_t>((s.length - 1) % page_size_ + 1));
+    add_table_row(t, s, s.length);
   }
 }
 
 void PagedKvCache::page_table_into(const int32_t* seqs, const int64_t* tokens, int64_t n,
                                    PageTable& t) const {
-  t.page_size = static_cast<int32_t>(page_size_);
-  t.indptr.clear();
-  t.page_ids.clear();
-  t.last_page_len.clear();
-  t.indptr.push_back(0);
+  start_table(t, page_size_);
   for (int64_t b = 0; b < n; ++b) {
     const Sequence& s = live(seqs[b]);
     if (tokens[b] < 1 || tokens[b] > s.length) {
@@ -317,10 +326,7 @@ void PagedKvCache::page_table_into(const int32_t* seqs, const int64_t* tokens, i
                        " tokens of sequence " + std::to_string(seqs[b]) + ", which holds " +
                        std::to_string(s.length));
     }
-    const int64_t pages = (tokens[b] + page_size_ - 1) / page_size_;
-    t.page_ids.insert(t.page_ids.end(), s.pages.begin(), s.pages.begin() + pages);
-    t.indptr.push_back(static_cast<int32_t>(t.page_ids.size()));
-    t.last_page_len.push_back(static_cast<int32_t>((tokens[b] - 1) % page_size_ + 1));
+    add_table_row(t, s, tokens[b]);
   }
 }
 

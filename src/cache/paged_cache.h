@@ -104,6 +104,8 @@ class PagedKvCache {
     std::vector<int32_t> pages;
   };
   const Sequence& live(int32_t seq) const;
+  // Appends a row to `table` showing s's first `tokens` tokens (0 <= tokens <= its length).
+  void add_table_row(PageTable& table, const Sequence& s, int64_t tokens) const;
   // The key stream of a KeyOrder::kTokenPairs layout.
   bool pair_ordered(const CacheStream& stream) const;
   // Where head `head` of token `pos` starts: its row, or in a pairs-ordered stream its first

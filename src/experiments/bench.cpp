@@ -400,14 +400,13 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
       models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
     }
     out << fmt::format(
-               "bench generate: {}; {}; {} cache, {} threads; each prompt runs through "
-               "the raw step, up to {} of its tokens as the rows of one (prefill tok/s: the "
-               "batch's prompts one after another), decode through the same step (dense layers in "
-               "the row's weight dtype, attention kernels), all the batch's sequences in one step; "
-               "one "
-               "warm-up generation, then the median of {} (min–max); roofline: the weights a step "
-               "reads (weight bytes) and every "
-               "sequence's cache at the mean context once per step at {:.2f} GB/s (bench "
+               "bench generate: {}; {}; {} cache, {} threads; each prompt runs through the raw "
+               "step, up to {} of its tokens as the rows of one (prefill tok/s: the batch's "
+               "prompts one after another), decode through the same step (dense layers in the "
+               "row's weight dtype, attention kernels), all the batch's sequences in one step; "
+               "one warm-up generation, then the median of {} (min–max); roofline: the weights a "
+               "step reads (weight bytes) and every sequence's cache at the mean context once per "
+               "step at {:.2f} GB/s (bench "
                "memory's probe, measured now), or, where longer (c), one multiply-add per "
                "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes; "
                "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "

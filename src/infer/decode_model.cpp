@@ -190,11 +190,22 @@ int64_t DecodeModel::learned_position_count() const {
   return static_cast<int64_t>(w_.embed_positions.size()) / std::max<int64_t>(1, w_.shape.d_model);
 }
 
+void DecodeModel::require_tokens(const char* caller, const int64_t* tokens, int64_t n) const {
+  for (int64_t b = 0; b < n; ++b) {
+    if (tokens[b] < 0 || tokens[b] >= w_.shape.vocab_size) {
+      throw std::invalid_argument(std::string(caller) + ": token " + std::to_string(tokens[b]) +
+                                  " is outside the vocabulary of " +
+                                  std::to_string(w_.shape.vocab_size));
+    }
+  }
+}
+
 void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits) {
   if (n <= 0 || n > max_batch_) {
     throw std::invalid_argument("decode step: batch of " + std::to_string(n) + " sequences (1.." +
                                 std::to_string(max_batch_) + " allowed)");
   }
+  require_tokens("decode step", tokens, n);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t other = 0; other < b; ++other) {
       if (seqs[other] == seqs[b]) {
@@ -208,6 +219,7 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
 
 void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits) {
   if (count <= 0) throw std::invalid_argument("prefill: no tokens");
+  require_tokens("prefill", tokens, count);  // before any work
   const int64_t held = cache_.length(seq);
   const int64_t learned_positions = learned_position_count();
   if (!w_.embed_positions.empty() && held + count > learned_positions) {  // before any work
@@ -233,12 +245,6 @@ void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n
   const ModelShape& shape = w_.shape;
   const int64_t D = shape.d_model, V = shape.vocab_size;
   const int64_t learned_positions = learned_position_count();
-  for (int64_t b = 0; b < n; ++b) {
-    if (tokens[b] < 0 || tokens[b] >= V) {
-      throw std::invalid_argument("decode step: token " + std::to_string(tokens[b]) +
-                                  " is outside the vocabulary of " + std::to_string(V));
-    }
-  }
   step_.seqs_.assign(seqs, seqs + n);
   int64_t appended = 0;
   // every row's sequence as it was, the later rows of a sequence first

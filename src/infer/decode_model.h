@@ -70,6 +70,8 @@ class DecodeModel {
   // tokens in order), the logits of rows [n - logit_rows, n) into logits [logit_rows][V].
   void run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, int64_t logit_rows,
                 float* logits);
+  // Throws std::invalid_argument, naming the caller, for a token outside the vocabulary.
+  void require_tokens(const char* caller, const int64_t* tokens, int64_t n) const;
   // Rows of a learned position table (0 without one).
   int64_t learned_position_count() const;
   void mlp(const MlpWeights& m, const float* x, float* y, int64_t n);

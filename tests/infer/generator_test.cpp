@@ -547,6 +547,18 @@ TEST(GeneratorTest, RefusesWhatCannotDecode) {
               gen.step({a, b, a}, {1, 2, 3});
             }).find("batch of 3"),
             std::string::npos);
+  // a prompt is checked whole before any work: a bad token in its second chunk, no tokens
+  const int64_t free_before = gen.cache().free_pages();
+  std::vector<int64_t> late_bad(static_cast<size_t>(kPrefillRows + 3), 1);
+  late_bad.back() = 11;
+  std::vector<float> logits(11);
+  EXPECT_NE(thrown_message([&] {
+              gen.decode_model().prefill(b, late_bad.data(), static_cast<int64_t>(late_bad.size()),
+                                         logits.data());
+            }).find("prefill: token 11 is outside the vocabulary of 11"),
+            std::string::npos);
+  EXPECT_EQ(gen.cache().free_pages(), free_before);
+  EXPECT_NE(thrown_message([&] { gen.feed(a, {}); }).find("prefill: no tokens"), std::string::npos);
   EXPECT_EQ(gen.length(a), 2);
   EXPECT_EQ(gen.length(b), 0);
   // the learned position table holds 16 positions

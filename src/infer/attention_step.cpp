@@ -149,7 +149,7 @@ void AttentionStep::per_head(const float* weights, const float* bias, int64_t ou
 }
 
 void AttentionStep::rotate(float* x, int64_t width, int64_t b, const AttentionSpec& spec) {
-  const int64_t half = width / 2, position = pos(b);
+  const int64_t position = pos(b);
   float* row = rope_rows_.data() + b * rope_stride_;
   RopeRowKey& key = rope_keys_[static_cast<size_t>(b)];
   if (position != key.pos || width != key.width || spec.rope_theta != key.theta ||
@@ -157,13 +157,7 @@ void AttentionStep::rotate(float* x, int64_t width, int64_t b, const AttentionSp
     rope_row(position, width, spec.rope_theta, spec.rope_scaling, row);
     key = {position, width, spec.rope_theta, spec.rope_scaling};
   }
-  const float* cos = row;
-  const float* sin = row + half;
-  for (int64_t i = 0; i < half; ++i) {
-    const float x1 = x[i], x2 = x[half + i];
-    x[i] = x1 * cos[i] - x2 * sin[i];
-    x[half + i] = x2 * cos[i] + x1 * sin[i];
-  }
+  rotate_by_row(x, width, row);
 }
 
 void AttentionStep::store_rows(int64_t layer, StreamRole role, const float* rows, int64_t width,

@@ -38,6 +38,8 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
   const CacheLayout& layout = cache_.layout();
   const int64_t D = shape.d_model, B = std::max(max_batch, prefill_rows_);
   prefill_seqs_.resize(static_cast<size_t>(prefill_rows_));
+  row_indices_.resize(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) row_indices_[static_cast<size_t>(b)] = b;
   ScratchWidths widest;
   int64_t mlp_width = 0, experts = 0, chosen = 0, groups = 0;
   for (const BlockWeights& b : w_.layers) {
@@ -214,7 +216,7 @@ void DecodeModel::step(const int32_t* seqs, const int64_t* tokens, int64_t n, fl
       }
     }
   }
-  run_rows(seqs, tokens, n, n, logits);
+  run_rows(seqs, tokens, n, row_indices_.data(), n, logits);
 }
 
 void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits) {
@@ -231,7 +233,9 @@ void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, flo
   try {
     for (int64_t first = 0; first < count; first += prefill_rows_) {
       const int64_t rows = std::min(prefill_rows_, count - first);
-      run_rows(prefill_seqs_.data(), tokens + first, rows, first + rows == count ? 1 : 0, logits);
+      const int64_t last_row = rows - 1;
+      run_rows(prefill_seqs_.data(), tokens + first, rows, &last_row, first + rows == count ? 1 : 0,
+               logits);
     }
   } catch (...) {  // the sequence keeps what it held before the prompt
     cache_.truncate(seq, held);
@@ -239,8 +243,52 @@ void DecodeModel::prefill(int32_t seq, const int64_t* tokens, int64_t count, flo
   }
 }
 
+void DecodeModel::step_rows(const int32_t* seqs, const int64_t* tokens, int64_t n,
+                            const int64_t* logit_rows, int64_t n_logits, float* logits) {
+  if (n <= 0) throw std::invalid_argument("step rows: no rows");
+  require_tokens("step rows", tokens, n);
+  for (int64_t k = 0; k < n_logits; ++k) {
+    const int64_t row = logit_rows[k];
+    if (row < 0 || row >= n || (k > 0 && row <= logit_rows[k - 1])) {
+      throw std::invalid_argument("step rows: logit row " + std::to_string(row) +
+                                  " is not a row of the " + std::to_string(n) +
+                                  " after the one before it");
+    }
+  }
+  // every sequence's length before the call, to go back to on a failure in any slice
+  std::vector<std::pair<int32_t, int64_t>> held;
+  for (int64_t b = 0; b < n; ++b) {
+    const auto seen = [&](const std::pair<int32_t, int64_t>& h) { return h.first == seqs[b]; };
+    if (std::none_of(held.begin(), held.end(), seen))
+      held.push_back({seqs[b], cache_.length(seqs[b])});
+  }
+  const int64_t capacity = std::max(max_batch_, prefill_rows_);
+  const bool recurrent = prefill_rows_ == 1;  // a state advances a token a step
+  std::vector<int64_t> slice_logits;
+  try {
+    int64_t k = 0;  // the next logit row
+    for (int64_t first = 0; first < n;) {
+      int64_t last = first + 1;
+      while (last < n && last - first < capacity &&
+             !(recurrent && std::find(seqs + first, seqs + last, seqs[last]) != seqs + last)) {
+        ++last;
+      }
+      slice_logits.clear();
+      for (; k < n_logits && logit_rows[k] < last; ++k)
+        slice_logits.push_back(logit_rows[k] - first);
+      run_rows(seqs + first, tokens + first, last - first, slice_logits.data(),
+               static_cast<int64_t>(slice_logits.size()),
+               logits + (k - static_cast<int64_t>(slice_logits.size())) * vocab_size());
+      first = last;
+    }
+  } catch (...) {
+    for (const auto& [seq, length] : held) cache_.truncate(seq, length);
+    throw;
+  }
+}
+
 void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n,
-                           int64_t logit_rows, float* logits) {
+                           const int64_t* logit_rows, int64_t n_logits, float* logits) {
   const auto step_start = step_.profile_ != nullptr ? Clock::now() : Clock::time_point();
   const ModelShape& shape = w_.shape;
   const int64_t D = shape.d_model, V = shape.vocab_size;
@@ -306,10 +354,16 @@ void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n
       feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
       residual = mlp_out_.data();
     }
-    if (logit_rows > 0) {  // a prompt's earlier chunks need neither the final norm nor the head
-      const int64_t first = n - logit_rows;
-      next_norm(residual, w_.final_norm, first);
-      step_.dense(w_.lm_head, normed_.data() + first * D, D, logits, V, logit_rows);
+    if (n_logits > 0) {  // a prompt's earlier chunks need neither the final norm nor the head
+      // logit row k's normed hidden into normed_ row k (k <= its row: nothing unread is written)
+      step_.for_rows(n_logits, D, [&](int64_t first, int64_t last) {
+        for (int64_t k = first; k < last; ++k) {
+          const int64_t b = logit_rows[k];
+          add_and_norm(w_.final_norm, hidden_.data() + b * D,
+                       residual == nullptr ? nullptr : residual + b * D, normed_.data() + k * D);
+        }
+      });
+      step_.dense(w_.lm_head, normed_.data(), D, logits, V, n_logits);
     }
   } catch (...) {  // a kernel's error: the rows appended are dropped again
     restore();

@@ -46,6 +46,14 @@ class DecodeModel {
   // weight once a chunk), and the logits of the last token into [V]. Throws, leaving the
   // sequence as it was, where step() would.
   void prefill(int32_t seq, const int64_t* tokens, int64_t count, float* logits);
+  // Rows [n]: row b appends tokens[b] to sequence seqs[b], a sequence taking any number of rows
+  // (its tokens in row order) beside other sequences' rows — a serving step's decode tokens and
+  // prompt chunks together, every weight read once a slice of up to max(max_batch,
+  // prefill_rows()) rows (a slice never holds a sequence twice where a layer keeps a recurrent
+  // state). The logits of rows logit_rows [n_logits] (increasing) into logits [n_logits][V].
+  // Throws, leaving every sequence as it was, where step() would, or for logit rows out of order.
+  void step_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, const int64_t* logit_rows,
+                 int64_t n_logits, float* logits);
   // A prompt's tokens one prefill chunk runs: kPrefillRows, or 1 where a layer keeps a
   // recurrent state (which advances token by token).
   int64_t prefill_rows() const { return prefill_rows_; }
@@ -66,10 +74,11 @@ class DecodeModel {
   void set_profile(StepProfile* profile) { step_.profile_ = profile; }
 
  private:
-  // Rows [n]: row b's token appended to sequence seqs[b] (a sequence may take several rows, its
-  // tokens in order), the logits of rows [n - logit_rows, n) into logits [logit_rows][V].
-  void run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, int64_t logit_rows,
-                float* logits);
+  // Rows [n] (at most max(max_batch, prefill_rows)): row b's token appended to sequence seqs[b]
+  // (a sequence may take several rows, its tokens in order), the logits of rows logit_rows
+  // [n_logits] (increasing) into logits [n_logits][V].
+  void run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, const int64_t* logit_rows,
+                int64_t n_logits, float* logits);
   // Throws std::invalid_argument, naming the caller, for a token outside the vocabulary.
   void require_tokens(const char* caller, const int64_t* tokens, int64_t n) const;
   // Rows of a learned position table (0 without one).
@@ -86,6 +95,7 @@ class DecodeModel {
   AttentionStep step_;  // the batch, scratch and helpers every layer's attention runs on
   int64_t max_batch_, prefill_rows_;
   std::vector<int32_t> prefill_seqs_;  // [prefill_rows_]: a prompt chunk's rows' sequence
+  std::vector<int64_t> row_indices_;   // 0, 1, …: step()'s logit rows, every row
   // scratch, sized for max_batch rows
   std::vector<float> hidden_, normed_, block_out_;
   std::vector<float> mlp_a_, mlp_b_, mlp_out_, expert_out_, router_;

@@ -47,6 +47,12 @@ class Generator {
   torch::Tensor step(const std::vector<int32_t>& seqs, const std::vector<int64_t>& tokens);
   // The same into logits [n][V]: allocates nothing (n <= max_seqs).
   void step(const int32_t* seqs, const int64_t* tokens, int64_t n, float* logits);
+  // Decode tokens and prompt chunks of several sequences as the rows of one step
+  // (DecodeModel::step_rows).
+  void step_rows(const int32_t* seqs, const int64_t* tokens, int64_t n, const int64_t* logit_rows,
+                 int64_t n_logits, float* logits) {
+    decode_.step_rows(seqs, tokens, n, logit_rows, n_logits, logits);
+  }
   int64_t length(int32_t seq) const { return cache_.length(seq); }
   int64_t vocab_size() const { return decode_.vocab_size(); }
   const PagedKvCache& cache() const { return cache_; }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/prefill_attention.h"
 #include "kernels/rope.h"
 #include "kernels/target_clones.h"
 
@@ -339,6 +340,22 @@ bool FastDecoder::runs_simd(const DecodeParams& params) const {
          (is_element_dtype(params.dtype) || effective_precision(params) == AttnPrecision::kInt8);
 }
 
+namespace {
+
+// Rows [first, last) of a decode call as a call of their own.
+DecodeParams rows_of(const DecodeParams& p, int64_t first, int64_t last) {
+  DecodeParams rows = p;
+  rows.q = p.q + first * p.n_heads * p.key_width;
+  if (p.q_rope != nullptr) rows.q_rope = p.q_rope + first * p.n_heads * p.rope_width;
+  rows.out = p.out + first * p.n_heads * p.value_width;
+  rows.pages.indptr = p.pages.indptr + first;
+  rows.pages.last_page_len = p.pages.last_page_len + first;
+  rows.n_seqs = last - first;
+  return rows;
+}
+
+}  // namespace
+
 void FastDecoder::run(const DecodeParams& params) {
   if (!runs_simd(params)) {
     decode_attention_reference(params);
@@ -352,6 +369,29 @@ void FastDecoder::run(const DecodeParams& params) {
     }
     prepare_rope(tokens, params.key_width, params.rope_theta, params.rope_scaling);
   }
+  if (effective_precision(params) == AttnPrecision::kBf16 && !supports_bf16_precision()) {
+    throw std::invalid_argument(
+        "attn-precision: bf16 needs AVX-512 BF16 (vdpbf16ps); this decoder runs " +
+        std::string(cpu_isa_name(isa_)) + (cpu_has_avx512_bf16() ? "" : " on a CPU without it") +
+        "; use f32");
+  }
+  find_row_runs(params, kPrefillMinRows, row_runs_);
+  const PrefillPath prefill_path = isa_ == CpuIsa::kAmx && cpu_has_avx512_bf16() ? PrefillPath::kAmx
+                                   : isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx
+                                       ? PrefillPath::kAvx512
+                                       : PrefillPath::kPlain;
+  int64_t row = 0;
+  for (const RowRun& run : row_runs_) {
+    if (run.first > row) run_decode_kernel(rows_of(params, row, run.first));
+    prefill_attention(params, run, pool_, prefill_workspace_, rope_table_.data(), prefill_path);
+    row = run.first + run.count;
+  }
+  if (row < params.n_seqs || params.n_seqs == 0) {
+    run_decode_kernel(row == 0 ? params : rows_of(params, row, params.n_seqs));
+  }
+}
+
+void FastDecoder::run_decode_kernel(const DecodeParams& params) {
   if (effective_precision(params) == AttnPrecision::kInt8) {
     const bool vnni = (isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx) && cpu_has_avx512_vnni();
     vnni ? decode_attention_int8_avx512(params, pool_, workspace_)
@@ -359,12 +399,6 @@ void FastDecoder::run(const DecodeParams& params) {
     return;
   }
   if (effective_precision(params) == AttnPrecision::kBf16) {
-    if (!supports_bf16_precision()) {
-      throw std::invalid_argument(
-          "attn-precision: bf16 needs AVX-512 BF16 (vdpbf16ps); this decoder runs " +
-          std::string(cpu_isa_name(isa_)) + (cpu_has_avx512_bf16() ? "" : " on a CPU without it") +
-          "; use f32");
-    }
     decode_attention_avx512_bf16(params, pool_, workspace_, rope_table_.data());
     return;
   }

@@ -8,6 +8,7 @@
 #include "kernels/huge_page_floats.h"
 #include "kernels/linear_attention_step.h"
 #include "kernels/matvec.h"
+#include "kernels/prefill_attention.h"
 #include "kernels/thread_pool.h"
 #include "spec/cache_layout.h"
 
@@ -122,7 +123,9 @@ class FastDecoder {
 
   // q8_0 and q4_0 caches have a SIMD kernel for AttnPrecision::kInt8 only; in f32, and fp8
   // caches in every precision, run() computes with the scalar reference (runs_simd says which;
-  // benchmarks print it).
+  // benchmarks print it). Where it runs SIMD kernels, runs of kPrefillMinRows or more rows that
+  // look at one sequence (a prompt's chunk: find_row_runs) go through prefill_attention, each
+  // cached row read once for the run, and the other rows through the decode kernels.
   void run(const DecodeParams& params);
   bool runs_simd(const DecodeParams& params) const;
   // Linear attention's recurrent step (its state instead of a cache).
@@ -156,9 +159,14 @@ class FastDecoder {
   ThreadPool& pool() { return pool_; }
 
  private:
+  // The decode kernel of this ISA and precision over every row of params.
+  void run_decode_kernel(const DecodeParams& params);
+
   CpuIsa isa_;
   ThreadPool pool_;
   DecodeWorkspace workspace_;
+  PrefillWorkspace prefill_workspace_;
+  std::vector<RowRun> row_runs_;
   MatVecScratch matvec_scratch_;
   // RoPE on read: cos/sin per cached position, extended (doubling) as contexts grow
   HugePageFloats rope_table_;  // read every step for every cached row: on huge pages

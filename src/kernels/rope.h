@@ -19,4 +19,16 @@ double rope_frequency(int64_t pair, int64_t width, double theta, const RopeScali
 void rope_row(int64_t position, int64_t width, double theta, const RopeScaling& scaling,
               float* row);
 
+// x [width] rotated in place by a rope_row (cos then sin halves).
+inline void rotate_by_row(float* x, int64_t width, const float* cos_sin) {
+  const int64_t half = width / 2;
+  const float* cos = cos_sin;
+  const float* sin = cos_sin + half;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[half + i];
+    x[i] = x1 * cos[i] - x2 * sin[i];
+    x[half + i] = x2 * cos[i] + x1 * sin[i];
+  }
+}
+
 }  // namespace kvlab

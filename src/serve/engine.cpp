@@ -109,40 +109,38 @@ Engine::StepResult Engine::step() {
   PagedKvCache& cache = generator_.cache();
   for (const PageCopy& copy : plan.copies) cache.copy_page(copy.from, copy.to);
 
-  // every chunk's sequence holds its pages, with the tokens before the chunk in them
-  std::vector<int32_t> decode_slots;
-  std::vector<int64_t> decode_tokens;
-  std::vector<size_t> decode_chunks;
+  // every chunk's sequence holds its pages, with the tokens before the chunk in them; the chunks'
+  // tokens (decode tokens and prompt chunks alike) are the rows of one step
+  std::vector<int32_t> row_slots;
+  std::vector<int64_t> row_tokens, logit_rows;
+  std::vector<size_t> logit_chunks;  // the plan's chunk of each logit row
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const Chunk& chunk = plan.chunks[i];
     const int32_t slot = slot_of(chunk.id);
     cache.set_pages(slot, scheduler_.pages(chunk.id), chunk.first);
-    if (chunk.count == 1) {
-      decode_slots.push_back(slot);
-      decode_tokens.push_back(scheduler_.tokens(chunk.id)[static_cast<size_t>(chunk.first)]);
-      decode_chunks.push_back(i);
+    const std::vector<int64_t>& tokens = scheduler_.tokens(chunk.id);
+    for (int64_t t = chunk.first; t < chunk.first + chunk.count; ++t) {
+      row_slots.push_back(slot);
+      row_tokens.push_back(tokens[static_cast<size_t>(t)]);
+    }
+    if (chunk.samples) {
+      logit_rows.push_back(static_cast<int64_t>(row_slots.size()) - 1);
+      logit_chunks.push_back(i);
     }
   }
   const int64_t V = generator_.vocab_size();
+  if (logits_.size() < logit_rows.size() * static_cast<size_t>(V)) {
+    logits_.resize(logit_rows.size() * static_cast<size_t>(V));
+  }
   // the logits of each sampling chunk, in plan order
   std::vector<const float*> chunk_logits(plan.chunks.size(), nullptr);
-  if (!decode_slots.empty()) {
-    generator_.step(decode_slots.data(), decode_tokens.data(),
-                    static_cast<int64_t>(decode_slots.size()), logits_.data());
-    for (size_t k = 0; k < decode_chunks.size(); ++k) {
-      chunk_logits[decode_chunks[k]] = logits_.data() + static_cast<int64_t>(k) * V;
+  if (!row_slots.empty()) {
+    generator_.step_rows(row_slots.data(), row_tokens.data(),
+                         static_cast<int64_t>(row_slots.size()), logit_rows.data(),
+                         static_cast<int64_t>(logit_rows.size()), logits_.data());
+    for (size_t k = 0; k < logit_chunks.size(); ++k) {
+      chunk_logits[logit_chunks[k]] = logits_.data() + static_cast<int64_t>(k) * V;
     }
-  }
-  std::vector<torch::Tensor> prompt_logits;  // keeps the prefill passes' logits alive
-  prompt_logits.reserve(plan.chunks.size());
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const Chunk& chunk = plan.chunks[i];
-    if (chunk.count == 1) continue;
-    const std::vector<int64_t>& tokens = scheduler_.tokens(chunk.id);
-    const std::vector<int64_t> part(tokens.begin() + chunk.first,
-                                    tokens.begin() + chunk.first + chunk.count);
-    prompt_logits.push_back(generator_.feed(slots_.at(chunk.id), part));
-    chunk_logits[i] = prompt_logits.back().data_ptr<float>();
   }
   std::vector<int64_t> sampled;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kernels/convert.h"
@@ -106,6 +107,64 @@ TEST(GeneratorTest, PromptsLongerThanAChunkEqualTheFullForward) {
       const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
       EXPECT_LT(max_abs_diff(logits, full[0][t]), 2e-5) << "token " << t;
     }
+  }
+}
+
+// A serving step's rows: prompt chunks and decode tokens of three sequences in one call
+// (DecodeModel::step_rows), sliced where they pass the step's rows, equal the full forward at
+// every sampled row; a failure in a later slice leaves every sequence as it was.
+TEST(GeneratorTest, MixedStepRowsEqualTheFullForward) {
+  const int64_t total = kPrefillRows + 40;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.attn);
+    torch::manual_seed(47);
+    ModelShape shape = small_shape(c.pos);
+    shape.max_context = total;
+    nn::TransformerModel model(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
+    const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {3, total});
+    const torch::Tensor full = model->forward(tokens).detach();  // [3, total, V]
+    const int64_t V = shape.vocab_size;
+    // (sequence, first token, count) per chunk; the last row of each samples
+    using Chunks = std::vector<std::array<int64_t, 3>>;
+    const auto run = [&](Generator& gen, const Chunks& chunks) {
+      std::vector<int32_t> seqs;
+      std::vector<int64_t> row_tokens, logit_rows;
+      for (const auto& [s, first, count] : chunks) {
+        for (int64_t t = first; t < first + count; ++t) {
+          seqs.push_back(static_cast<int32_t>(s));
+          row_tokens.push_back(tokens[s][t].item<int64_t>());
+        }
+        logit_rows.push_back(static_cast<int64_t>(seqs.size()) - 1);
+      }
+      std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));
+      gen.step_rows(seqs.data(), row_tokens.data(), static_cast<int64_t>(seqs.size()),
+                    logit_rows.data(), static_cast<int64_t>(logit_rows.size()), logits.data());
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const auto& [s, first, count] = chunks[k];
+        const torch::Tensor got = torch::from_blob(logits.data() + k * static_cast<size_t>(V), {V});
+        EXPECT_LT(max_abs_diff(got, full[s][first + count - 1]), 2e-5)
+            << "sequence " << s << " token " << first + count - 1;
+      }
+    };
+    const Chunks prompts = {{0, 0, 20}, {1, 0, kPrefillRows + 22}};  // two slices
+    const Chunks mixed = {{0, 20, 1}, {1, kPrefillRows + 22, 10}, {2, 0, 9}};
+    const Chunks decode = {{2, 9, 1}, {0, 21, 1}, {1, kPrefillRows + 32, 1}};
+    Generator gen(model, DType::kF32, total, 3, 2);
+    for (int s = 0; s < 3; ++s) ASSERT_EQ(gen.add_sequence(), s);
+    run(gen, prompts);
+    run(gen, mixed);
+    run(gen, decode);
+
+    // room for the first slice (20 + 108 rows: 2 + 7 pages), not the second (B's 10 pages)
+    Generator small(model, DType::kF32, total, 3, 2, std::nullopt, std::nullopt, 10);
+    for (int s = 0; s < 3; ++s) ASSERT_EQ(small.add_sequence(), s);
+    if (small.decode_model().prefill_rows() > 1) {
+      EXPECT_THROW(run(small, prompts), std::exception);
+      EXPECT_EQ(small.length(0), 0);
+      EXPECT_EQ(small.length(1), 0);
+    }
+    run(small, {{0, 0, 20}, {2, 0, 9}});  // and then runs as one that never saw the failure
+    run(small, {{0, 20, 1}, {2, 9, 1}});
   }
 }
 

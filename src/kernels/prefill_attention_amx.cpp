@@ -1,0 +1,142 @@
+// prefill_attention's AMX path: a tile of 16 query rows against a stripe's keys and values in
+// blocks of 32 tokens, scores and weighted values by bf16 tile multiplies, the online softmax in
+// AVX-512 between them. Its own file: only it is built with the AMX flags.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/amx_tiles.h"
+#include "kernels/exp_nonpositive.h"
+#include "kernels/prefill_attention.h"
+
+namespace kvlab {
+namespace {
+
+constexpr int64_t kTokens = 64;  // a block: two rounds of two score tiles, two depths of values
+
+#include "kernels/exp_nonpositive16.inc"
+
+__mmask16 first_lanes(int64_t n) {
+  return n >= 16  ? __mmask16{0xFFFF}
+         : n <= 0 ? __mmask16{0}
+                  : static_cast<__mmask16>((1u << n) - 1);
+}
+
+}  // namespace
+
+// Tiles: 0, 1 scores of 16 tokens each (a block's 64 in two rounds); 2 the A operand (queries,
+// then weights); 3 the B operand; 4-7 the weighted values of four 16-wide chunks.
+void prefill_tile_amx(const PrefillTileArgs& a) {
+  const AmxTileConfig config = full_tiles_config(8);
+  _tile_loadconfig(&config);
+  alignas(64) float scores[16][kTokens];
+  alignas(64) uint16_t weights[16][kTokens];
+  alignas(64) float weighted[16][64];
+  float alpha[16];
+  const int64_t k_steps = a.kd_pad / 32, chunks = a.vw_pad / 16;
+  const int64_t key_block = a.kd_pad / 2 * 32;   // uint16 of one 16-token key block
+  const int64_t value_block = chunks * 16 * 32;  // uint16 of one 32-token value block
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  const int64_t longest = a.lengths[a.n_rows - 1];
+  for (int64_t t0 = a.s0; t0 < a.end; t0 += kTokens) {
+    const int64_t block = (t0 - a.s0) / kTokens;
+    // 32 tokens a round; the second only where a row sees past the first
+    const int64_t rounds = longest - t0 > 32 ? 2 : 1;
+    for (int64_t round = 0; round < rounds; ++round) {
+      const uint16_t* keys = a.keys + (4 * block + 2 * round) * key_block;
+      _tile_zero(0);
+      _tile_zero(1);
+      for (int64_t k = 0; k < k_steps; ++k) {
+        _tile_loadd(2, a.q + k * 32, a.kd_pad * 2);
+        _tile_loadd(3, keys + k * 16 * 32, 64);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_loadd(3, keys + key_block + k * 16 * 32, 64);
+        _tile_dpbf16ps(1, 2, 3);
+      }
+      _tile_stored(0, &scores[0][32 * round], kTokens * 4);
+      _tile_stored(1, &scores[0][32 * round + 16], kTokens * 4);
+    }
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t n = r < a.n_rows ? std::clamp<int64_t>(a.lengths[r] - t0, 0, kTokens) : 0;
+      if (n == 0) {
+        _mm512_store_si512(&weights[r][0], _mm512_setzero_si512());
+        _mm512_store_si512(&weights[r][32], _mm512_setzero_si512());
+        alpha[r] = 1.0f;
+        continue;
+      }
+      float* st = a.state + r * (2 + a.vw);
+      __m512 s[4];
+      __mmask16 lanes[4];
+      float block_max = -INFINITY;
+      for (int q = 0; q < 4; ++q) {
+        lanes[q] = first_lanes(n - 16 * q);
+        s[q] = _mm512_mul_ps(_mm512_load_ps(&scores[r][16 * q]), scale);
+        if (lanes[q] != 0)
+          block_max = std::max(block_max, _mm512_mask_reduce_max_ps(lanes[q], s[q]));
+      }
+      const float m = std::max(st[0], block_max);
+      const __m512 vm = _mm512_set1_ps(m);
+      __m512 sum = _mm512_setzero_ps();
+      for (int q = 0; q < 4; q += 2) {
+        const __m512 lo = _mm512_maskz_mov_ps(lanes[q], exp_nonpositive16(_mm512_sub_ps(s[q], vm)));
+        const __m512 hi =
+            _mm512_maskz_mov_ps(lanes[q + 1], exp_nonpositive16(_mm512_sub_ps(s[q + 1], vm)));
+        const __m512bh rounded = _mm512_cvtne2ps_pbh(hi, lo);
+        const __m512i bits = reinterpret_cast<const __m512i&>(rounded);
+        _mm512_store_si512(&weights[r][16 * q], bits);
+        // the sum of the weights as rounded, the ones the values are multiplied by
+        sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
+        sum = _mm512_add_ps(sum,
+                            _mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(-65536))));
+      }
+      alpha[r] = exp_nonpositive(st[0] - m);  // e^-87 on the first block: the sums are 0
+      st[0] = m;
+      st[1] = st[1] * alpha[r] + _mm512_reduce_add_ps(sum);
+    }
+    const uint16_t* values = a.values + 2 * block * value_block;
+    for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
+      const int64_t n_chunks = std::min<int64_t>(4, chunks - c0);
+      _tile_zero(4);
+      _tile_zero(5);
+      _tile_zero(6);
+      _tile_zero(7);
+      for (int64_t round = 0; round < rounds; ++round) {
+        const uint16_t* v = values + round * value_block + c0 * 16 * 32;
+        _tile_loadd(2, &weights[0][32 * round], kTokens * 2);
+        _tile_loadd(3, v, 64);
+        _tile_dpbf16ps(4, 2, 3);
+        if (n_chunks > 1) {
+          _tile_loadd(3, v + 16 * 32, 64);
+          _tile_dpbf16ps(5, 2, 3);
+        }
+        if (n_chunks > 2) {
+          _tile_loadd(3, v + 2 * 16 * 32, 64);
+          _tile_dpbf16ps(6, 2, 3);
+        }
+        if (n_chunks > 3) {
+          _tile_loadd(3, v + 3 * 16 * 32, 64);
+          _tile_dpbf16ps(7, 2, 3);
+        }
+      }
+      _tile_stored(4, &weighted[0][0], 64 * 4);
+      _tile_stored(5, &weighted[0][16], 64 * 4);
+      _tile_stored(6, &weighted[0][32], 64 * 4);
+      _tile_stored(7, &weighted[0][48], 64 * 4);
+      for (int64_t r = 0; r < a.n_rows; ++r) {
+        float* acc = a.state + r * (2 + a.vw) + 2;
+        const __m512 alpha_r = _mm512_set1_ps(alpha[r]);
+        for (int64_t c = 0; c < n_chunks; ++c) {
+          const int64_t v = (c0 + c) * 16;
+          const __mmask16 lanes = first_lanes(a.vw - v);
+          const __m512 old = _mm512_maskz_loadu_ps(lanes, acc + v);
+          _mm512_mask_storeu_ps(
+              acc + v, lanes, _mm512_fmadd_ps(old, alpha_r, _mm512_load_ps(&weighted[r][c * 16])));
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace kvlab

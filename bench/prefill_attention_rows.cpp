@@ -10,13 +10,15 @@
 //   g++ -O2 -std=c++20 -I. -Isrc bench/prefill_attention_rows.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_cache.a build/src/libkvlab_spec.a build/src/libkvlab_report.a \
 //       -ldnnl -lfmt -lpthread -o /tmp/pfa
-//   /tmp/pfa 128   # R; on a CPU with AVX-512 (and AMX with AVX-512 BF16 for the tiles)
+//   /tmp/pfa 128        # R; on a CPU with AVX-512 (and AMX with AVX-512 BF16 for the tiles)
+//   /tmp/pfa 128 avx2   # the AVX2 decode kernel against prefill's AVX2 path, f32 arithmetic
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cache/paged_cache.h"
@@ -31,7 +33,8 @@ int main(int argc, char** argv) {
   ThreadPool pool(2);
   DecodeWorkspace decode_work;
   PrefillWorkspace prefill_work;
-  const bool tiles = cpu_supports(CpuIsa::kAmx) && cpu_has_avx512_bf16();
+  const bool avx2 = argc > 2 && std::string(argv[2]) == "avx2";
+  const bool tiles = !avx2 && cpu_supports(CpuIsa::kAmx) && cpu_has_avx512_bf16();
   std::printf("R %ld rows, H %ld x %ld, G %ld; tiles: %s\n", R, H, d, G, tiles ? "amx" : "none");
   std::printf("| layout | cache | precision | tokens L | row by row ms | prefill ms | ratio |\n");
   std::printf("|:--|:--|:--|--:|--:|--:|--:|\n");
@@ -100,21 +103,25 @@ int main(int argc, char** argv) {
       p.key_width = p.value_width = d;
       p.dtype = dtype;
       p.scale = 0.125f;
-      p.precision = dtype == DType::kBf16 ? AttnPrecision::kBf16 : AttnPrecision::kF32;
+      p.precision = dtype == DType::kBf16 && !avx2 ? AttnPrecision::kBf16 : AttnPrecision::kF32;
       const AttnPrecision precision = effective_precision(p);
       std::vector<float> rope_table;
       if (lay.rebuild) {
         rope_table.resize(L * d);
-        for (int64_t j = 0; j < L; ++j) rope_row(j, d, p.rope_theta, p.rope_scaling, &rope_table[j * d]);
+        for (int64_t j = 0; j < L; ++j)
+          rope_row(j, d, p.rope_theta, p.rope_scaling, &rope_table[j * d]);
       }
       const float* rope = lay.rebuild ? rope_table.data() : nullptr;
       const auto rows = [&] {
+        if (avx2) return decode_attention_avx2(p, pool, decode_work, rope);
         precision == AttnPrecision::kBf16 ? decode_attention_avx512_bf16(p, pool, decode_work, rope)
                                           : decode_attention_avx512(p, pool, decode_work, rope);
       };
       const auto prefill = [&] {
         prefill_attention(p, RowRun{0, R}, pool, prefill_work, rope,
-                          tiles ? PrefillPath::kAmx : PrefillPath::kAvx512);
+                          avx2    ? PrefillPath::kAvx2
+                          : tiles ? PrefillPath::kAmx
+                                  : PrefillPath::kAvx512);
       };
       std::vector<double> ta, tb;
       for (int rep = 0; rep < 9; ++rep) {

@@ -379,7 +379,7 @@ void FastDecoder::run(const DecodeParams& params) {
   const PrefillPath prefill_path = isa_ == CpuIsa::kAmx && cpu_has_avx512_bf16() ? PrefillPath::kAmx
                                    : isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx
                                        ? PrefillPath::kAvx512
-                                       : PrefillPath::kPlain;
+                                       : PrefillPath::kAvx2;
   int64_t row = 0;
   for (const RowRun& run : row_runs_) {
     if (run.first > row) run_decode_kernel(rows_of(params, row, run.first));

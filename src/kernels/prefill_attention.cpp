@@ -10,7 +10,6 @@
 #include "kernels/exp_nonpositive.h"
 #include "kernels/page_layout.h"
 #include "kernels/rope.h"
-#include "kernels/target_clones.h"
 #include "kernels/thread_pool.h"
 
 namespace kvlab {
@@ -239,42 +238,6 @@ bool pack_tiles_from_cache(const PrefillRun& r, int64_t g, int64_t s0, int64_t t
   return not_finite;
 }
 
-// prefill_block_avx512's plain twin (prefill_attention.h).
-KVLAB_CLONES void prefill_block(const float* q, int64_t kd, const float* keys_t,
-                                const float* values, int64_t vw, const int64_t* valid,
-                                int64_t n_rows, float scale, float* state) {
-  for (int64_t i = 0; i < n_rows; ++i) {
-    const int64_t n = valid[i];
-    if (n <= 0) continue;
-    float s[kPrefillBlock] = {};
-    const float* qi = q + i * kd;
-    for (int64_t e = 0; e < kd; ++e) {
-      const float x = qi[e];
-      const float* k = keys_t + e * kPrefillBlock;
-      for (int64_t t = 0; t < kPrefillBlock; ++t) s[t] += x * k[t];
-    }
-    float* st = state + i * (2 + vw);
-    float m = st[0];
-    for (int64_t t = 0; t < n; ++t) m = std::max(m, s[t] * scale);
-    float w[kPrefillBlock];
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; ++t) {
-      w[t] = exp_nonpositive(s[t] * scale - m);
-      sum += w[t];
-    }
-    const float alpha = exp_nonpositive(st[0] - m);  // e^-87 on the first block: acc and sum are 0
-    st[0] = m;
-    st[1] = st[1] * alpha + sum;
-    float* acc = st + 2;
-    for (int64_t v = 0; v < vw; ++v) acc[v] *= alpha;
-    for (int64_t t = 0; t < n; ++t) {
-      const float wt = w[t];
-      const float* value = values + t * vw;
-      for (int64_t v = 0; v < vw; ++v) acc[v] += wt * value[v];
-    }
-  }
-}
-
 // Query rows [i0, i1) of matrix `mat` over the stripe's tokens [s0, s1).
 void prefill_tile(const PrefillRun& r, int64_t mat, int64_t i0, int64_t i1, int64_t s0, int64_t s1,
                   PrefillPath path) {
@@ -307,7 +270,7 @@ void prefill_tile(const PrefillRun& r, int64_t mat, int64_t i0, int64_t i1, int6
   for (int64_t t0 = s0; t0 < end; t0 += kPrefillBlock) {
     for (int64_t i = i0; i < i1; ++i)
       valid[i - i0] = std::clamp<int64_t>(r.length(i) - t0, 0, kPrefillBlock);
-    (path == PrefillPath::kAvx512 ? prefill_block_avx512 : prefill_block)(
+    (path == PrefillPath::kAvx512 ? prefill_block_avx512 : prefill_block_avx2)(
         q, kd, keys + (t0 - s0) * kd, values + (t0 - s0) * vw, vw, valid, i1 - i0, r.p->scale,
         state);
   }

@@ -31,11 +31,11 @@ struct PrefillWorkspace {
   std::vector<uint8_t> not_finite;  // per reading item of a stripe (the tile path)
 };
 
-// How prefill_attention computes a block: plain loops (vectorised by the compiler), AVX-512 f32
+// How prefill_attention computes a block: AVX2 f32 (prefill_block_avx2), AVX-512 f32
 // (prefill_block_avx512), or AMX bf16 tiles (prefill_tile_amx) where the call's effective
-// precision is kBf16 (the caller knows the CPU has AMX-BF16 and AVX-512 BF16; elsewhere the
-// AVX-512 path runs).
-enum class PrefillPath { kPlain, kAvx512, kAmx };
+// precision is kBf16 (elsewhere the AVX-512 path runs). The caller knows the CPU has the ISA (and
+// for the tiles AMX-BF16 and AVX-512 BF16).
+enum class PrefillPath { kAvx2, kAvx512, kAmx };
 
 // The rows of one run through the arithmetic of decode_attention_reference at f32 (whatever
 // params.precision says), each cached row read once for all of them instead of once a row: the
@@ -58,11 +58,14 @@ void prefill_attention(const DecodeParams& params, const RowRun& run, ThreadPool
 // apart), row i seeing the first valid[i] of the block's tokens: scores times `scale`, the online
 // softmax update of each row's state [running max, sum, weighted values] (2 + vw apart). Columns
 // past a row's tokens are scored but never used (they may be another row's tokens, or stale), so a
-// NaN there reaches no row that does not see it. The AVX-512 build (prefill_attention_avx512.cpp);
-// the plain one is in prefill_attention.cpp.
+// NaN there reaches no row that does not see it. AVX-512 (prefill_attention_avx512.cpp) and
+// AVX2 + FMA (prefill_attention_avx2.cpp) builds; the tests hold both to the decode reference.
 void prefill_block_avx512(const float* q, int64_t kd, const float* keys_t, const float* values,
                           int64_t vw, const int64_t* valid, int64_t n_rows, float scale,
                           float* state);
+void prefill_block_avx2(const float* q, int64_t kd, const float* keys_t, const float* values,
+                        int64_t vw, const int64_t* valid, int64_t n_rows, float scale,
+                        float* state);
 
 // The AMX path's operands, bf16 in the orders its tiles read: a tile of 16 query rows over a
 // stripe's tokens [s0, end) in blocks of 64 (prefill_attention_amx.cpp).

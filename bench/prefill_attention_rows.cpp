@@ -11,6 +11,7 @@
 //       build/src/libkvlab_cache.a build/src/libkvlab_spec.a build/src/libkvlab_report.a \
 //       -ldnnl -lfmt -lpthread -o /tmp/pfa
 //   /tmp/pfa 128        # R; on a CPU with AVX-512 (and AMX with AVX-512 BF16 for the tiles)
+//   /tmp/pfa 128 avx512 # without AMX: bf16 products by AVX-512 BF16 (Zen 4 / 5's path)
 //   /tmp/pfa 128 avx2   # the AVX2 decode kernel against prefill's AVX2 path, f32 arithmetic
 #include <algorithm>
 #include <chrono>
@@ -34,8 +35,13 @@ int main(int argc, char** argv) {
   DecodeWorkspace decode_work;
   PrefillWorkspace prefill_work;
   const bool avx2 = argc > 2 && std::string(argv[2]) == "avx2";
-  const bool tiles = !avx2 && cpu_supports(CpuIsa::kAmx) && cpu_has_avx512_bf16();
-  std::printf("R %ld rows, H %ld x %ld, G %ld; tiles: %s\n", R, H, d, G, tiles ? "amx" : "none");
+  const bool no_amx = argc > 2 && std::string(argv[2]) == "avx512";
+  const bool tiles = !avx2 && !no_amx && cpu_supports(CpuIsa::kAmx) && cpu_has_avx512_bf16();
+  const bool bf16_products = tiles || (no_amx && cpu_has_avx512_bf16());
+  std::printf("R %ld rows, H %ld x %ld, G %ld; bf16 products: %s\n", R, H, d, G,
+              tiles           ? "amx"
+              : bf16_products ? "avx512 bf16"
+                              : "none");
   std::printf("| layout | cache | precision | tokens L | row by row ms | prefill ms | ratio |\n");
   std::printf("|:--|:--|:--|--:|--:|--:|--:|\n");
   struct Layout {
@@ -119,9 +125,10 @@ int main(int argc, char** argv) {
       };
       const auto prefill = [&] {
         prefill_attention(p, RowRun{0, R}, pool, prefill_work, rope,
-                          avx2    ? PrefillPath::kAvx2
-                          : tiles ? PrefillPath::kAmx
-                                  : PrefillPath::kAvx512);
+                          avx2            ? PrefillPath::kAvx2
+                          : tiles         ? PrefillPath::kAmx
+                          : bf16_products ? PrefillPath::kAvx512Bf16
+                                          : PrefillPath::kAvx512);
       };
       std::vector<double> ta, tb;
       for (int rep = 0; rep < 9; ++rep) {

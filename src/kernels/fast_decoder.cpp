@@ -376,10 +376,11 @@ void FastDecoder::run(const DecodeParams& params) {
         "; use f32");
   }
   find_row_runs(params, kPrefillMinRows, row_runs_);
-  const PrefillPath prefill_path = isa_ == CpuIsa::kAmx && cpu_has_avx512_bf16() ? PrefillPath::kAmx
-                                   : isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx
-                                       ? PrefillPath::kAvx512
-                                       : PrefillPath::kAvx2;
+  const bool avx512 = isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx;
+  const PrefillPath prefill_path = !avx512                  ? PrefillPath::kAvx2
+                                   : !cpu_has_avx512_bf16() ? PrefillPath::kAvx512
+                                   : isa_ == CpuIsa::kAmx   ? PrefillPath::kAmx
+                                                            : PrefillPath::kAvx512Bf16;
   int64_t row = 0;
   for (const RowRun& run : row_runs_) {
     if (run.first > row) run_decode_kernel(rows_of(params, row, run.first));

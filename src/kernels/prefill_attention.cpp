@@ -243,7 +243,7 @@ void prefill_tile(const PrefillRun& r, int64_t mat, int64_t i0, int64_t i1, int6
                   PrefillPath path) {
   const int64_t kd = r.kd, vw = r.vw;
   const int64_t end = std::min(s1, r.length(i1 - 1));
-  if (path == PrefillPath::kAmx) {
+  if (path == PrefillPath::kAmx || path == PrefillPath::kAvx512Bf16) {
     PrefillTileArgs a;
     a.q = r.q16 + (mat * r.q_rows_pad + i0) * r.kd_pad;
     a.kd_pad = r.kd_pad;
@@ -259,7 +259,7 @@ void prefill_tile(const PrefillRun& r, int64_t mat, int64_t i0, int64_t i1, int6
     a.end = end;
     a.scale = r.p->scale;
     a.state = r.state + (mat * r.q_rows + i0) * (2 + vw);
-    prefill_tile_amx(a);
+    path == PrefillPath::kAmx ? prefill_tile_amx(a) : prefill_tile_avx512_bf16(a);
     return;
   }
   int64_t valid[kPrefillTileRows];
@@ -361,8 +361,10 @@ void prefill_attention(const DecodeParams& p, const RowRun& run, ThreadPool& poo
   for (int64_t i = 0; i < r.rows; ++i)
     work.row_tokens[static_cast<size_t>(i)] = tokens_of_row(p.pages, run.first + i);
   r.lengths = work.row_tokens.data();
-  r.tiles = path == PrefillPath::kAmx && effective_precision(p) == AttnPrecision::kBf16;
-  if (path == PrefillPath::kAmx && !r.tiles) path = PrefillPath::kAvx512;
+  const bool bf16_path = path == PrefillPath::kAmx || path == PrefillPath::kAvx512Bf16;
+  r.tiles = bf16_path && effective_precision(p) == AttnPrecision::kBf16 &&
+            (path == PrefillPath::kAmx || (r.vw + 15) / 16 <= 4);
+  if (bf16_path && !r.tiles) path = PrefillPath::kAvx512;
 
   const int64_t query_floats = aligned_floats(r.mats * r.q_rows * r.kd);
   const int64_t state_floats = aligned_floats(r.mats * r.q_rows * (2 + r.vw));

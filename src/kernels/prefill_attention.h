@@ -32,10 +32,11 @@ struct PrefillWorkspace {
 };
 
 // How prefill_attention computes a block: AVX2 f32 (prefill_block_avx2), AVX-512 f32
-// (prefill_block_avx512), or AMX bf16 tiles (prefill_tile_amx) where the call's effective
-// precision is kBf16 (elsewhere the AVX-512 path runs). The caller knows the CPU has the ISA (and
-// for the tiles AMX-BF16 and AVX-512 BF16).
-enum class PrefillPath { kAvx2, kAvx512, kAmx };
+// (prefill_block_avx512), or bf16 products where the call's effective precision is kBf16: AMX
+// tiles (prefill_tile_amx) or AVX-512 BF16 (prefill_tile_avx512_bf16, values up to 64 wide);
+// elsewhere those two run the AVX-512 f32 path. The caller knows the CPU has the ISA (AMX-BF16 and
+// AVX-512 BF16 for kAmx, AVX-512 BF16 for kAvx512Bf16).
+enum class PrefillPath { kAvx2, kAvx512, kAvx512Bf16, kAmx };
 
 // The rows of one run through the arithmetic of decode_attention_reference at f32 (whatever
 // params.precision says), each cached row read once for all of them instead of once a row: the
@@ -46,7 +47,7 @@ enum class PrefillPath { kAvx2, kAvx512, kAmx };
 // tokens. rope_table: [positions][key_width] cos | sin (FastDecoder::prepare_rope) covering the
 // run's tokens where params.rope_on_read. Throws std::invalid_argument for inconsistent params
 // (validate_decode_params) or a run that is not one.
-// path: PrefillPath above. The AMX path computes as AttnPrecision::kBf16 does (queries, keys,
+// path: PrefillPath above. The bf16 paths compute as AttnPrecision::kBf16 does (queries, keys,
 // weights and values rounded to bf16, f32 sums; each weight rounded relative to the running maximum
 // of its 64-token block), the others in f32. A run whose values hold a NaN or infinity runs the
 // AVX-512 path instead: a tile multiplies every row by every value of a block, and 0 × ∞ would
@@ -67,8 +68,8 @@ void prefill_block_avx2(const float* q, int64_t kd, const float* keys_t, const f
                         int64_t vw, const int64_t* valid, int64_t n_rows, float scale,
                         float* state);
 
-// The AMX path's operands, bf16 in the orders its tiles read: a tile of 16 query rows over a
-// stripe's tokens [s0, end) in blocks of 64 (prefill_attention_amx.cpp).
+// The bf16 paths' operands, in the orders AMX tiles read: a tile of 16 query rows over a stripe's
+// tokens [s0, end) in blocks of 64 (prefill_attention_bf16.cpp).
 struct PrefillTileArgs {
   const uint16_t* q = nullptr;       // [16][kd_pad], rows past n_rows zero
   int64_t kd_pad = 0;                // the key width with the rope slice, a multiple of 32
@@ -82,5 +83,8 @@ struct PrefillTileArgs {
   float* state = nullptr;  // [n_rows][2 + vw]: running max, sum, weighted values
 };
 void prefill_tile_amx(const PrefillTileArgs& args);
+// The same products by vdpbf16ps, four rows at a time; throws std::invalid_argument for values
+// wider than 64.
+void prefill_tile_avx512_bf16(const PrefillTileArgs& args);
 
 }  // namespace kvlab

@@ -76,7 +76,8 @@ struct Outcome {
   std::vector<RowRun> runs;
   int64_t vw = 0;
   AttnPrecision lone_precision = AttnPrecision::kF32;  // what the lone rows compute in
-  bool run_tiles = false;  // runs compute in bf16 tiles (PrefillPath::kAmx) where values are finite
+  bool run_tiles =
+      false;  // runs compute in bf16 products (AMX, AVX-512 BF16) where values are finite
 };
 
 Outcome run_case(const PrefillCase& c, CpuIsa isa) {
@@ -157,8 +158,9 @@ Outcome run_case(const PrefillCase& c, CpuIsa isa) {
   fast.run(p);
   find_row_runs(p, kPrefillMinRows, o.runs);
   o.lone_precision = effective_precision(p);
-  o.run_tiles =
-      isa == CpuIsa::kAmx && cpu_has_avx512_bf16() && o.lone_precision == AttnPrecision::kBf16;
+  // bf16 products: AMX tiles, or AVX-512 BF16 for values up to 64 wide
+  const bool bf16_products = isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && o.vw <= 64);
+  o.run_tiles = bf16_products && cpu_has_avx512_bf16() && o.lone_precision == AttnPrecision::kBf16;
   return o;
 }
 

@@ -1,10 +1,15 @@
-// prefill_attention's AMX path: a tile of 16 query rows against a stripe's keys and values in
-// blocks of 32 tokens, scores and weighted values by bf16 tile multiplies, the online softmax in
-// AVX-512 between them. Its own file: only it is built with the AMX flags.
+// prefill_attention's bf16 paths over one set of packed operands (PrefillTileArgs): a tile of 16
+// query rows against a stripe's keys and values in blocks of 64 tokens, scores and weighted values
+// as bf16 products with f32 sums, the online softmax in AVX-512 between them. The products by AMX
+// tiles (prefill_tile_amx), or by AVX-512 BF16's vdpbf16ps where the CPU has no AMX
+// (prefill_tile_avx512_bf16: Zen 4 and 5). Its own file: only it is built with the AMX and BF16
+// flags (nothing outside prefill_tile_amx emits an AMX instruction).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/exp_nonpositive.h"
@@ -140,6 +145,74 @@ void load_value_tiles(const float (*held)[64]) {
   _tile_loadd(7, &held[0][48], 64 * 4);
 }
 
+// Four rows' products of one block by vdpbf16ps, in the tiles' orders: a pair of bf16 elements
+// broadcast from the row times 16 tokens' (or value columns') pairs.
+constexpr int kRows = 4;
+
+__m512bh pairs_at(const uint16_t* at) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(at)); }
+__m512bh broadcast_pair(const uint16_t* at) {
+  uint32_t pair;
+  __builtin_memcpy(&pair, at, sizeof pair);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int32_t>(pair)));
+}
+
+void prefill_rows_avx512_bf16(const PrefillTileArgs& a, int64_t r0, int rows) {
+  alignas(64) float scores[16][kTokens];
+  alignas(64) uint16_t weights[16][kTokens];
+  float alpha[16];
+  PrefillTileArgs group = a;  // the four rows as a tile of their own for block_weights
+  group.lengths = a.lengths + r0;
+  group.n_rows = rows;
+  group.state = a.state + r0 * (2 + a.vw);
+  const int64_t pairs = a.kd_pad / 2, chunks = a.vw_pad / 16;
+  const int64_t key_block = pairs * 32, value_block = chunks * 16 * 32;
+  const int64_t longest = group.lengths[rows - 1];
+  __m512 acc[kRows][4];  // the rows' weighted values, 64 wide at most
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const __mmask16 lanes = r < rows ? first_lanes(a.vw - 16 * c) : __mmask16{0};
+      acc[r][c] = _mm512_maskz_loadu_ps(lanes, group.state + r * (2 + a.vw) + 2 + 16 * c);
+    }
+  }
+  for (int64_t t0 = a.s0; t0 < a.end && t0 < longest; t0 += kTokens) {
+    const int64_t block = (t0 - a.s0) / kTokens;
+    const int64_t quarters = std::min<int64_t>(4, (longest - t0 + 15) / 16);
+    for (int64_t j = 0; j < quarters; ++j) {
+      const uint16_t* keys = a.keys + (4 * block + j) * key_block;
+      __m512 s[kRows] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+      for (int64_t p = 0; p < pairs; ++p) {
+        const __m512bh k = pairs_at(keys + p * 32);
+        for (int r = 0; r < kRows; ++r) {
+          s[r] = _mm512_dpbf16_ps(s[r], broadcast_pair(a.q + (r0 + r) * a.kd_pad + 2 * p), k);
+        }
+      }
+      for (int r = 0; r < kRows; ++r) _mm512_store_ps(&scores[r][16 * j], s[r]);
+    }
+    block_weights(group, scores, t0, 0.0f, alpha, weights);
+    for (int r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < chunks; ++c)
+        acc[r][c] = _mm512_mul_ps(acc[r][c], _mm512_set1_ps(alpha[r]));
+    }
+    const uint16_t* values = a.values + 2 * block * value_block;
+    for (int64_t p = 0; p < quarters * 8; ++p) {  // token pairs
+      const uint16_t* v = values + p / 16 * value_block + p % 16 * 32;
+      __m512bh w[kRows];
+      for (int r = 0; r < kRows; ++r) w[r] = broadcast_pair(&weights[r][2 * p]);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const __m512bh x = pairs_at(v + c * 512);
+        for (int r = 0; r < kRows; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w[r], x);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      _mm512_mask_storeu_ps(group.state + r * (2 + a.vw) + 2 + 16 * c, first_lanes(a.vw - 16 * c),
+                            acc[r][c]);
+    }
+  }
+}
+
 }  // namespace
 
 // Tiles: 0, 1 scores of 16 tokens each (a block's 64 in two rounds); 2 the A operand (queries,
@@ -214,6 +287,17 @@ void prefill_tile_amx(const PrefillTileArgs& a) {
     }
   }
   _tile_release();
+}
+
+void prefill_tile_avx512_bf16(const PrefillTileArgs& a) {
+  if (a.vw_pad > 64) {
+    throw std::invalid_argument("prefill_tile_avx512_bf16: values " + std::to_string(a.vw) +
+                                " wide: 64 at most");
+  }
+  for (int64_t r0 = 0; r0 < a.n_rows; r0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, a.n_rows - r0));
+    if (a.lengths[r0 + rows - 1] > a.s0) prefill_rows_avx512_bf16(a, r0, rows);
+  }
 }
 
 }  // namespace kvlab

@@ -200,42 +200,73 @@ bool pack_tiles_from_cache(const PrefillRun& r, int64_t g, int64_t s0, int64_t t
   const DecodeParams& p = *r.p;
   const int64_t page = p.pages.page_size, G = p.n_groups;
   const int64_t kw = r.kw, kd_pad = r.kd_pad, vw = r.vw, vw_pad = r.vw_pad;
-  const int64_t end = pad ? s0 + (t1 - s0 + 63) / 64 * 64 : t1;
+  const int64_t end = pad ? s0 + (t1 - s0 + 63) / 64 * 64 : t1;  // t0 and end are even
   uint16_t* keys16 = r.keys16 + g * kPrefillStripeTokens * kd_pad;
   uint16_t* values16 = r.values16 + g * kPrefillStripeTokens * vw_pad;
   auto halves = [](const std::byte* at) { return reinterpret_cast<const uint16_t*>(at); };
-  bool not_finite = false;
-  for (int64_t j = t0; j < end; ++j) {
+  uint16_t not_finite = 0;
+  const uint16_t* row[2];  // a token pair's value rows (null past t1)
+  for (int64_t j = t0; j < end; j += 2) {
+    for (int64_t k = 0; k < 2; ++k) {
+      const int64_t token = j + k, at = token - s0;
+      uint16_t* key16 = keys16 + at / 16 * kd_pad * 16 + at % 16 * 2;  // [pair][16][2]
+      row[k] = nullptr;
+      if (token >= t1) {
+        for (int64_t e = 0; e < kd_pad; ++e) key16[e / 2 * 32 + e % 2] = 0;
+        continue;
+      }
+      const int64_t slot = r.pages[token / page] * page + token % page;
+      if (p.key_order == KeyOrder::kRows && kw % 2 == 0) {  // a pair of elements at a time
+        const std::byte* key = p.key_pool + head_row_offset(slot, g, G, page, kw * 2);
+        uint32_t* key32 = reinterpret_cast<uint32_t*>(key16);  // [pair][16]
+        for (int64_t e = 0; e < kw / 2; ++e) {
+          uint32_t pair;
+          std::memcpy(&pair, key + 4 * e, sizeof pair);
+          key32[e * 16] = pair;
+        }
+      } else if (p.key_order == KeyOrder::kRows) {
+        const uint16_t* key = halves(p.key_pool + head_row_offset(slot, g, G, page, kw * 2));
+        for (int64_t e = 0; e < kw; ++e) key16[e / 2 * 32 + e % 2] = key[e];
+      } else {
+        const std::byte* block = p.key_pool + page_row_offset(slot / page, 0, g, G, page, kw * 2);
+        for (int64_t e = 0; e < kw; ++e) {
+          key16[e / 2 * 32 + e % 2] = *halves(block + pair_element_offset(slot % page, e, page));
+        }
+      }
+      const uint16_t* rope = r.rw > 0 ? halves(p.rope_pool + slot * r.rw * 2) : nullptr;
+      for (int64_t e = kw; e < kd_pad; ++e) {
+        key16[e / 2 * 32 + e % 2] = e < r.kd ? rope[e - kw] : 0;
+      }
+      row[k] = halves(p.value_pool + head_row_offset(slot, g, G, page, vw * 2));
+    }
+    // the pair's values side by side: [chunk][token pair][16 columns][2]
     const int64_t at = j - s0;
-    uint16_t* key16 = keys16 + at / 16 * kd_pad * 16 + at % 16 * 2;
-    uint16_t* value16 = values16 + at / 32 * vw_pad * 32 + at % 32 / 2 * 32 + at % 2;
-    if (j >= t1) {
-      for (int64_t e = 0; e < kd_pad; ++e) key16[e / 2 * 32 + e % 2] = 0;
-      for (int64_t v = 0; v < vw_pad; ++v) value16[v / 16 * 512 + v % 16 * 2] = 0;
+    uint16_t* pair16 = values16 + at / 32 * vw_pad * 32 + at % 32 / 2 * 32;
+    uint32_t* pair32 = reinterpret_cast<uint32_t*>(pair16);        // [chunk][16 columns], 256 apart
+    if (row[0] != nullptr && row[1] != nullptr && vw == vw_pad) {  // whole chunks, no padding
+      for (int64_t c = 0; c < vw; c += 16) {
+        for (int64_t i = 0; i < 16; ++i) {
+          const uint32_t first = row[0][c + i], second = row[1][c + i];
+          // a bf16 whose exponent is all ones (NaN or infinity) carries into bit 15
+          not_finite |= static_cast<uint16_t>(
+              (((first & 0x7F80) + 0x80) | ((second & 0x7F80) + 0x80)) & 0x8000);
+          pair32[c * 16 + i] = first | second << 16;
+        }
+      }
       continue;
     }
-    const int64_t slot = r.pages[j / page] * page + j % page;
-    if (p.key_order == KeyOrder::kRows) {
-      const uint16_t* key = halves(p.key_pool + head_row_offset(slot, g, G, page, kw * 2));
-      for (int64_t e = 0; e < kw; ++e) key16[e / 2 * 32 + e % 2] = key[e];
-    } else {
-      const std::byte* block = p.key_pool + page_row_offset(slot / page, 0, g, G, page, kw * 2);
-      for (int64_t e = 0; e < kw; ++e) {
-        key16[e / 2 * 32 + e % 2] = *halves(block + pair_element_offset(slot % page, e, page));
+    for (int64_t c = 0; c < vw_pad; c += 16) {
+      for (int64_t i = 0; i < 16; ++i) {
+        const bool in = c + i < vw;
+        const uint32_t first = in && row[0] != nullptr ? row[0][c + i] : 0;
+        const uint32_t second = in && row[1] != nullptr ? row[1][c + i] : 0;
+        not_finite |= static_cast<uint16_t>(
+            (((first & 0x7F80) + 0x80) | ((second & 0x7F80) + 0x80)) & 0x8000);
+        pair32[c * 16 + i] = first | second << 16;
       }
     }
-    const uint16_t* rope = r.rw > 0 ? halves(p.rope_pool + slot * r.rw * 2) : nullptr;
-    for (int64_t e = kw; e < kd_pad; ++e) {
-      key16[e / 2 * 32 + e % 2] = e < r.kd ? rope[e - kw] : 0;
-    }
-    const uint16_t* value = halves(p.value_pool + head_row_offset(slot, g, G, page, vw * 2));
-    for (int64_t v = 0; v < vw_pad; ++v) {
-      const uint16_t bits = v < vw ? value[v] : 0;
-      not_finite = not_finite || (bits & 0x7F80) == 0x7F80;  // exponent all ones
-      value16[v / 16 * 512 + v % 16 * 2] = bits;
-    }
   }
-  return not_finite;
+  return not_finite != 0;
 }
 
 // Query rows [i0, i1) of matrix `mat` over the stripe's tokens [s0, s1).

@@ -336,10 +336,10 @@ void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n
         }
       }
     }
-    // hidden += `residual` (unless null), then normed = norm(hidden), rows [first, last)
-    const auto next_norm = [&](const float* residual, const NormWeights& norm, int64_t first_row) {
-      step_.for_rows(n - first_row, D, [&](int64_t first, int64_t last) {
-        for (int64_t b = first_row + first; b < first_row + last; ++b) {
+    // hidden += `residual` (unless null), then normed = norm(hidden), every row
+    const auto next_norm = [&](const float* residual, const NormWeights& norm) {
+      step_.for_rows(n, D, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
           add_and_norm(norm, hidden_.data() + b * D,
                        residual == nullptr ? nullptr : residual + b * D, normed_.data() + b * D);
         }
@@ -348,9 +348,9 @@ void DecodeModel::run_rows(const int32_t* seqs, const int64_t* tokens, int64_t n
     const float* residual = nullptr;  // the last block's MLP output, added before the next norm
     for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) {
       const BlockWeights& block = w_.layers[static_cast<size_t>(l)];
-      next_norm(residual, block.input_norm, 0);
+      next_norm(residual, block.input_norm);
       block.attention->run(step_, l, normed_.data(), block_out_.data(), n);
-      next_norm(block_out_.data(), block.post_attention_norm, 0);
+      next_norm(block_out_.data(), block.post_attention_norm);
       feed_forward(block.mlp, normed_.data(), mlp_out_.data(), n);
       residual = mlp_out_.data();
     }

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "kernels/convert.h"
-#include "kernels/exp_nonpositive.h"
 #include "kernels/page_layout.h"
 #include "kernels/rope.h"
 #include "kernels/thread_pool.h"

@@ -38,20 +38,20 @@ struct PrefillWorkspace {
 // AVX-512 BF16 for kAmx, AVX-512 BF16 for kAvx512Bf16).
 enum class PrefillPath { kAvx2, kAvx512, kAvx512Bf16, kAmx };
 
-// The rows of one run through the arithmetic of decode_attention_reference at f32 (whatever
-// params.precision says), each cached row read once for all of them instead of once a row: the
-// run's keys and values are read a stripe of tokens at a time into f32 matrices (keys rotated,
-// normalised or rebuilt per head on the way, as the decode kernels do on read), and the stripe is
-// scored by tiles of query rows (a group's heads of the run's rows) against blocks of keys with an
-// online softmax, FlashAttention-2's forward over a paged cache, each row masked to its own
-// tokens. rope_table: [positions][key_width] cos | sin (FastDecoder::prepare_rope) covering the
-// run's tokens where params.rope_on_read. Throws std::invalid_argument for inconsistent params
-// (validate_decode_params) or a run that is not one.
-// path: PrefillPath above. The bf16 paths compute as AttnPrecision::kBf16 does (queries, keys,
-// weights and values rounded to bf16, f32 sums; each weight rounded relative to the running maximum
-// of its 64-token block), the others in f32. A run whose values hold a NaN or infinity runs the
-// AVX-512 path instead: a tile multiplies every row by every value of a block, and 0 × ∞ would
-// reach rows that do not see that token.
+// The rows of one run as decode_attention_reference computes them row by row, each cached row read
+// once for all of them instead of once a row. The run's keys and values are read a stripe of tokens
+// at a time into matrices (keys rotated, normalised or rebuilt per head on the way, as the decode
+// kernels do on read), and the stripe is scored by tiles of query rows (a group's heads of the
+// run's rows) against blocks of keys with an online softmax: FlashAttention-2's forward over a
+// paged cache, each row masked to its own tokens. rope_table: [positions][key_width] cos | sin
+// (FastDecoder::prepare_rope) covering the run's tokens where params.rope_on_read. Throws
+// std::invalid_argument for inconsistent params (validate_decode_params) or a run that is not one.
+// The arithmetic is f32 whatever params.precision says (kInt8 included), except on the bf16 paths
+// (PrefillPath), which compute as AttnPrecision::kBf16 does: queries, keys, weights and values
+// rounded to bf16, f32 sums, each weight rounded relative to a running maximum (per 64-token block;
+// on AMX one that moves only when passed by more than 8). A run whose values hold a NaN or an
+// infinity runs the AVX-512 f32 path instead: a bf16 product multiplies every row by every value
+// of a block, and 0 × ∞ would reach rows that do not see that token.
 void prefill_attention(const DecodeParams& params, const RowRun& run, ThreadPool& pool,
                        PrefillWorkspace& workspace, const float* rope_table, PrefillPath path);
 

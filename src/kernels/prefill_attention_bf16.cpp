@@ -55,12 +55,13 @@ bool block_weights(const PrefillTileArgs& a, const float (*scores)[kTokens], int
     float* st = a.state + r * (2 + a.vw);
     __m512 s[4];
     __mmask16 lanes[4];
-    float block_max = -INFINITY;
+    __m512 lane_max = _mm512_set1_ps(-INFINITY);  // one reduction a row, not one a quarter
     for (int q = 0; q < 4; ++q) {
       lanes[q] = first_lanes(n - 16 * q);
       s[q] = _mm512_mul_ps(_mm512_load_ps(&scores[r][16 * q]), scale);
-      if (lanes[q] != 0) block_max = std::max(block_max, _mm512_mask_reduce_max_ps(lanes[q], s[q]));
+      lane_max = _mm512_mask_max_ps(lane_max, lanes[q], lane_max, s[q]);
     }
+    const float block_max = _mm512_reduce_max_ps(lane_max);
     if (block_max > st[0] + slack || st[0] == -INFINITY) {
       alpha[r] = exp_nonpositive(st[0] - block_max);  // e^-87 on the first block: sums are 0
       st[0] = block_max;

@@ -401,7 +401,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     }
     out << fmt::format(
                "bench generate: {}; {}; {} cache, {} threads; each prompt runs through the raw "
-               "step, up to {} of its tokens as the rows of one (prefill tok/s: the batch's "
+               "step, up to {} of its tokens as the rows of one, their attention reading each "
+               "cached row once for all of them ({}) (prefill tok/s: the batch's "
                "prompts one after another), decode through the same step (dense layers in the "
                "row's weight dtype, attention kernels), all the batch's sequences in one step; "
                "one warm-up generation, then the median of {} (min–max); roofline: the weights a "
@@ -412,8 +413,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
                "dense / attention / other: one more generation with the kernels timed; keys: "
                "the cache's key order (--key-order)\n\n",
-               cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows, b.repeats,
-               ceilings.gb_per_s, ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
+               cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows,
+               detect_cpu_isa() == CpuIsa::kScalar ? "the scalar reference row by row"
+                                                   : prefill_path_name(prefill_path()),
+               b.repeats, ceilings.gb_per_s, ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
                q8_0_rows > 0
                    ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
                                  "tiles a block of 32 inputs a multiply: their peak, "

@@ -340,6 +340,12 @@ bool FastDecoder::runs_simd(const DecodeParams& params) const {
          (is_element_dtype(params.dtype) || effective_precision(params) == AttnPrecision::kInt8);
 }
 
+PrefillPath prefill_path(CpuIsa isa) {
+  if (isa != CpuIsa::kAvx512 && isa != CpuIsa::kAmx) return PrefillPath::kAvx2;
+  if (!cpu_has_avx512_bf16()) return PrefillPath::kAvx512;
+  return isa == CpuIsa::kAmx ? PrefillPath::kAmx : PrefillPath::kAvx512Bf16;
+}
+
 namespace {
 
 // Rows [first, last) of a decode call as a call of their own.
@@ -376,15 +382,11 @@ void FastDecoder::run(const DecodeParams& params) {
         "; use f32");
   }
   find_row_runs(params, kPrefillMinRows, row_runs_);
-  const bool avx512 = isa_ == CpuIsa::kAvx512 || isa_ == CpuIsa::kAmx;
-  const PrefillPath prefill_path = !avx512                  ? PrefillPath::kAvx2
-                                   : !cpu_has_avx512_bf16() ? PrefillPath::kAvx512
-                                   : isa_ == CpuIsa::kAmx   ? PrefillPath::kAmx
-                                                            : PrefillPath::kAvx512Bf16;
   int64_t row = 0;
   for (const RowRun& run : row_runs_) {
     if (run.first > row) run_decode_kernel(rows_of(params, row, run.first));
-    prefill_attention(params, run, pool_, prefill_workspace_, rope_table_.data(), prefill_path);
+    prefill_attention(params, run, pool_, prefill_workspace_, rope_table_.data(),
+                      prefill_path(isa_));
     row = run.first + run.count;
   }
   if (row < params.n_seqs || params.n_seqs == 0) {

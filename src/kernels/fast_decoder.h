@@ -48,6 +48,10 @@ int64_t quant_tile_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
 // or kAmxExpandedQ4MinRows where the int8 tiles run and the CPU has AVX-512 BF16; the int8 tiles
 // then run from quant_tile_min_rows up to it), 0 where they never are.
 int64_t quant_expand_min_rows(DType dtype, CpuIsa isa = detect_cpu_isa());
+// How prefill_attention computes a prompt chunk's rows for a decoder on `isa` (which must run SIMD
+// kernels): AMX tiles where it runs AMX and the CPU has AVX-512 BF16, vdpbf16ps where it runs
+// AVX-512 with AVX-512 BF16, AVX-512 f32 elsewhere on AVX-512, else AVX2.
+PrefillPath prefill_path(CpuIsa isa = detect_cpu_isa());
 // How the decode step stores the dense layers' matrices by default: bf16 where the decoder has
 // SIMD kernels (widened to f32 in registers, so no bf16 dot product is needed; half the bytes a
 // token reads), f32 on the scalar reference.

@@ -344,6 +344,20 @@ bool run_stripes(const PrefillRun& r, ThreadPool& pool, PrefillPath path,
 
 }  // namespace
 
+const char* prefill_path_name(PrefillPath path) {
+  switch (path) {
+    case PrefillPath::kAvx2:
+      return "avx2 f32";
+    case PrefillPath::kAvx512:
+      return "avx512 f32";
+    case PrefillPath::kAvx512Bf16:
+      return "avx512-bf16 products (bf16 attention, values up to 64 wide; avx512 f32 otherwise)";
+    case PrefillPath::kAmx:
+      break;
+  }
+  return "amx bf16 tiles (bf16 attention; avx512 f32 otherwise)";
+}
+
 void find_row_runs(const DecodeParams& params, int64_t min_rows, std::vector<RowRun>& runs) {
   runs.clear();
   int64_t start = 0;

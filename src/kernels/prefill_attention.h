@@ -37,6 +37,8 @@ struct PrefillWorkspace {
 // elsewhere those two run the AVX-512 f32 path. The caller knows the CPU has the ISA (AMX-BF16 and
 // AVX-512 BF16 for kAmx, AVX-512 BF16 for kAvx512Bf16).
 enum class PrefillPath { kAvx2, kAvx512, kAvx512Bf16, kAmx };
+// For benchmark headers: "amx bf16 tiles (bf16 attention; avx512 f32 otherwise)" and the like.
+const char* prefill_path_name(PrefillPath path);
 
 // The rows of one run as decode_attention_reference computes them row by row, each cached row read
 // once for all of them instead of once a row. The run's keys and values are read a stripe of tokens

@@ -49,6 +49,15 @@ const Case kCases[] = {
     {"gla:hc=2", PosScheme::kRope},      {"gla:hc=4,dc=6", PosScheme::kLearned},
 };
 
+// Case c's small f32 model, its weights drawn after torch::manual_seed(seed), holding `context`
+// tokens.
+nn::TransformerModel seeded_model(const Case& c, uint64_t seed, int64_t context) {
+  torch::manual_seed(seed);
+  ModelShape shape = small_shape(c.pos);
+  shape.max_context = context;
+  return nn::TransformerModel(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
+}
+
 TEST(GeneratorTest, CachedDecodeEqualsTheFullForward) {
   for (DType dtype : {DType::kF32, DType::kBf16, DType::kF16}) {
     for (const Case& c : kCases) {
@@ -85,10 +94,8 @@ TEST(GeneratorTest, PromptsLongerThanAChunkEqualTheFullForward) {
   const int64_t first = kPrefillRows + 22, second = kPrefillRows + 12, total = first + second + 3;
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.attn);
-    torch::manual_seed(43);
-    ModelShape shape = small_shape(c.pos);
-    shape.max_context = total;
-    nn::TransformerModel model(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
+    nn::TransformerModel model = seeded_model(c, 43, total);
+    const ModelShape& shape = model->config().shape;
     const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, total});
     const torch::Tensor full = model->forward(tokens).detach();  // [1, total, V]
     Generator gen(model, DType::kF32, total, 1, 2);
@@ -117,10 +124,8 @@ TEST(GeneratorTest, MixedStepRowsEqualTheFullForward) {
   const int64_t total = kPrefillRows + 40;
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.attn);
-    torch::manual_seed(47);
-    ModelShape shape = small_shape(c.pos);
-    shape.max_context = total;
-    nn::TransformerModel model(ModelConfig::make(shape, c.attn, DType::kF32), torch::kFloat32);
+    nn::TransformerModel model = seeded_model(c, 47, total);
+    const ModelShape& shape = model->config().shape;
     const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {3, total});
     const torch::Tensor full = model->forward(tokens).detach();  // [3, total, V]
     const int64_t V = shape.vocab_size;
@@ -165,6 +170,25 @@ TEST(GeneratorTest, MixedStepRowsEqualTheFullForward) {
     }
     run(small, {{0, 0, 20}, {2, 0, 9}});  // and then runs as one that never saw the failure
     run(small, {{0, 20, 1}, {2, 9, 1}});
+
+    // refused before any work, naming what is wrong
+    const int32_t seqs[2] = {0, 2};
+    const int64_t good[2] = {1, 2}, bad_token[2] = {1, shape.vocab_size};
+    const int64_t backwards[2] = {1, 0};
+    float out[2];
+    const auto refusal = [&](auto&& call) {
+      const std::string message = thrown_message(call);
+      EXPECT_EQ(small.length(0), 21);  // nothing appended
+      return message;
+    };
+    EXPECT_NE(
+        refusal([&] { small.step_rows(seqs, good, 2, backwards, 2, out); }).find("logit row 0"),
+        std::string::npos);
+    EXPECT_NE(
+        refusal([&] { small.step_rows(seqs, bad_token, 2, backwards, 0, out); }).find("step rows"),
+        std::string::npos);
+    EXPECT_NE(refusal([&] { small.step_rows(seqs, good, 0, backwards, 0, out); }).find("no rows"),
+              std::string::npos);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cache/paged_cache.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/kernel_test_cache.h"
 
 namespace kvlab {
 namespace {
@@ -67,13 +68,8 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
                std::string(cpu_isa_name(isa)));
   std::mt19937 rng(c.seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  CacheLayout layout;
-  layout.kernel = one_stream ? DecodeKernel::kOneStream : DecodeKernel::kTwoStream;
-  layout.dtype = c.dtype;
-  layout.streams.push_back({one_stream ? StreamRole::kContent : StreamRole::kKey, c.groups,
-                            c.rebuild ? c.value_width : c.key_width});
-  if (!one_stream) layout.streams.push_back({StreamRole::kValue, c.groups, c.value_width});
-  if (c.rope_width > 0) layout.streams.push_back({StreamRole::kRope, 1, c.rope_width});
+  CacheLayout layout = kernel_test_layout(c.dtype, one_stream, c.groups, c.key_width, c.value_width,
+                                          c.rope_width, c.rebuild);
   const bool pairs = c.key_order == KeyOrder::kTokenPairs;
   CacheLayout rows_layout = layout;  // keys ordered by pairs: the same rows in row order too
   layout.key_order = c.key_order;
@@ -112,9 +108,7 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   DecodeParams p;
   p.q = q.data();
   p.q_rope = c.rope_width > 0 ? qr.data() : nullptr;
-  p.key_pool = cache.pool(0, 0);
-  p.value_pool = one_stream ? cache.pool(0, 0) : cache.pool(0, 1);
-  p.rope_pool = c.rope_width > 0 ? cache.pool(0, one_stream ? 1 : 2) : nullptr;
+  point_at_pools(p, cache, one_stream, c.rope_width > 0);
   p.pages = table.view();
   p.n_seqs = n;
   p.n_heads = c.heads;
@@ -589,12 +583,8 @@ struct PrecisionShape {
 double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  CacheLayout layout;
-  layout.dtype = DType::kBf16;
-  layout.streams.push_back(
-      {v.one_stream ? StreamRole::kContent : StreamRole::kKey, v.groups, v.width});
-  if (!v.one_stream) layout.streams.push_back({StreamRole::kValue, v.groups, v.width});
-  if (v.rope > 0) layout.streams.push_back({StreamRole::kRope, 1, v.rope});
+  const CacheLayout layout =
+      kernel_test_layout(DType::kBf16, v.one_stream, v.groups, v.width, v.width, v.rope);
   const int64_t tokens = 1500;
   PagedKvCache cache(layout, 1, 16, (tokens + 15) / 16 + 1, 1);
   const int32_t seq = cache.add_sequence();
@@ -615,9 +605,7 @@ double bf16_error(const PrecisionShape& v, float query_scale, bool fast) {
   DecodeParams p;
   p.q = q.data();
   p.q_rope = v.rope > 0 ? qr.data() : nullptr;
-  p.key_pool = cache.pool(0, 0);
-  p.value_pool = v.one_stream ? cache.pool(0, 0) : cache.pool(0, 1);
-  p.rope_pool = v.rope > 0 ? cache.pool(0, v.one_stream ? 1 : 2) : nullptr;
+  point_at_pools(p, cache, v.one_stream, v.rope > 0);
   p.pages = table.view();
   p.n_seqs = 1;
   p.n_heads = v.heads;

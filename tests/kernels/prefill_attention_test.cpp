@@ -15,6 +15,7 @@
 
 #include "cache/paged_cache.h"
 #include "kernels/fast_decoder.h"
+#include "kernels/kernel_test_cache.h"
 
 namespace kvlab {
 namespace {
@@ -83,13 +84,8 @@ struct Outcome {
 Outcome run_case(const PrefillCase& c, CpuIsa isa) {
   std::mt19937 rng(c.seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  CacheLayout layout;
-  layout.kernel = c.one_stream ? DecodeKernel::kOneStream : DecodeKernel::kTwoStream;
-  layout.dtype = c.dtype;
-  layout.streams.push_back({c.one_stream ? StreamRole::kContent : StreamRole::kKey, c.groups,
-                            c.rebuild ? c.value_width : c.key_width});
-  if (!c.one_stream) layout.streams.push_back({StreamRole::kValue, c.groups, c.value_width});
-  if (c.rope_width > 0) layout.streams.push_back({StreamRole::kRope, 1, c.rope_width});
+  CacheLayout layout = kernel_test_layout(c.dtype, c.one_stream, c.groups, c.key_width,
+                                          c.value_width, c.rope_width, c.rebuild);
   layout.key_order = c.key_order;
   std::vector<int64_t> lengths(3, 0);
   for (auto [s, t] : c.rows)
@@ -126,9 +122,7 @@ Outcome run_case(const PrefillCase& c, CpuIsa isa) {
   DecodeParams p;
   p.q = q.data();
   p.q_rope = c.rope_width > 0 ? qr.data() : nullptr;
-  p.key_pool = cache.pool(0, 0);
-  p.value_pool = c.one_stream ? cache.pool(0, 0) : cache.pool(0, 1);
-  p.rope_pool = c.rope_width > 0 ? cache.pool(0, c.one_stream ? 1 : 2) : nullptr;
+  point_at_pools(p, cache, c.one_stream, c.rope_width > 0);
   p.pages = table.view();
   p.n_seqs = n;
   p.n_heads = c.heads;
@@ -330,9 +324,7 @@ TEST(PrefillAttentionTest, RefusesRowsThatAreNotARun) {
   c.rows = mixed_rows(20, 30);
   // rows 0..9 mix sequences 0 and 1: not a run
   std::vector<float> q(static_cast<size_t>(c.rows.size() * 4 * 64), 0.5f);
-  CacheLayout layout;
-  layout.kernel = DecodeKernel::kTwoStream;
-  layout.streams = {{StreamRole::kKey, 2, 64}, {StreamRole::kValue, 2, 64}};
+  const CacheLayout layout = kernel_test_layout(DType::kF32, false, 2, 64, 64, 0);
   PagedKvCache cache(layout, 1, 16, 16, 3);
   for (int64_t len : {37, 49, 5}) cache.append(cache.add_sequence(), len);
   const PageTable table = rows_table(cache, c.rows);
@@ -340,8 +332,7 @@ TEST(PrefillAttentionTest, RefusesRowsThatAreNotARun) {
   DecodeParams p;
   p.q = q.data();
   p.out = out.data();
-  p.key_pool = cache.pool(0, 0);
-  p.value_pool = cache.pool(0, 1);
+  point_at_pools(p, cache, false, false);
   p.pages = table.view();
   p.n_seqs = static_cast<int64_t>(c.rows.size());
   p.n_heads = 4;

@@ -65,7 +65,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   CLI::App* compute = bench->add_subcommand(
       "compute",
       "Peak multiply-add rate per precision (f32 FMA, bf16 and int8 dot products; all threads, "
-      "register loops, median of repeats): the compute side of bench decode's roofline");
+      "register loops, median of repeats): the compute side of bench decode's roofline. Where "
+      "AMX runs, also AMX int8 blocks and 'bf16 tiles loaded': the tile loop with its operands "
+      "loaded from L1, the rate a tile product can reach now (some VMs cut it at times)");
   compute->add_option("--threads", c.threads, "Threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();

@@ -385,6 +385,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                           {"f32_peak_gmacs", ceilings.f32_gmacs},
                           {"bf16_peak_gmacs", ceilings.bf16_gmacs},
                           {"int8_block_peak_gmacs", ceilings.int8_block_gmacs},
+                          {"bf16_loaded_tiles_gmacs", ceilings.bf16_loaded_gmacs},
                           {"threads", threads},
                           {"cpu", cpu_model_name()},
                           {"rows", rows}}
@@ -412,7 +413,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes; "
                "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
                "dense / attention / other: one more generation with the kernels timed; keys: "
-               "the cache's key order (--key-order)\n\n",
+               "the cache's key order (--key-order){}\n\n",
                cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows,
                detect_cpu_isa() == CpuIsa::kScalar ? "the scalar reference row by row"
                                                    : prefill_path_name(prefill_path()),
@@ -427,7 +428,14 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                                                    "to bf16 and run bf16 tiles: bf16's peak",
                                                    q8_0_expand_rows, q4_0_expand_rows)
                                      : std::string())
-                   : std::string("; q8_0/q4_0 weights: none"))
+                   : std::string("; q8_0/q4_0 weights: none"),
+               ceilings.bf16_loaded_gmacs > 0
+                   ? fmt::format("; bf16 tiles with their operands loaded from L1, as the "
+                                 "products load them: {:.1f} GMAC/s now (not a roofline: the "
+                                 "state of this CPU's tile unit, which some VMs halve or "
+                                 "quarter at times)",
+                                 ceilings.bf16_loaded_gmacs)
+                   : std::string())
         << table.to_markdown();
   }
   return 0;
@@ -465,7 +473,8 @@ int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
   nlohmann::json rows = nlohmann::json::array();
   Table table({"precision", "instruction", "G multiply-adds/s", "min–max", "per thread", "vs f32"});
   double f32 = 0;
-  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8, MacKind::kInt8Blocks}) {
+  for (MacKind kind : {MacKind::kF32, MacKind::kBf16, MacKind::kInt8, MacKind::kInt8Blocks,
+                       MacKind::kBf16Loaded}) {
     const std::optional<ComputePeak> peak = measure_compute_peak(kind, pool, c.repeats);
     const std::string name(mac_kind_name(kind));
     if (!peak) {
@@ -493,8 +502,9 @@ int run_bench_compute(const BenchComputeOptions& c, std::ostream& out) {
   }
   out << fmt::format(
       "bench compute: {}, {} threads; register loops of independent multiply-add chains (no "
-      "memory traffic), {} timed passes each after one warm-up, medians; G = 10^9 multiply-adds "
-      "per second (one FMA lane, or one product of a dot-product instruction)\n\n",
+      "memory traffic; bf16 tiles loaded: the tile loop with its operand tiles loaded from L1 "
+      "every four multiplies), {} timed passes each after one warm-up, medians; G = 10^9 "
+      "multiply-adds per second (one FMA lane, or one product of a dot-product instruction)\n\n",
       cpu_model_name(), pool.size(), c.repeats);
   out << table.to_markdown();
   return 0;

@@ -22,6 +22,7 @@ StepCeilings measure_step_ceilings(int threads) {
   c.f32_gmacs = peak_of(MacKind::kF32);
   c.bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
   c.int8_block_gmacs = quant_tile_min_rows(DType::kQ8_0) > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
+  c.bf16_loaded_gmacs = peak_of(MacKind::kBf16Loaded);
   return c;
 }
 

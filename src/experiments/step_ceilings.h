@@ -17,6 +17,9 @@ struct StepCeilings {
   double f32_gmacs = 0;
   double bf16_gmacs = 0;
   double int8_block_gmacs = 0;
+  // Where the decoder runs AMX: bf16 tiles whose operands are loaded from L1 every round (bench
+  // compute's "bf16 tiles loaded"): stated beside the roofline, not part of it (else 0).
+  double bf16_loaded_gmacs = 0;
   // The peak a step over `batch` sequences multiplies `weight_dtype` weights at: the bf16 or
   // int8-block peak where those products run, f32's for the other float dtypes, 0 (no compute
   // roofline) for block weights on the vector kernels, whose loops are no probe's.

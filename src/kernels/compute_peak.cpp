@@ -33,6 +33,11 @@ LoopChoice choose_loop(MacKind kind, bool cap_avx2) {
         return {mac_loop_int8_avx512, "avx512 vpdpbusd"};
       }
       return {};
+    case MacKind::kBf16Loaded:
+      if (avx512 && detect_cpu_isa() == CpuIsa::kAmx) {
+        return {mac_loop_bf16_amx_loaded, "amx tdpbf16ps, 4 operand tiles loaded every 4"};
+      }
+      return {};
     case MacKind::kInt8Blocks:
       if (avx512 && quant_tile_min_rows(DType::kQ8_0) > 0) {
         return {mac_loop_int8_amx, "amx tdpbssd, 32 inputs a multiply"};
@@ -76,6 +81,8 @@ std::string_view mac_kind_name(MacKind kind) {
       return "int8";
     case MacKind::kInt8Blocks:
       return "int8 blocks";
+    case MacKind::kBf16Loaded:
+      return "bf16 tiles loaded";
   }
   return "?";
 }

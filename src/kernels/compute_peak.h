@@ -16,8 +16,12 @@ namespace kvlab {
 // i32 lane) and int8 blocks: AMX's int8 tile multiply (tdpbssd) at 32 inputs a multiply, the
 // depth of one q8_0 block, as the dense layers multiply q8_0 weights where they run it (each
 // block's sums kept apart for its scales; a multiply takes as long at 64 inputs, so the tile's
-// full-depth rate is twice this).
-enum class MacKind { kF32, kBf16, kInt8, kInt8Blocks };
+// full-depth rate is twice this). And, where the decoder runs AMX, bf16 tiles loaded: the same
+// tile multiplies with their four operand tiles loaded from L1 before every four, as a tile GEMM
+// must. No memory traffic either, but it is the rate a product that reads its operands can reach,
+// which on a shared VM can fall well below the peak while the peak holds
+// (docs/kernels/dense-decode.md, "The tile unit's rates").
+enum class MacKind { kF32, kBf16, kInt8, kInt8Blocks, kBf16Loaded };
 std::string_view mac_kind_name(MacKind kind);
 
 // Peak multiply-add rate of one kind on all of a pool's threads: each thread runs a register
@@ -48,9 +52,11 @@ int64_t mac_loop_f32_avx2(int64_t iterations, float* sink);
 int64_t mac_loop_f32_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_bf16_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_int8_avx512(int64_t iterations, float* sink);
-// AMX (compute_peak_amx.cpp): bf16 tile multiplies, as the dense kernels run them with AMX; int8
-// tile multiplies at 32 inputs, as the q8_0 kernel runs them.
+// AMX (compute_peak_amx.cpp): bf16 tile multiplies, as the dense kernels run them with AMX (the
+// operands resident, or loaded from L1 every round); int8 tile multiplies at 32 inputs, as the
+// q8_0 kernel runs them.
 int64_t mac_loop_bf16_amx(int64_t iterations, float* sink);
+int64_t mac_loop_bf16_amx_loaded(int64_t iterations, float* sink);
 int64_t mac_loop_int8_amx(int64_t iterations, float* sink);
 
 }  // namespace kvlab

@@ -1146,9 +1146,13 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   const RunResult peaks = run_kvlab("bench compute --repeats 1 --format json");
   ASSERT_EQ(peaks.exit_code, 0) << peaks.err;
   const nlohmann::json peak_doc = nlohmann::json::parse(peaks.out);
-  ASSERT_EQ(peak_doc["peaks"].size(), 4u);  // f32, bf16, int8, int8 blocks (null without AMX int8)
+  // f32, bf16, int8, int8 blocks (null without AMX int8), bf16 tiles loaded (null without AMX)
+  ASSERT_EQ(peak_doc["peaks"].size(), 5u);
   EXPECT_EQ(peak_doc["peaks"][3]["precision"], "int8 blocks");
-  EXPECT_GT(peak_doc["peaks"][0]["gmacs_median"].get<double>(), 0);  // f32: AVX2 at least
+  EXPECT_EQ(peak_doc["peaks"][4]["precision"], "bf16 tiles loaded");
+  EXPECT_EQ(peak_doc["peaks"][4]["gmacs_median"].is_null(),
+            peak_doc["peaks"][1]["instruction"] != "amx tdpbf16ps");  // loaded where AMX runs
+  EXPECT_GT(peak_doc["peaks"][0]["gmacs_median"].get<double>(), 0);   // f32: AVX2 at least
   if (peak_doc["peaks"][1]["gmacs_median"].is_null()) {  // no AVX-512 BF16 here: refused
     EXPECT_EQ(both.exit_code, 2);
     EXPECT_TRUE(contains(both.err, "attn-precision")) << both.err;

@@ -37,6 +37,27 @@ TEST(ComputePeakTest, Bf16PeakUsesTheInstructionOfTheDenseProducts) {
   }
 }
 
+// The loaded-tiles rate runs the bf16 peak's multiplies with their four operand tiles loaded
+// from L1 every round: where the decoder runs AMX only, counting the same multiply-adds and
+// summing the same products as the peak's loop (every operand 2^-7).
+TEST(ComputePeakTest, Bf16LoadedTilesRunTheSameMultipliesWithLoads) {
+  ThreadPool pool(1);
+  const std::optional<ComputePeak> loaded = measure_compute_peak(MacKind::kBf16Loaded, pool, 1);
+  if (detect_cpu_isa() != CpuIsa::kAmx) {
+    EXPECT_FALSE(loaded.has_value());
+    return;
+  }
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(mac_kind_name(loaded->kind), "bf16 tiles loaded");
+  EXPECT_EQ(loaded->isa, "amx tdpbf16ps, 4 operand tiles loaded every 4");
+  float sink = 0;
+  EXPECT_EQ(mac_loop_bf16_amx_loaded(160, &sink), 10 * 4 * 16 * 16 * 32);
+  EXPECT_FLOAT_EQ(sink, 2.0f * 10 * 32 * std::ldexp(1.0f, -14));
+  std::cout << "[ INFO     ] bf16 tiles loaded: " << loaded->median()
+            << " G multiply-adds/s on one thread\n";
+  EXPECT_GT(loaded->median(), 0.0);
+}
+
 // The int8-blocks peak is AMX's int8 tile multiply at 32 inputs (one q8_0 block) where the q8_0
 // weights run it, and absent elsewhere; its loop counts 16 × 16 × 32 multiply-adds a multiply and
 // sums its products (every operand 1: 32 a sum, 10 rounds, into sums[0] and sums[255]).

@@ -96,18 +96,11 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
   }
   const int64_t n = static_cast<int64_t>(c.lengths.size());
   const int64_t vw = one_stream && !c.rebuild ? c.key_width : c.value_width;
-  std::vector<float> q(static_cast<size_t>(n * c.heads * c.key_width));
-  std::vector<float> qr(static_cast<size_t>(n * c.heads * c.rope_width));
-  std::vector<float> norm(static_cast<size_t>(c.key_width));
-  for (float& x : q) x = 2.0f * uniform(rng);
-  for (float& x : qr) x = 2.0f * uniform(rng);
-  for (float& x : norm) x = 1.0f + 0.5f * uniform(rng);
-  std::vector<float> key_maps(static_cast<size_t>(c.rebuild ? c.heads * vw * c.key_width : 0));
-  for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(vw) / 3.0f);
+  KernelTestQueries in(rng, n, c.heads, c.key_width, c.rope_width, vw, c.rebuild);
   const PageTable table = cache.page_table(seqs);
   DecodeParams p;
-  p.q = q.data();
-  p.q_rope = c.rope_width > 0 ? qr.data() : nullptr;
+  p.q = in.q.data();
+  p.q_rope = c.rope_width > 0 ? in.q_rope.data() : nullptr;
   point_at_pools(p, cache, one_stream, c.rope_width > 0);
   p.pages = table.view();
   p.n_seqs = n;
@@ -125,8 +118,8 @@ void check(const Case& c, bool one_stream, CpuIsa isa) {
     p.rope_scaling.original_context = 64;
     p.rope_scaling.attention_factor = 1.2;
   }
-  p.norm_weight = c.norm ? norm.data() : nullptr;
-  p.key_maps = c.rebuild ? key_maps.data() : nullptr;
+  p.norm_weight = c.norm ? in.norm.data() : nullptr;
+  p.key_maps = c.rebuild ? in.key_maps.data() : nullptr;
   p.precision = c.precision;
   p.key_order = c.key_order;
   std::vector<float> expected(static_cast<size_t>(n * c.heads * vw), -7.0f);

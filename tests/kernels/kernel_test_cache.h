@@ -3,7 +3,10 @@
 // The cache the decode-kernel tests lay out and how their DecodeParams point into it, written once
 // for decode_kernel_test.cpp and prefill_attention_test.cpp.
 
+#include <cmath>
 #include <cstdint>
+#include <random>
+#include <vector>
 
 #include "cache/paged_cache.h"
 #include "kernels/decode_attention.h"
@@ -24,6 +27,25 @@ inline CacheLayout kernel_test_layout(DType dtype, bool one_stream, int64_t grou
   if (rope_width > 0) layout.streams.push_back({StreamRole::kRope, 1, rope_width});
   return layout;
 }
+
+// The per-call inputs both tests draw (in this order from `rng`, uniform in [-1, 1)): queries of n
+// rows × heads (key and rope parts, ±2), the norm's gains (1 ± 0.5), and where keys are rebuilt
+// each head's [vw × key_width] map (scaled so a rebuilt key is of order 1).
+struct KernelTestQueries {
+  std::vector<float> q, q_rope, norm, key_maps;
+  KernelTestQueries(std::mt19937& rng, int64_t n, int64_t heads, int64_t key_width,
+                    int64_t rope_width, int64_t vw, bool rebuild)
+      : q(static_cast<size_t>(n * heads * key_width)),
+        q_rope(static_cast<size_t>(n * heads * rope_width)),
+        norm(static_cast<size_t>(key_width)),
+        key_maps(static_cast<size_t>(rebuild ? heads * vw * key_width : 0)) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& x : q) x = 2.0f * uniform(rng);
+    for (float& x : q_rope) x = 2.0f * uniform(rng);
+    for (float& x : norm) x = 1.0f + 0.5f * uniform(rng);
+    for (float& x : key_maps) x = uniform(rng) / std::sqrt(static_cast<float>(vw) / 3.0f);
+  }
+};
 
 // p's pools: layer 0 of a cache laid out by kernel_test_layout.
 inline void point_at_pools(DecodeParams& p, const PagedKvCache& cache, bool one_stream,

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/matvec.h"
+#include "kernels/q8_0_rows.h"
 
 namespace kvlab {
 namespace {
@@ -172,17 +173,25 @@ void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratc
   auto* xq = reinterpret_cast<uint8_t*>(scratch.quants.data());  // [n][blocks · 32]
   float* xs = scratch.scales.data();                             // [n][blocks]
   int32_t* xbias = scratch.block_bias.data();                    // [n][blocks], q4_0
-  quantize_rows(p, pool, [&](int64_t b, int64_t k, const int8_t* quants, float scale) {
-    uint8_t* to = xq + (b * blocks + k) * kQB;
+  quantize_rows(p, pool, [&](int64_t b, const float* x) {
+    auto* row = reinterpret_cast<int8_t*>(xq + b * blocks * kQB);
+    quantize_q8_0_row_avx512(x, p.in, row, kQB, xs + b * blocks, 1);
     if constexpr (D == DType::kQ8_0) {
-      for (int64_t e = 0; e < kQB; ++e) to[e] = static_cast<uint8_t>(quants[e] ^ 0x80);  // + 128
+      // + 128: the unsigned operand of vpdpbusd
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (int64_t e = 0; e < blocks * kQB; e += 64) {
+        const auto mask = static_cast<__mmask64>(
+            blocks * kQB - e >= 64 ? ~uint64_t{0} : (uint64_t{1} << (blocks * kQB - e)) - 1);
+        _mm512_mask_storeu_epi8(row + e, mask,
+                                _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + e), flip));
+      }
     } else {
-      std::memcpy(to, quants, kQB);
-      int32_t sum = 0;
-      for (int64_t e = 0; e < kQB; ++e) sum += quants[e];
-      xbias[b * blocks + k] = -8 * sum;
+      for (int64_t k = 0; k < blocks; ++k) {
+        int32_t sum = 0;
+        for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
+        xbias[b * blocks + k] = -8 * sum;
+      }
     }
-    xs[b * blocks + k] = scale;
   });
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
   per_task = (per_task + 3) / 4 * 4;  // whole runs of four panels

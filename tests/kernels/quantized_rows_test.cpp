@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/convert.h"
+#include "kernels/fast_decoder.h"
+#include "kernels/q8_0_rows.h"
 
 namespace kvlab {
 namespace {
@@ -196,6 +198,51 @@ TEST(QuantizedRowsTest, ANanSpoilsItsBlockOnlyAndZerosStayZero) {
   const std::vector<float> zeros(48, 0.0f);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kFp8}) {
     for (float y : load(store(zeros, 48, dtype), 1, 48, dtype)) EXPECT_EQ(y, 0.0f);
+  }
+}
+
+TEST(QuantizedRowsTest, Avx512RowQuantizerMatchesStoreRowsBitForBit) {
+  // The kernels' x (quantize_q8_0_row_avx512, sixteen blocks a register) against store_rows, the
+  // reference, on widths with partial blocks and partial groups of sixteen, into both layouts the
+  // kernels use; blocks of halves (amax 127), a NaN, zeros, a denormal amax (1 / d overflows),
+  // an infinity, and random values of several magnitudes
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t width : {1, 31, 32, 33, 95, 511, 512, 513, 544, 1000, 4096}) {
+    std::vector<float> row(static_cast<size_t>(width));
+    for (int64_t i = 0; i < width; ++i) {
+      const float magnitude = (i / 32) % 3 == 0 ? 3.0f : (i / 32) % 3 == 1 ? 1e-3f : 1e4f;
+      row[i] = normal(rng) * magnitude;
+    }
+    const int64_t blocks = (width + 31) / 32;
+    const auto block = [&](int64_t k, auto fill) {
+      if (k < blocks) {
+        for (int64_t i = k * 32; i < std::min(width, (k + 1) * 32); ++i) row[i] = fill(i - k * 32);
+      }
+    };
+    block(1, [](int64_t i) { return i == 0 ? 127.0f : (i % 2 ? 0.5f : -1.5f) + static_cast<float>(i % 5); });
+    block(2, [](int64_t i) { return i == 3 ? NAN : 1.0f; });
+    block(3, [](int64_t) { return 0.0f; });
+    block(4, [](int64_t i) { return i % 2 ? 1e-40f : -3e-41f; });
+    block(5, [](int64_t i) { return i == 7 ? INFINITY : 2.0f; });
+    const std::vector<std::byte> expected = store(row, width, DType::kQ8_0);
+    for (const auto& [quant_stride, scale_stride] : {std::pair<int64_t, int64_t>{32, 1}, {512, 16}}) {
+      std::vector<int8_t> quants(static_cast<size_t>(blocks * quant_stride), 99);
+      std::vector<float> scales(static_cast<size_t>(blocks * scale_stride), -1.0f);
+      quantize_q8_0_row_avx512(row.data(), width, quants.data(), quant_stride, scales.data(),
+                               scale_stride);
+      for (int64_t k = 0; k < blocks; ++k) {
+        const float d = f16_at(expected, static_cast<size_t>(k * 34));
+        const float got = scales[k * scale_stride];
+        EXPECT_TRUE(std::isnan(d) ? std::isnan(got) : got == d)
+            << "width " << width << " block " << k << ": scale " << got << ", store_rows " << d;
+        for (int64_t e = 0; e < 32; ++e) {
+          ASSERT_EQ(quants[k * quant_stride + e], static_cast<int8_t>(expected[k * 34 + 2 + e]))
+              << "width " << width << " block " << k << " element " << e;
+        }
+      }
+    }
   }
 }
 

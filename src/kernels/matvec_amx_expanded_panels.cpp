@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/amx_tiles.h"
+#include "kernels/bf16_rows.h"
 #include "kernels/matvec.h"
 
 namespace kvlab {

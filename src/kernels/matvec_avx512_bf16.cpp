@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/bf16_rows.h"
 #include "kernels/matvec.h"
 
 namespace kvlab {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/bf16_rows.h"
 #include "kernels/matvec.h"
 
 namespace kvlab {

@@ -1,15 +1,18 @@
 // The cache's scaled dtypes (q8_0, q4_0, fp8): byte layouts checked against values worked by
 // hand, round-trip errors against the bounds each format promises, NaN handling, and e4m3
-// against its definition code by code.
+// against its definition code by code; and the dense kernels' own rounding of x to q8_0 and bf16
+// against store_rows and f32_to_bf16, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "kernels/bf16_rows.h"
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/q8_0_rows.h"
@@ -242,6 +245,45 @@ TEST(QuantizedRowsTest, Avx512RowQuantizerMatchesStoreRowsBitForBit) {
               << "width " << width << " block " << k << " element " << e;
         }
       }
+    }
+  }
+}
+
+TEST(QuantizedRowsTest, Avx512Bf16RowRoundingMatchesF32ToBf16BitForBit) {
+  // round_bf16_row_avx512 (vcvtne2ps2bf16, its integer twin where a denormal is among 32) against
+  // f32_to_bf16: ties both ways, NaNs quiet and signalling, infinities, denormals (which the
+  // instruction alone flushes), zeros past `in`, and a row length that is not whole registers
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto from_bits = [](uint32_t bits) {
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  };
+  for (const auto& [in, elements] : {std::pair<int64_t, int64_t>{1, 16}, {31, 32}, {32, 32},
+                                     {33, 48}, {100, 128}, {1000, 1024}, {4096, 4096}}) {
+    std::vector<float> row(static_cast<size_t>(in));
+    for (float& v : row) v = normal(rng) * 10.0f;
+    const float special[] = {from_bits(0x3F808000),  // halfway, even below: rounds down
+                             from_bits(0x3F818000),  // halfway, odd below: rounds up
+                             from_bits(0x7FC00001), from_bits(0x7F800001), from_bits(0xFF800123),
+                             INFINITY, -INFINITY, 0.0f, -0.0f,
+                             from_bits(0x00000001), from_bits(0x807FFFFF), from_bits(0x00008000),
+                             from_bits(0x00018000), std::numeric_limits<float>::max()};
+    // every special in the row's last 32 (the twin's path), and the ones that are no denormal in
+    // its first 32 too where the row has more (the instruction's path)
+    const int64_t last = (in - 1) / 32 * 32;
+    for (size_t s = 0; s < std::size(special); ++s) {
+      const int64_t offset = static_cast<int64_t>(s);
+      row[static_cast<size_t>(std::min(in - 1, last + offset))] = special[s];
+      if (last > 0 && std::fpclassify(special[s]) != FP_SUBNORMAL) row[s] = special[s];
+    }
+    std::vector<uint16_t> got(static_cast<size_t>(elements), 0xABCD);
+    round_bf16_row_avx512(row.data(), in, got.data(), elements);
+    for (int64_t i = 0; i < elements; ++i) {
+      const uint16_t expected = i < in ? f32_to_bf16(row[i]) : uint16_t{0};
+      ASSERT_EQ(got[i], expected) << "in " << in << " element " << i;
     }
   }
 }

@@ -1,9 +1,9 @@
 // Built with AVX-512 F/BW/VL/DQ + BF16; called only by kernels that are.
-#include "kernels/bf16_rows.h"
-
 #include <immintrin.h>
 
 #include <algorithm>
+
+#include "kernels/bf16_rows.h"
 
 namespace kvlab {
 namespace {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/matvec.h"
+#include "kernels/q8_0_rows.h"
 
 namespace kvlab {
 namespace {
@@ -27,20 +28,30 @@ struct InterleavedX {
   int64_t block_stride;
 };
 
+// Row x in the kernel's order: each group of sixteen blocks rounded (quantize_q8_0_row_avx512)
+// into a buffer, then its chunk v (elements 4v..4v+3 of every block) gathered four bytes a block
+// and summed into the blocks' biases with vpdpbusd against ones.
 void interleave_row(const float* x, int64_t in, int64_t blocks, int8_t* quants, int32_t* bias,
                     float* scales, int64_t padded) {
-  for (int64_t k = 0; k < blocks; ++k) {
-    alignas(32) float block[kQB] = {};
-    int8_t q[kQB];
-    const int64_t first = k * kQB, count = std::min(kQB, in - first);
-    std::memcpy(block, x + first, static_cast<size_t>(count) * sizeof(float));
-    scales[k] = quantize_q8_0_block(block, q);
-    int32_t sum = 0;
-    for (int64_t e = 0; e < kQB; ++e) {
-      quants[interleaved_q8_0_offset(blocks, k, e)] = q[e];
-      sum += q[e];
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i lanes = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104,
+                                          112, 120);  // block k's dword 0, in dwords
+  for (int64_t first = 0; first < blocks; first += kGroup) {
+    const int64_t m = std::min(kGroup, blocks - first);
+    const auto mask = static_cast<__mmask16>((1u << m) - 1);
+    alignas(64) int8_t group[kGroup * kQB];
+    quantize_q8_0_row_avx512(x + first * kQB, std::min(in - first * kQB, kGroup * kQB), group, kQB,
+                             scales + first, 1);
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int64_t v = 0; v < kChunks; ++v) {
+      const __m512i chunk = _mm512_mask_i32gather_epi32(
+          _mm512_setzero_si512(), mask,
+          _mm512_add_epi32(lanes, _mm512_set1_epi32(static_cast<int>(v))), group, 4);
+      _mm512_mask_storeu_epi32(quants + first * kQB + 4 * m * v, mask, chunk);
+      sum = _mm512_dpbusd_epi32(sum, ones, chunk);
     }
-    bias[k] = -128 * sum;
+    _mm512_mask_storeu_epi32(bias + first, mask, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128)));
   }
   for (int64_t k = blocks; k < padded; ++k) {
     bias[k] = 0;

@@ -1,14 +1,14 @@
 // Built with AVX-512 F/BW/VL/DQ (and F16C); called only by kernels that are.
-#include "kernels/q8_0_rows.h"
-
 #include <immintrin.h>
 
 #include <algorithm>
 
+#include "kernels/q8_0_rows.h"
+
 namespace kvlab {
 namespace {
 
-constexpr int64_t kBlock = 32;       // a q8_0 block's elements: two registers
+constexpr int64_t kBlock = 32;        // a q8_0 block's elements: two registers
 constexpr int64_t kGroupBlocks = 16;  // blocks whose scales share one register
 
 // Elements [first, first + 16) of x, zeros past `in`.
@@ -24,10 +24,9 @@ inline __m512i round_away(__m512 v, __m512 inverse) {
   const __m512 whole = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512 rest = _mm512_sub_ps(y, whole);
   const __m512 one = _mm512_set1_ps(1.0f);
-  __m512 rounded = _mm512_mask_add_ps(whole, _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f), _CMP_GE_OQ),
-                                      whole, one);
-  rounded = _mm512_mask_sub_ps(rounded,
-                               _mm512_cmp_ps_mask(rest, _mm512_set1_ps(-0.5f), _CMP_LE_OQ),
+  __m512 rounded = _mm512_mask_add_ps(
+      whole, _mm512_cmp_ps_mask(rest, _mm512_set1_ps(0.5f), _CMP_GE_OQ), whole, one);
+  rounded = _mm512_mask_sub_ps(rounded, _mm512_cmp_ps_mask(rest, _mm512_set1_ps(-0.5f), _CMP_LE_OQ),
                                rounded, one);
   return _mm512_cvttps_epi32(rounded);
 }
@@ -48,17 +47,17 @@ void quantize_q8_0_row_avx512(const float* x, int64_t in, int8_t* quants, int64_
       const __m512 lo = load_lanes(x, in, first), hi = load_lanes(x, in, first + 16);
       amax[j] = _mm512_reduce_max_ps(
           _mm512_max_ps(_mm512_andnot_ps(sign, lo), _mm512_andnot_ps(sign, hi)));
-      const __mmask16 unordered = _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) |
-                                  _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q);
+      const __mmask16 unordered =
+          _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q);
       nan |= static_cast<__mmask16>((unordered != 0 ? 1u : 0u) << j);
     }
-    const __m512 d = _mm512_mask_blend_ps(
-        nan, _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f)),
-        _mm512_set1_ps(__builtin_nanf("")));
+    const __m512 d =
+        _mm512_mask_blend_ps(nan, _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f)),
+                             _mm512_set1_ps(__builtin_nanf("")));
     alignas(64) float inverse[kGroupBlocks];
-    _mm512_store_ps(inverse, _mm512_maskz_div_ps(
-                                 _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                 _mm512_set1_ps(1.0f), d));
+    _mm512_store_ps(inverse,
+                    _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                        _mm512_set1_ps(1.0f), d));
     alignas(64) float d_f16[kGroupBlocks];
     _mm512_store_ps(d_f16, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT)));
     for (int64_t j = 0; j < count; ++j) {

@@ -224,13 +224,16 @@ TEST(QuantizedRowsTest, Avx512RowQuantizerMatchesStoreRowsBitForBit) {
         for (int64_t i = k * 32; i < std::min(width, (k + 1) * 32); ++i) row[i] = fill(i - k * 32);
       }
     };
-    block(1, [](int64_t i) { return i == 0 ? 127.0f : (i % 2 ? 0.5f : -1.5f) + static_cast<float>(i % 5); });
+    block(1, [](int64_t i) {
+      return i == 0 ? 127.0f : (i % 2 ? 0.5f : -1.5f) + static_cast<float>(i % 5);
+    });
     block(2, [](int64_t i) { return i == 3 ? NAN : 1.0f; });
     block(3, [](int64_t) { return 0.0f; });
     block(4, [](int64_t i) { return i % 2 ? 1e-40f : -3e-41f; });
     block(5, [](int64_t i) { return i == 7 ? INFINITY : 2.0f; });
     const std::vector<std::byte> expected = store(row, width, DType::kQ8_0);
-    for (const auto& [quant_stride, scale_stride] : {std::pair<int64_t, int64_t>{32, 1}, {512, 16}}) {
+    for (const auto& [quant_stride, scale_stride] :
+         {std::pair<int64_t, int64_t>{32, 1}, {512, 16}}) {
       std::vector<int8_t> quants(static_cast<size_t>(blocks * quant_stride), 99);
       std::vector<float> scales(static_cast<size_t>(blocks * scale_stride), -1.0f);
       quantize_q8_0_row_avx512(row.data(), width, quants.data(), quant_stride, scales.data(),
@@ -261,16 +264,29 @@ TEST(QuantizedRowsTest, Avx512Bf16RowRoundingMatchesF32ToBf16BitForBit) {
     std::memcpy(&v, &bits, sizeof v);
     return v;
   };
-  for (const auto& [in, elements] : {std::pair<int64_t, int64_t>{1, 16}, {31, 32}, {32, 32},
-                                     {33, 48}, {100, 128}, {1000, 1024}, {4096, 4096}}) {
+  for (const auto& [in, elements] : {std::pair<int64_t, int64_t>{1, 16},
+                                     {31, 32},
+                                     {32, 32},
+                                     {33, 48},
+                                     {100, 128},
+                                     {1000, 1024},
+                                     {4096, 4096}}) {
     std::vector<float> row(static_cast<size_t>(in));
     for (float& v : row) v = normal(rng) * 10.0f;
     const float special[] = {from_bits(0x3F808000),  // halfway, even below: rounds down
                              from_bits(0x3F818000),  // halfway, odd below: rounds up
-                             from_bits(0x7FC00001), from_bits(0x7F800001), from_bits(0xFF800123),
-                             INFINITY, -INFINITY, 0.0f, -0.0f,
-                             from_bits(0x00000001), from_bits(0x807FFFFF), from_bits(0x00008000),
-                             from_bits(0x00018000), std::numeric_limits<float>::max()};
+                             from_bits(0x7FC00001),
+                             from_bits(0x7F800001),
+                             from_bits(0xFF800123),
+                             INFINITY,
+                             -INFINITY,
+                             0.0f,
+                             -0.0f,
+                             from_bits(0x00000001),
+                             from_bits(0x807FFFFF),
+                             from_bits(0x00008000),
+                             from_bits(0x00018000),
+                             std::numeric_limits<float>::max()};
     // every special in the row's last 32 (the twin's path), and the ones that are no denormal in
     // its first 32 too where the row has more (the instruction's path)
     const int64_t last = (in - 1) / 32 * 32;

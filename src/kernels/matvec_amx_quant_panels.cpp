@@ -38,6 +38,9 @@ AmxTileConfig q8_0_tiles_config() {
 // hardware: 2-6% slower at 8 and 16 rows of x, docs/kernels/dense-decode.md).
 constexpr int64_t kAheadBlocks = 8;
 constexpr int64_t kAheadBytes = kAheadBlocks * kQ8PanelBlockBytes;
+// and 16 KiB ahead into L2: the L1 prefetches alone left the step at 2-48 rows of x 1.06-1.14x
+// slower (16 and 12 KiB measured alike, 8 and 28 KiB less; docs/kernels/dense-decode.md)
+constexpr int64_t kAheadL2Bytes = 16384;
 
 // acc[m] += block k's sums (stored, [16 rows of x][16 outputs]) · d_w · d_x[m]: an exact integer
 // to f32 (|Σ| ≤ 32 · 127 · 128 < 2^24), then one multiply-add a row.
@@ -74,6 +77,9 @@ inline __attribute__((always_inline)) void blocks_times_rows(
       const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
 #pragma GCC unroll 16
       for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      const auto* further = reinterpret_cast<const char*>(wk + kAheadL2Bytes);
+#pragma GCC unroll 16
+      for (int line = 0; line < 16; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
     }
     _tile_zero(0);
     _tile_zero(1);

@@ -380,11 +380,17 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     }
   }
   measure_ceilings();  // (no row: the header still states them)
+  const std::string int8_dot_products =
+      ceilings.int8_gmacs > 0
+          ? fmt::format("the VNNI kernels' int8 dot products (vpdpbusd): their peak, {:.1f} GMAC/s",
+                        ceilings.int8_gmacs)
+          : std::string("none");
   if (b.format == "json") {
     out << nlohmann::json{{"bandwidth_gb_per_s", ceilings.gb_per_s},
                           {"f32_peak_gmacs", ceilings.f32_gmacs},
                           {"bf16_peak_gmacs", ceilings.bf16_gmacs},
                           {"int8_block_peak_gmacs", ceilings.int8_block_gmacs},
+                          {"int8_peak_gmacs", ceilings.int8_gmacs},
                           {"bf16_loaded_tiles_gmacs", ceilings.bf16_loaded_gmacs},
                           {"threads", threads},
                           {"cpu", cpu_model_name()},
@@ -421,14 +427,15 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                q8_0_rows > 0
                    ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
                                  "tiles a block of 32 inputs a multiply: their peak, "
-                                 "{:.1f} GMAC/s{}; q8_0/q4_0 weights otherwise: none",
+                                 "{:.1f} GMAC/s{}; q8_0/q4_0 weights otherwise: {}",
                                  q8_0_rows, q4_0_rows, ceilings.int8_block_gmacs,
                                  q8_0_expand_rows > 0
                                      ? fmt::format("; q8_0 from batch {}, q4_0 from {} expanded "
                                                    "to bf16 and run bf16 tiles: bf16's peak",
                                                    q8_0_expand_rows, q4_0_expand_rows)
-                                     : std::string())
-                   : std::string("; q8_0/q4_0 weights: none"),
+                                     : std::string(),
+                                 int8_dot_products)
+                   : "; q8_0/q4_0 weights: " + int8_dot_products,
                ceilings.bf16_loaded_gmacs > 0
                    ? fmt::format("; bf16 tiles with their operands loaded from L1, as the "
                                  "products load them: {:.1f} GMAC/s now (not a roofline: the "

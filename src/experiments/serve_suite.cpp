@@ -340,6 +340,7 @@ int run_compare_serve_url(const CompareOptions& o, const ServePreset& preset,
                           {"f32_peak_gmacs", nullptr},
                           {"bf16_peak_gmacs", nullptr},
                           {"int8_block_peak_gmacs", nullptr},
+                          {"int8_peak_gmacs", nullptr},
                           {"cpu", "the server's"}}},
                         {"rows", json::array({row})},
                         {"loads", loads}};
@@ -431,8 +432,8 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                bf16_gmacs = ceilings.bf16_gmacs;
   out << fmt::format(
              "ceilings: {:.2f} GB/s read, {:.1f} GMAC/s f32, {:.1f} GMAC/s bf16, {:.1f} GMAC/s "
-             "int8 blocks\n",
-             gb_per_s, f32_gmacs, bf16_gmacs, ceilings.int8_block_gmacs)
+             "int8 blocks, {:.1f} GMAC/s int8 dot products\n",
+             gb_per_s, f32_gmacs, bf16_gmacs, ceilings.int8_block_gmacs, ceilings.int8_gmacs)
       << std::flush;
 
   // random prompts, new ones at each load level (the engine's prefix cache would otherwise serve
@@ -569,6 +570,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                           {"f32_peak_gmacs", f32_gmacs},
                           {"bf16_peak_gmacs", bf16_gmacs},
                           {"int8_block_peak_gmacs", ceilings.int8_block_gmacs},
+                          {"int8_peak_gmacs", ceilings.int8_gmacs},
                           {"cpu", cpu_model_name()}}},
                         {"rows", rows},
                         {"loads", loads}};

@@ -23,6 +23,9 @@ StepCeilings measure_step_ceilings(int threads) {
   c.bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
   c.int8_block_gmacs = quant_tile_min_rows(DType::kQ8_0) > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
   c.bf16_loaded_gmacs = peak_of(MacKind::kBf16Loaded);
+  const CpuIsa isa = detect_cpu_isa();
+  const bool vnni = (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && cpu_has_avx512_vnni();
+  c.int8_gmacs = vnni ? peak_of(MacKind::kInt8) : 0.0;
   return c;
 }
 
@@ -35,7 +38,9 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
     const int64_t expand_rows = quant_expand_min_rows(weight_dtype);
     if (expand_rows > 0 && batch >= expand_rows) return bf16_gmacs;  // 0: not measured
     const int64_t rows = quant_tile_min_rows(weight_dtype);
-    return rows > 0 && batch >= rows ? int8_block_gmacs : 0.0;
+    if (rows > 0 && batch >= rows) return int8_block_gmacs;
+    // the VNNI kernels run interleaved or panel weights; rows (no VNNI) run the AVX2 kernel
+    return fastest_weight_order(weight_dtype) != WeightOrder::kRows ? int8_gmacs : 0.0;
   }
   return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;
 }

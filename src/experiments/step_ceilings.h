@@ -11,18 +11,22 @@ namespace kvlab {
 // (bench compute's, median of 3) of f32 FMAs; where the CPU has bf16 products, which the bf16
 // weights run from bf16_product_min_rows() sequences, of bf16 (else 0); where q8_0 and q4_0 weights
 // run AMX's int8 tiles, from quant_tile_min_rows() sequences, of those at one block a multiply
-// (else 0); from quant_expand_min_rows() sequences they run bf16 tiles (expanded), at bf16's.
+// (else 0); from quant_expand_min_rows() sequences they run bf16 tiles (expanded), at bf16's; below
+// those (and at every batch on an AVX-512 VNNI CPU without AMX) they run the VNNI kernels, at the
+// int8 dot products' peak (vpdpbusd, where the decoder runs AVX-512 and the CPU has VNNI; else 0).
 struct StepCeilings {
   double gb_per_s = 0;
   double f32_gmacs = 0;
   double bf16_gmacs = 0;
   double int8_block_gmacs = 0;
+  double int8_gmacs = 0;
   // Where the decoder runs AMX: bf16 tiles whose operands are loaded from L1 every round (bench
   // compute's "bf16 tiles loaded"): stated beside the roofline, not part of it (else 0).
   double bf16_loaded_gmacs = 0;
   // The peak a step over `batch` sequences multiplies `weight_dtype` weights at: the bf16 or
-  // int8-block peak where those products run, f32's for the other float dtypes, 0 (no compute
-  // roofline) for block weights on the vector kernels, whose loops are no probe's.
+  // int8-block peak where those products run, the int8 dot products' where block weights run the
+  // VNNI kernels, f32's for the other float dtypes, 0 (no compute roofline) for block weights on
+  // the AVX2 kernel, whose loop is no probe's.
   double product_gmacs(DType weight_dtype, int64_t batch) const;
 };
 

@@ -23,7 +23,7 @@ constexpr int64_t kAheadChunks = 4;
 
 // Where one pass is all (up to 32 rows of x: no second pass brings the next pair into L2), the
 // first pass also prefetches each panel 16 KiB further into L2: the step at 2-32 rows 1.04x
-// faster in four A/B runs (0.98-1.09; docs/kernels/dense-decode.md, thirteenth session).
+// faster in four A/B runs (0.98-1.09; docs/kernels/dense-decode.md).
 constexpr int64_t kFurtherBytes = 16384;
 
 // The first pass over NP panels at `w` (`stride` elements apart), before chunk c of `chunks`: the

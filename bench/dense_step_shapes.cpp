@@ -7,15 +7,18 @@
 // part of a batched step goes. With `--expanded-vs-int8` (q8_0 or q4_0 panels, a CPU with AMX and
 // AVX-512 BF16): the two AMX kernels over the same panels, matvec_amx_quant_panels (int8 tiles) and
 // matvec_amx_expanded_panels (expanded to bf16), called directly and alternating step by step at
-// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. Not part of the build;
-// after `make build`:
+// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. Built with
+// -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
+// them), `--ab` does the same for those two at 1…64 rows: old ÷ new. Not part of the build; after
+// `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
-//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8]]
+//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --ab]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +27,13 @@
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/weight_allocator.h"
+
+#ifdef KVLAB_AB_A
+namespace kvlab {
+void KVLAB_AB_A(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+void KVLAB_AB_B(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+}  // namespace kvlab
+#endif
 
 using namespace kvlab;
 
@@ -54,10 +64,16 @@ int main(int argc, char** argv) {
                       : dtype_arg == "q4_0" ? DType::kQ4_0
                                             : DType::kBf16;
   const bool against_int8 = argc == 4 && std::string(argv[3]) == "--expanded-vs-int8";
+#ifdef KVLAB_AB_A
+  const bool ab = argc == 4 && std::string(argv[3]) == "--ab";
+#else
+  const bool ab = false;
+#endif
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
-      (argc == 4 && (!against_int8 || dtype == DType::kBf16))) {
+      (argc == 4 && !ab && (!against_int8 || dtype == DType::kBf16))) {
     std::fprintf(stderr,
-                 "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8]]\n",
+                 "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8 | "
+                 "--ab (built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
                  argv[0]);
     return 2;
   }
@@ -101,10 +117,14 @@ int main(int argc, char** argv) {
               dtype_arg.c_str(), kOrderNames[static_cast<int>(order)], kLayers);
   std::vector<float> x(128 * 4096), y(128 * 4096);
   for (float& v : x) v = normal(rng);
-  if (against_int8) {
+  using Kernel = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
+  // kernels a and b on the step's matrices, alternating step by step, at each of `rows`: each
+  // one's median step (its first a warm-up) and a ÷ b
+  const auto alternate = [&](Kernel a, Kernel b, const char* a_name, const char* b_name,
+                             std::initializer_list<int64_t> rows) {
     MatVecScratch scratch;
-    for (int64_t n : {16, 17, 24, 32, 48, 64, 96, 128}) {
-      std::vector<double> ms[2];  // [0]: int8 tiles, [1]: expanded
+    for (int64_t n : rows) {
+      std::vector<double> ms[2];
       for (int step = 0; step < 2 * kSteps; ++step) {
         const auto step_start = Clock::now();
         for (size_t k = 0; k < weights.size(); ++k) {
@@ -112,18 +132,28 @@ int main(int argc, char** argv) {
           MatVecParams p{
               weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0, dtype};
           p.weight_order = order;
-          step % 2 == 0 ? matvec_amx_quant_panels(p, decoder.pool(), scratch)
-                        : matvec_amx_expanded_panels(p, decoder.pool(), scratch);
+          (step % 2 == 0 ? a : b)(p, decoder.pool(), scratch);
         }
         ms[step % 2].push_back(ms_since(step_start));
       }
-      for (auto& v : ms) std::sort(v.begin() + 1, v.end());  // each one's first step: a warm-up
-      const double int8_ms = ms[0][kSteps / 2 + 1], expanded_ms = ms[1][kSteps / 2 + 1];
-      std::printf("batch %3lld: int8 tiles %6.2f ms, expanded %6.2f ms, int8 / expanded %.3f\n",
-                  static_cast<long long>(n), int8_ms, expanded_ms, int8_ms / expanded_ms);
+      for (auto& v : ms) std::sort(v.begin() + 1, v.end());
+      const double a_ms = ms[0][kSteps / 2 + 1], b_ms = ms[1][kSteps / 2 + 1];
+      std::printf("batch %3lld: %s %6.2f ms, %s %6.2f ms, %s / %s %.3f\n",
+                  static_cast<long long>(n), a_name, a_ms, b_name, b_ms, a_name, b_name,
+                  a_ms / b_ms);
     }
+  };
+  if (against_int8) {
+    alternate(matvec_amx_quant_panels, matvec_amx_expanded_panels, "int8 tiles", "expanded",
+              {16, 17, 24, 32, 48, 64, 96, 128});
     return 0;
   }
+#ifdef KVLAB_AB_A
+  if (ab) {
+    alternate(KVLAB_AB_A, KVLAB_AB_B, "old", "new", {1, 2, 4, 8, 16, 24, 32, 48, 64});
+    return 0;
+  }
+#endif
   for (int64_t n : {1, 8, 16, 32, 64}) {
     double per_matrix[kMatrices] = {};
     std::vector<double> steps_ms;

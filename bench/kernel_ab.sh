@@ -20,6 +20,7 @@ rev=$1 file=$2 function=$3 threads=$4 dtype=$5
 build=build
 [ -f "$build/compile_commands.json" ] || { echo "$0: no $build/compile_commands.json (make build)" >&2; exit 2; }
 [ -f "$file" ] || { echo "$0: no such file: $file" >&2; exit 2; }
+git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "$0: not a revision: $rev" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git archive "$rev" src | tar -x -C "$work"

@@ -68,6 +68,16 @@ inline __m512 sum_quarters4(__m512 a, __m512 b, __m512 c, __m512 d) {
                        _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
+// out[i] = the sum of v_i's sixteen lanes, four vectors at once.
+inline void sum_across4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float* out) {
+  const __m512 quarters = sum_quarters4(v0, v1, v2, v3);
+  const __m512 halves =
+      _mm512_add_ps(quarters, _mm512_shuffle_f32x4(quarters, quarters, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 sums =
+      _mm512_add_ps(halves, _mm512_shuffle_f32x4(halves, halves, _MM_SHUFFLE(2, 3, 0, 1)));
+  _mm_storeu_ps(out, _mm512_castps512_ps128(sums));
+}
+
 // out[i] = the sum of v_i's sixteen lanes, eight vectors at once: one transposing tree instead of
 // eight reductions of their own.
 inline void sum_across8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m512 v5, __m512 v6,
@@ -142,9 +152,10 @@ void tile_groups(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t 
       }
     }
   }
-  if constexpr (R == 4 && NB == 2) {
+  if constexpr (R == 4 && NB >= 2) {
     sum_across8(acc[0][0], acc[0][1], acc[0][2], acc[0][3], acc[1][0], acc[1][1], acc[1][2],
                 acc[1][3], out);
+    if constexpr (NB == 3) sum_across4(acc[2][0], acc[2][1], acc[2][2], acc[2][3], out + 8);
   } else {
 #pragma GCC unroll 4
     for (int b = 0; b < NB; ++b)
@@ -153,7 +164,9 @@ void tile_groups(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t 
   }
 }
 
-constexpr int kBatch = 2;  // rows of x a tile takes: 2 × 4 rows' sums and f32 sums fit 32 registers
+// Rows of x a tile takes: three (3 × 4 rows' integer and f32 sums, 24 of the 32
+// registers; 1.07–1.16× two at 16–64 rows, docs/kernels/dense-decode.md), the last two together.
+constexpr int kBatch = 3;
 
 // y for output rows [first, last): four weight rows at a time (walk_rows's four runs; then one)
 // against two rows of x at a time (then one); the first rows of x bring the weight rows into L1
@@ -177,6 +190,10 @@ void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int
   walk_rows(first, last, [&]<int R>(int64_t o, int64_t spread) {
     int64_t b = 0;
     for (; b + kBatch <= p.n; b += kBatch) tile.template operator()<R, kBatch>(o, spread, b);
+    if (b + 2 <= p.n) {
+      tile.template operator()<R, 2>(o, spread, b);
+      b += 2;
+    }
     for (; b < p.n; ++b) tile.template operator()<R, 1>(o, spread, b);
   });
 }

@@ -1,18 +1,11 @@
 // Built with AVX-512 F/BW/VL/DQ + BF16; called only by kernels that are.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "kernels/bf16_rows.h"
+#include "kernels/row_lanes_avx512.h"
 
 namespace kvlab {
 namespace {
-
-// Elements [first, first + 16) of x, zeros past `in`.
-inline __m512 load_lanes(const float* x, int64_t in, int64_t first) {
-  const int64_t left = std::clamp<int64_t>(in - first, 0, 16);
-  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1), x + first);
-}
 
 // f32_to_bf16 on sixteen lanes in integer arithmetic: the rounding bias added to the bits, NaNs
 // truncated and made quiet.
@@ -40,7 +33,7 @@ inline __mmask16 denormals(__m512 v) {
 void round_bf16_row_avx512(const float* x, int64_t in, uint16_t* row, int64_t elements) {
   int64_t i = 0;
   for (; i + 32 <= elements; i += 32) {
-    const __m512 lo = load_lanes(x, in, i), hi = load_lanes(x, in, i + 16);
+    const __m512 lo = load_row_lanes(x, in, i), hi = load_row_lanes(x, in, i + 16);
     if (__builtin_expect((denormals(lo) | denormals(hi)) != 0, 0)) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i), round_exact(lo));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i + 16), round_exact(hi));
@@ -50,7 +43,7 @@ void round_bf16_row_avx512(const float* x, int64_t in, uint16_t* row, int64_t el
     }
   }
   if (i < elements) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i), round_exact(load_lanes(x, in, i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + i), round_exact(load_row_lanes(x, in, i)));
   }
 }
 

@@ -4,18 +4,13 @@
 #include <algorithm>
 
 #include "kernels/q8_0_rows.h"
+#include "kernels/row_lanes_avx512.h"
 
 namespace kvlab {
 namespace {
 
 constexpr int64_t kBlock = 32;        // a q8_0 block's elements: two registers
 constexpr int64_t kGroupBlocks = 16;  // blocks whose scales share one register
-
-// Elements [first, first + 16) of x, zeros past `in`.
-inline __m512 load_lanes(const float* x, int64_t in, int64_t first) {
-  const int64_t left = std::clamp<int64_t>(in - first, 0, 16);
-  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1), x + first);
-}
 
 // v · inverse rounded half away from zero, as an int32 (the truncation and its remainder are
 // exact in f32, as in store_rows' round_to_quant).
@@ -44,7 +39,7 @@ void quantize_q8_0_row_avx512(const float* x, int64_t in, int8_t* quants, int64_
     __mmask16 nan = 0;
     for (int64_t j = 0; j < count; ++j) {
       const int64_t first = (k0 + j) * kBlock;
-      const __m512 lo = load_lanes(x, in, first), hi = load_lanes(x, in, first + 16);
+      const __m512 lo = load_row_lanes(x, in, first), hi = load_row_lanes(x, in, first + 16);
       amax[j] = _mm512_reduce_max_ps(
           _mm512_max_ps(_mm512_andnot_ps(sign, lo), _mm512_andnot_ps(sign, hi)));
       const __mmask16 unordered =
@@ -72,9 +67,9 @@ void quantize_q8_0_row_avx512(const float* x, int64_t in, int8_t* quants, int64_
       // int32 -> int8 by truncation: in range except where x · (1 / d) is not finite, which
       // store_rows' lround also turns into 0
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q),
-                       _mm512_cvtepi32_epi8(round_away(load_lanes(x, in, first), inv)));
+                       _mm512_cvtepi32_epi8(round_away(load_row_lanes(x, in, first), inv)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16),
-                       _mm512_cvtepi32_epi8(round_away(load_lanes(x, in, first + 16), inv)));
+                       _mm512_cvtepi32_epi8(round_away(load_row_lanes(x, in, first + 16), inv)));
     }
   }
 }

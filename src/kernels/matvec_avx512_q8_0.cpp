@@ -167,10 +167,18 @@ void tile_groups(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t 
 // Rows of x a tile takes: three (3 × 4 rows' integer and f32 sums, 24 of the 32
 // registers; 1.07–1.16× two at 16–64 rows, docs/kernels/dense-decode.md), the last two together.
 constexpr int kBatch = 3;
+// Weight bytes a task keeps in L1 while each tile of x passes over them, beyond one tile of x:
+// up to eight sets of four rows (two at 4,096 inputs), so a tile of x read from L2 serves them
+// all (at 16–64 rows of x 1.05–1.12× one set; docs/kernels/dense-decode.md).
+constexpr int64_t kSetBytes = 36 * 1024;
+constexpr int64_t kMaxSets = 8;
+// From four tiles of x (at 4–8 rows sets measured 0.93–0.97× one).
+constexpr int64_t kSetsMinRows = 4 * kBatch;
 
-// y for output rows [first, last): four weight rows at a time (walk_rows's four runs; then one)
-// against two rows of x at a time (then one); the first rows of x bring the weight rows into L1
-// and prefetch the next.
+// y for output rows [first, last): four weight rows at a time in walk_rows's four runs (then
+// one), against kBatch rows of x at a time (then two, then one). From kSetsMinRows rows of x,
+// up to kMaxSets such sets of rows take each tile of x in turn. The first rows of x bring the
+// weight rows into L1 and prefetch the next.
 void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int64_t last) {
   const int64_t stride = row_bytes(DType::kQ8_0, p.in);
   const int64_t ahead = prefetch_ahead(stride);
@@ -187,15 +195,26 @@ void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int
     }
     write_tile<R, NB>(p, o, spread, b, out);
   };
-  walk_rows(first, last, [&]<int R>(int64_t o, int64_t spread) {
+  // the sets of R rows o + k (k < sets, each R rows `spread` apart) against each tile of x in turn
+  auto tiles = [&]<int R>(int64_t o, int64_t sets, int64_t spread) {
     int64_t b = 0;
-    for (; b + kBatch <= p.n; b += kBatch) tile.template operator()<R, kBatch>(o, spread, b);
+    for (; b + kBatch <= p.n; b += kBatch)
+      for (int64_t k = 0; k < sets; ++k) tile.template operator()<R, kBatch>(o + k, spread, b);
     if (b + 2 <= p.n) {
-      tile.template operator()<R, 2>(o, spread, b);
+      for (int64_t k = 0; k < sets; ++k) tile.template operator()<R, 2>(o + k, spread, b);
       b += 2;
     }
-    for (; b < p.n; ++b) tile.template operator()<R, 1>(o, spread, b);
-  });
+    for (; b < p.n; ++b)
+      for (int64_t k = 0; k < sets; ++k) tile.template operator()<R, 1>(o + k, spread, b);
+  };
+  const int64_t max_sets =
+      p.n < kSetsMinRows ? 1 : std::clamp<int64_t>(kSetBytes / (4 * stride), 1, kMaxSets);
+  // walk_rows's runs, max_sets sets of four at a time
+  const int64_t spread = (last - first) / 4;
+  for (int64_t o = first; o < first + spread; o += max_sets) {
+    tiles.template operator()<4>(o, std::min(max_sets, first + spread - o), spread);
+  }
+  for (int64_t o = first + 4 * spread; o < last; ++o) tiles.template operator()<1>(o, 1, 1);
 }
 
 }  // namespace

@@ -164,6 +164,11 @@ void tile_groups(const std::byte* w, int64_t row_stride, int64_t ahead, int64_t 
   }
 }
 
+// How far ahead in its run a tile prefetches: whole rows, at least 2 KiB (half of
+// matvec_rows.inc's kPrefetchBytes; 1.03–1.21× at 1–16 rows of x on the Zen 5 VM,
+// docs/kernels/dense-decode.md).
+constexpr int64_t kAheadBytes = 2048;
+
 // Rows of x a tile takes: three (3 × 4 rows' integer and f32 sums, 24 of the 32
 // registers; 1.07–1.16× two at 16–64 rows, docs/kernels/dense-decode.md), the last two together.
 constexpr int kBatch = 3;
@@ -181,7 +186,7 @@ constexpr int64_t kSetsMinRows = 4 * kBatch;
 // weight rows into L1 and prefetch the next.
 void rows_range(const MatVecParams& p, const InterleavedX& x, int64_t first, int64_t last) {
   const int64_t stride = row_bytes(DType::kQ8_0, p.in);
-  const int64_t ahead = prefetch_ahead(stride);
+  const int64_t ahead = (kAheadBytes + stride - 1) / stride * stride;
   const int64_t blocks = (p.in + kQB - 1) / kQB;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   // rows o + r · spread against rows b.. of x

@@ -174,7 +174,7 @@ constexpr int64_t kAheadBytes = 2048;
 constexpr int kBatch = 3;
 // Weight bytes a task keeps in L1 while each tile of x passes over them, beyond one tile of x:
 // up to eight sets of four rows (two at 4,096 inputs), so a tile of x read from L2 serves them
-// all (at 16–64 rows of x 1.05–1.12× one set; docs/kernels/dense-decode.md).
+// all (at 16–64 rows of x 1.03–1.13× one set on the Zen 5 VM; docs/kernels/dense-decode.md).
 constexpr int64_t kSetBytes = 36 * 1024;
 constexpr int64_t kMaxSets = 8;
 // From four tiles of x (at 4–8 rows sets measured 0.93–0.97× one).

@@ -420,9 +420,9 @@ void expect_reordered_matches(const std::vector<float>& expected,
 // Interleaved q8_0 weights through AVX-512 VNNI's kernel where the CPU has it (called directly:
 // a decoder with AMX int8 stores q8_0 in panels instead), else through the decoder (the
 // reference), against the reference on ggml's rows of the same weights: odd shapes, partial
-// groups, strides, batches (three rows of x a tile, then two, then one; several
-// sets of weight rows a tile of x from twelve rows, the last set partial), bias, a NaN in one row
-// of x. The reference reading interleaved rows equals it exactly.
+// groups, strides, batches (three rows of x a tile, then two, then one; from twelve rows several
+// sets of weight rows a tile of x, the last set partial), bias, a NaN in one row of x. The
+// reference reading interleaved rows equals it exactly.
 TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
   std::mt19937 rng(23);
   FastDecoder fast(2, detect_cpu_isa());

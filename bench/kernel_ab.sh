@@ -11,9 +11,11 @@
 #   bench/kernel_ab.sh REV FILE FUNCTION THREADS DTYPE
 #   e.g. bench/kernel_ab.sh HEAD~1 src/kernels/matvec_amx_quant_panels.cpp \
 #        matvec_amx_quant_panels 2 q8_0
+# DTYPE q8_0-panels stores q8_0 in panels whatever this CPU's order (the VNNI panel kernel where
+# the decoder stores q8_0 interleaved).
 set -eu
 if [ $# -ne 5 ]; then
-  echo "usage: $0 REV FILE FUNCTION THREADS DTYPE (bf16 | q8_0 | q4_0)" >&2
+  echo "usage: $0 REV FILE FUNCTION THREADS DTYPE (bf16 | q8_0 | q4_0 | q8_0-panels)" >&2
   exit 2
 fi
 rev=$1 file=$2 function=$3 threads=$4 dtype=$5
@@ -42,4 +44,8 @@ g++ -O2 -std=c++20 -I. -Isrc -DKVLAB_AB_A="${function}_old" -DKVLAB_AB_B="${func
   bench/dense_step_shapes.cpp "$work/old.o" "$work/new.o" "$build/src/libkvlab_kernels.a" \
   "$build/src/libkvlab_spec.a" "$build/src/libkvlab_report.a" -ldnnl -lfmt -lpthread \
   -o "$work/ab"
-"$work/ab" "$threads" "$dtype" --ab
+if [ "$dtype" = q8_0-panels ]; then
+  "$work/ab" "$threads" q8_0 --ab-panels
+else
+  "$work/ab" "$threads" "$dtype" --ab
+fi

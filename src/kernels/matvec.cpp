@@ -44,7 +44,7 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
     if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
     if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
   }
-  if (p.weight_order == WeightOrder::kPanels && p.weight_dtype == DType::kQ4_0) {
+  if (p.weight_order == WeightOrder::kPanels) {  // the VNNI panel kernel's block corrections
     if (scratch.block_bias.size() < blocks) scratch.block_bias.resize(blocks);
   }
 }

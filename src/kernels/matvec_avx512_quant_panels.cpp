@@ -30,24 +30,24 @@ inline __m512i x_quad(const void* block, int64_t v) {
 }
 
 // acc[b][j] (+)= panel j's sixteen rows · x_b for NB rows of x (xq_stride bytes apart; scales xs
-// and, for q4_0, the block sums' corrections xbias xs_stride apart) and NP panels from the one
-// whose quants and scales are at `w` and `scales`, every block. The integer sums of a block are
+// and the block sums' corrections xbias xs_stride apart) and NP panels, `spread` panels apart from
+// the one whose quants and scales are at `w` and `scales`, every block. The integer sums of a block are
 // exact; then one scaled add into the f32 sums.
-// - q8_0: x biased to unsigned (q + 128); each of a block's eight 64-byte loads of a panel one
-//   vpdpbusd per row of x against four of its bytes broadcast, and one against ones: the panel's
-//   sums, which × 128 are what x's bias added.
-// - q4_0: x signed; each of a block's four 64-byte loads of a panel two operands (its low and
-//   high nibbles, the weights + 8, unsigned), each one vpdpbusd per row of x; the sums start at
-//   −8 · Σ q_x (xbias), which takes the weights' offset back out.
+// x is signed and the weights vpdpbusd's unsigned operand, offset by a constant that the sums'
+// start, −offset · Σ q_x per block (xbias), takes back out:
+// - q8_0: each of a block's eight 64-byte loads of a panel flipped to q + 128 (one xor), then one
+//   vpdpbusd per row of x against four of x's bytes broadcast;
+// - q4_0: each of a block's four 64-byte loads of a panel two operands (its low and high nibbles,
+//   the weights + 8), each one vpdpbusd per row of x.
 template <DType D, int NB, int NP>
-void tile_blocks(const std::byte* w, const std::byte* scales, int64_t blocks, const uint8_t* xq,
-                 int64_t xq_stride, const float* xs, const int32_t* xbias, int64_t xs_stride,
-                 __m512 (&acc)[NB][NP]) {
+void tile_blocks(const std::byte* w, const std::byte* scales, int64_t spread, int64_t blocks,
+                 const uint8_t* xq, int64_t xq_stride, const float* xs, const int32_t* xbias,
+                 int64_t xs_stride, __m512 (&acc)[NB][NP]) {
   const int64_t block_bytes = quant_panel_block_bytes(D);
-  const int64_t panel_stride = blocks * block_bytes;
-  const int64_t scale_stride = blocks * kQ8PanelScaleBytes;
+  const int64_t panel_stride = spread * blocks * block_bytes;
+  const int64_t scale_stride = spread * blocks * kQ8PanelScaleBytes;
   for (int64_t k = 0; k < blocks; ++k) {
-    __m512i dot[NB][NP], sum[NP];
+    __m512i dot[NB][NP];
     const std::byte* block = w + k * block_bytes;
     const auto load = [&](int j, int64_t v) {
       const std::byte* at = block + j * panel_stride + 64 * v;
@@ -55,33 +55,24 @@ void tile_blocks(const std::byte* w, const std::byte* scales, int64_t blocks, co
       return _mm512_loadu_si512(at);
     };
     if constexpr (D == DType::kQ8_0) {
-      const __m512i ones = _mm512_set1_epi8(1);
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) {
-        sum[j] = _mm512_setzero_si512();
+      for (int b = 0; b < NB; ++b) {
+        const __m512i start = _mm512_set1_epi32(xbias[b * xs_stride + k]);
 #pragma GCC unroll 4
-        for (int b = 0; b < NB; ++b) dot[b][j] = _mm512_setzero_si512();
+        for (int j = 0; j < NP; ++j) dot[b][j] = start;
       }
 #pragma GCC unroll 8
       for (int64_t v = 0; v < kQB / 4; ++v) {
         __m512i wv[NP];
 #pragma GCC unroll 4
-        for (int j = 0; j < NP; ++j) {
-          wv[j] = load(j, v);
-          sum[j] = _mm512_dpbusd_epi32(sum[j], ones, wv[j]);
-        }
+        for (int j = 0; j < NP; ++j) wv[j] = _mm512_xor_si512(load(j, v), flip);
 #pragma GCC unroll 4
         for (int b = 0; b < NB; ++b) {
           const __m512i xv = x_quad(xq + b * xq_stride + k * kQB, v);
 #pragma GCC unroll 4
-          for (int j = 0; j < NP; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], xv, wv[j]);
+          for (int j = 0; j < NP; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], wv[j], xv);
         }
-      }
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) {
-        sum[j] = _mm512_slli_epi32(sum[j], 7);
-#pragma GCC unroll 4
-        for (int b = 0; b < NB; ++b) dot[b][j] = _mm512_sub_epi32(dot[b][j], sum[j]);
       }
     } else {
       const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -138,33 +129,32 @@ void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, cons
                  int64_t first, int64_t last) {
   const int64_t blocks = q8_0_blocks(p.in);
   const auto* weight = static_cast<const std::byte*>(p.weight);
-  const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t b) {
+  const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t spread, int64_t b) {
     __m512 acc[NB][NP] = {};
     tile_blocks<D, NB, NP>(weight + quant_panel_quants(D, p.in, panel),
-                           weight + quant_panel_scales(D, p.out, p.in, panel), blocks,
+                           weight + quant_panel_scales(D, p.out, p.in, panel), spread, blocks,
                            xq + b * blocks * kQB, blocks * kQB, xs + b * blocks, xbias + b * blocks,
                            blocks, acc);
-    write_panels<NP, NB>(p, panel, 1, b, acc);  // the NP panels side by side
+    write_panels<NP, NB>(p, panel, spread, b, acc);
   };
   // rows of x a tile: four (two panels), or up to two (four panels): ≤ 26 of the 32 registers
-  const auto rows = [&]<int NP>(int64_t panel) {
+  const auto rows = [&]<int NP>(int64_t panel, int64_t spread) {
     int64_t b = 0;
     if constexpr (NP == 2) {
-      for (; b + 4 <= p.n; b += 4) tile.template operator()<4, NP>(panel, b);
+      for (; b + 4 <= p.n; b += 4) tile.template operator()<4, NP>(panel, spread, b);
       if (p.n - b == 3) {
-        tile.template operator()<3, NP>(panel, b);
+        tile.template operator()<3, NP>(panel, spread, b);
         return;
       }
     }
-    for (; b + 2 <= p.n; b += 2) tile.template operator()<2, NP>(panel, b);
-    if (b < p.n) tile.template operator()<1, NP>(panel, b);
+    for (; b + 2 <= p.n; b += 2) tile.template operator()<2, NP>(panel, spread, b);
+    if (b < p.n) tile.template operator()<1, NP>(panel, spread, b);
   };
-  int64_t panel = first;
   if (p.n <= 2) {
-    for (; panel + 4 <= last; panel += 4) rows.template operator()<4>(panel);
+    walk_rows<4>(first, last, rows);
+  } else {
+    walk_rows<2>(first, last, rows);
   }
-  for (; panel + 2 <= last; panel += 2) rows.template operator()<2>(panel);
-  if (panel < last) rows.template operator()<1>(panel);
 }
 
 template <DType D>
@@ -172,25 +162,17 @@ void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratc
   const int64_t blocks = q8_0_blocks(p.in);
   auto* xq = reinterpret_cast<uint8_t*>(scratch.quants.data());  // [n][blocks · 32]
   float* xs = scratch.scales.data();                             // [n][blocks]
-  int32_t* xbias = scratch.block_bias.data();                    // [n][blocks], q4_0
+  int32_t* xbias = scratch.block_bias.data();                    // [n][blocks]
   quantize_rows(p, pool, [&](int64_t b, const float* x) {
     auto* row = reinterpret_cast<int8_t*>(xq + b * blocks * kQB);
     quantize_q8_0_row_avx512(x, p.in, row, kQB, xs + b * blocks, 1);
-    if constexpr (D == DType::kQ8_0) {
-      // + 128: the unsigned operand of vpdpbusd
-      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-      for (int64_t e = 0; e < blocks * kQB; e += 64) {
-        const auto mask = static_cast<__mmask64>(
-            blocks * kQB - e >= 64 ? ~uint64_t{0} : (uint64_t{1} << (blocks * kQB - e)) - 1);
-        _mm512_mask_storeu_epi8(row + e, mask,
-                                _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + e), flip));
-      }
-    } else {
-      for (int64_t k = 0; k < blocks; ++k) {
-        int32_t sum = 0;
-        for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
-        xbias[b * blocks + k] = -8 * sum;
-      }
+    // q8_0: the weights + 128 are vpdpbusd's unsigned operand, so the sums start at −128 · Σ q_x;
+    // q4_0: the nibbles (the weights + 8), at −8 · Σ q_x
+    constexpr int32_t offset = D == DType::kQ8_0 ? 128 : 8;
+    for (int64_t k = 0; k < blocks; ++k) {
+      int32_t sum = 0;
+      for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
+      xbias[b * blocks + k] = -offset * sum;
     }
   });
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;

@@ -9,14 +9,11 @@
 // matvec_amx_expanded_panels (expanded to bf16), called directly and alternating step by step at
 // 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
-// them), `--ab` does the same for those two at 1…64 rows: old ÷ new; `--ab-panels` with q8_0 or
-// q4_0 stored in panels whatever this CPU's order (the VNNI panel kernel on a CPU that stores q8_0
-// interleaved). With `--interleaved-vs-panels` (q8_0, AVX-512 VNNI): the step's weights in both
-// orders, matvec_q8_0_interleaved against matvec_quant_panels, alternating step by step at 1…64
-// rows: interleaved ÷ panels. Not part of the build; after `make build`:
+// them), `--ab` does the same for those two at 1…64 rows: old ÷ new. Not part of the build; after
+// `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
-//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --interleaved-vs-panels | --ab | --ab-panels]]
+//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --ab]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,21 +64,16 @@ int main(int argc, char** argv) {
                       : dtype_arg == "q4_0" ? DType::kQ4_0
                                             : DType::kBf16;
   const bool against_int8 = argc == 4 && std::string(argv[3]) == "--expanded-vs-int8";
-  const bool across_orders = argc == 4 && std::string(argv[3]) == "--interleaved-vs-panels";
 #ifdef KVLAB_AB_A
-  const bool ab_panels = argc == 4 && std::string(argv[3]) == "--ab-panels";
-  const bool ab = (argc == 4 && std::string(argv[3]) == "--ab") || ab_panels;
+  const bool ab = argc == 4 && std::string(argv[3]) == "--ab";
 #else
-  const bool ab = false, ab_panels = false;
+  const bool ab = false;
 #endif
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
-      (argc == 4 && !ab && !(against_int8 && dtype != DType::kBf16) &&
-       !(across_orders && dtype == DType::kQ8_0)) ||
-      (ab_panels && dtype == DType::kBf16)) {
+      (argc == 4 && !ab && (!against_int8 || dtype == DType::kBf16))) {
     std::fprintf(stderr,
                  "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8 | "
-                 "--interleaved-vs-panels (q8_0) | --ab | --ab-panels (q8_0, q4_0) (both built with "
-                 "KVLAB_AB_A, KVLAB_AB_B)]]\n",
+                 "--ab (built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
                  argv[0]);
     return 2;
   }
@@ -92,59 +84,40 @@ int main(int argc, char** argv) {
                  "AVX-512 BF16)\n");
     return 2;
   }
-  if (across_orders && !(cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni())) {
-    std::fprintf(stderr, "--interleaved-vs-panels: this CPU has no AVX-512 VNNI\n");
-    return 2;
-  }
-  const WeightOrder order = across_orders ? WeightOrder::kInterleaved
-                            : ab_panels   ? WeightOrder::kPanels
-                                          : fastest_weight_order(dtype, isa);
+  const WeightOrder order = fastest_weight_order(dtype, isa);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  using Stored = std::vector<std::vector<std::byte, WeightAllocator<std::byte>>>;
-  // the step's matrices in `in_order` (the same values for every order: the generator restarts)
-  const auto store_step = [&](WeightOrder in_order) {
-    std::mt19937 values_rng(1);
-    Stored step;
-    for (int l = 0; l < kLayers; ++l) {
-      for (const Matrix& m : kLayer) {
-        std::vector<float> values(static_cast<size_t>(m.out * m.in));
-        for (float& v : values) v = normal(values_rng);
-        std::vector<std::byte> rows(static_cast<size_t>(m.out * row_bytes(dtype, m.in)));
-        store_rows(values.data(), m.out, m.in, dtype, rows.data());
-        auto& stored = step.emplace_back();
-        if (in_order == WeightOrder::kPanels && dtype == DType::kBf16) {
-          stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
-          pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
-                           stored.data());
-        } else if (in_order == WeightOrder::kPanels) {
-          stored.resize(static_cast<size_t>(quant_panel_bytes(dtype, m.out, m.in)));
-          pack_quant_panels(dtype, rows.data(), m.out, m.in, stored.data());
-        } else if (in_order == WeightOrder::kInterleaved) {
-          stored.resize(rows.size());
-          interleave_q8_0_rows(rows.data(), m.out, m.in, stored.data());
-        } else {
-          stored.assign(rows.begin(), rows.end());
-        }
+  std::vector<std::vector<std::byte, WeightAllocator<std::byte>>> weights;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const Matrix& m : kLayer) {
+      std::vector<float> values(static_cast<size_t>(m.out * m.in));
+      for (float& v : values) v = normal(rng);
+      std::vector<std::byte> rows(static_cast<size_t>(m.out * row_bytes(dtype, m.in)));
+      store_rows(values.data(), m.out, m.in, dtype, rows.data());
+      auto& stored = weights.emplace_back();
+      if (order == WeightOrder::kPanels && dtype == DType::kBf16) {
+        stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
+        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
+                         stored.data());
+      } else if (order == WeightOrder::kPanels) {
+        stored.resize(static_cast<size_t>(quant_panel_bytes(dtype, m.out, m.in)));
+        pack_quant_panels(dtype, rows.data(), m.out, m.in, stored.data());
+      } else {
+        stored.assign(rows.begin(), rows.end());
       }
     }
-    return step;
-  };
-  const Stored weights = store_step(order);
-  const Stored panels = across_orders ? store_step(WeightOrder::kPanels) : Stored{};
+  }
   FastDecoder decoder(threads, isa);
-  constexpr const char* kOrderNames[] = {"rows", "interleaved rows", "panels"};
   std::printf("%s, %.*s, %d threads, %s weights as %s, %d layers\n", cpu_model_name().c_str(),
               static_cast<int>(cpu_isa_name(isa).size()), cpu_isa_name(isa).data(), threads,
-              dtype_arg.c_str(), kOrderNames[static_cast<int>(order)], kLayers);
+              dtype_arg.c_str(), weight_order_name(order), kLayers);
   std::vector<float> x(128 * 4096), y(128 * 4096);
   for (float& v : x) v = normal(rng);
   using Kernel = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
   // kernels a and b on the step's matrices, alternating step by step, at each of `rows`: each
   // one's median step (its first a warm-up) and a ÷ b
   const auto alternate = [&](Kernel a, Kernel b, const char* a_name, const char* b_name,
-                             std::initializer_list<int64_t> rows, const Stored& b_weights,
-                             WeightOrder b_order) {
+                             std::initializer_list<int64_t> rows) {
     MatVecScratch scratch;
     for (int64_t n : rows) {
       std::vector<double> ms[2];
@@ -152,19 +125,10 @@ int main(int argc, char** argv) {
         const auto step_start = Clock::now();
         for (size_t k = 0; k < weights.size(); ++k) {
           const Matrix& m = kLayer[k % kMatrices];
-          const bool b_turn = step % 2 == 1;
-          MatVecParams p{(b_turn ? b_weights : weights)[k].data(),
-                         nullptr,
-                         x.data(),
-                         y.data(),
-                         n,
-                         m.in,
-                         m.out,
-                         0,
-                         0,
-                         dtype};
-          p.weight_order = b_turn ? b_order : order;
-          (b_turn ? b : a)(p, decoder.pool(), scratch);
+          MatVecParams p{
+              weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0, dtype};
+          p.weight_order = order;
+          (step % 2 == 0 ? a : b)(p, decoder.pool(), scratch);
         }
         ms[step % 2].push_back(ms_since(step_start));
       }
@@ -177,18 +141,12 @@ int main(int argc, char** argv) {
   };
   if (against_int8) {
     alternate(matvec_amx_quant_panels, matvec_amx_expanded_panels, "int8 tiles", "expanded",
-              {16, 17, 24, 32, 48, 64, 96, 128}, weights, order);
-    return 0;
-  }
-  if (across_orders) {
-    alternate(matvec_q8_0_interleaved, matvec_quant_panels, "interleaved", "panels",
-              {1, 2, 4, 8, 16, 24, 32, 48, 64}, panels, WeightOrder::kPanels);
+              {16, 17, 24, 32, 48, 64, 96, 128});
     return 0;
   }
 #ifdef KVLAB_AB_A
   if (ab) {
-    alternate(KVLAB_AB_A, KVLAB_AB_B, "old", "new", {1, 2, 4, 8, 16, 24, 32, 48, 64}, weights,
-              order);
+    alternate(KVLAB_AB_A, KVLAB_AB_B, "old", "new", {1, 2, 4, 8, 16, 24, 32, 48, 64});
     return 0;
   }
 #endif

@@ -4,18 +4,16 @@
 # compile_commands.json, once from REV's source tree and once from the working tree, FUNCTION
 # renamed FUNCTION_old and FUNCTION_new; bench/dense_step_shapes.cpp's --ab mode then calls the two
 # alternately, step by step, over the d 1024 × 16 model's matrices (weights of DTYPE in the order
-# the decoder stores them on this CPU; KVLAB_CPU_ISA picks another, e.g. avx512 for the interleaved
-# q8_0 kernel on an AMX CPU) and prints each one's median step and old ÷ new. Both builds link
+# the decoder stores them on this CPU; KVLAB_CPU_ISA picks another ISA's, e.g. avx2 for rows) and
+# prints each one's median step and old ÷ new. Both builds link
 # against the working tree's library, so the types they share (MatVecParams, ThreadPool,
 # MatVecScratch) must not have changed since REV. After `make build`:
 #   bench/kernel_ab.sh REV FILE FUNCTION THREADS DTYPE
 #   e.g. bench/kernel_ab.sh HEAD~1 src/kernels/matvec_amx_quant_panels.cpp \
 #        matvec_amx_quant_panels 2 q8_0
-# DTYPE q8_0-panels stores q8_0 in panels whatever this CPU's order (the VNNI panel kernel where
-# the decoder stores q8_0 interleaved).
 set -eu
 if [ $# -ne 5 ]; then
-  echo "usage: $0 REV FILE FUNCTION THREADS DTYPE (bf16 | q8_0 | q4_0 | q8_0-panels)" >&2
+  echo "usage: $0 REV FILE FUNCTION THREADS DTYPE (bf16 | q8_0 | q4_0)" >&2
   exit 2
 fi
 rev=$1 file=$2 function=$3 threads=$4 dtype=$5
@@ -44,8 +42,4 @@ g++ -O2 -std=c++20 -I. -Isrc -DKVLAB_AB_A="${function}_old" -DKVLAB_AB_B="${func
   bench/dense_step_shapes.cpp "$work/old.o" "$work/new.o" "$build/src/libkvlab_kernels.a" \
   "$build/src/libkvlab_spec.a" "$build/src/libkvlab_report.a" -ldnnl -lfmt -lpthread \
   -o "$work/ab"
-if [ "$dtype" = q8_0-panels ]; then
-  "$work/ab" "$threads" q8_0 --ab-panels
-else
-  "$work/ab" "$threads" "$dtype" --ab
-fi
+"$work/ab" "$threads" "$dtype" --ab

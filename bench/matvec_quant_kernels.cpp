@@ -1,8 +1,7 @@
 // q8_0 and q4_0 weights' kernels side by side, GMAC/s and GB/s of weights (median of 9) per rows
-// of x: ggml's block order (matvec_avx512), the interleaved order (q8_0: matvec_q8_0_interleaved),
-// panels (matvec_quant_panels) and, where the CPU has AMX int8, panels by tile multiplies
-// (matvec_amx_quant_panels; "-" elsewhere), the same weights in each. Not part of the build; after
-// `make build`:
+// of x: ggml's block order (matvec_avx512), panels (matvec_quant_panels) and, where the CPU has AMX
+// int8, panels by tile multiplies (matvec_amx_quant_panels; "-" elsewhere), the same weights in
+// each. Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/matvec_quant_kernels.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/mvq
 //   /tmp/mvq THREADS OUT IN [CYCLE_MB]      (q8_0, then q4_0)
@@ -55,16 +54,10 @@ void compare(DType dtype, const MatVecBenchArgs& args) {
   for (float& v : values) v = normal(rng);
   std::vector<std::byte> one(static_cast<size_t>(rows_bytes));
   store_rows(values.data(), out, in, dtype, one.data());
-  std::vector<std::byte> interleaved(one.size()),
-      panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
-  if (dtype == DType::kQ8_0) interleave_q8_0_rows(one.data(), out, in, interleaved.data());
+  std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
   pack_quant_panels(dtype, one.data(), out, in, panels.data());
   std::vector<Order> orders;
   orders.push_back({"ggml order", WeightOrder::kRows, matvec_avx512, {}, rows_bytes});
-  if (dtype == DType::kQ8_0) {
-    orders.push_back(
-        {"interleaved", WeightOrder::kInterleaved, matvec_q8_0_interleaved, {}, rows_bytes});
-  }
   orders.push_back({"panels",
                     WeightOrder::kPanels,
                     matvec_quant_panels,
@@ -78,9 +71,7 @@ void compare(DType dtype, const MatVecBenchArgs& args) {
                     {},
                     static_cast<int64_t>(panels.size())});
   for (Order& o : orders) {
-    const std::vector<std::byte>& src = o.order == WeightOrder::kRows          ? one
-                                        : o.order == WeightOrder::kInterleaved ? interleaved
-                                                                               : panels;
+    const std::vector<std::byte>& src = o.order == WeightOrder::kRows ? one : panels;
     o.weights.resize(static_cast<size_t>(matrices * o.matrix_bytes));
     for (int64_t m = 0; m < matrices; ++m) {
       std::copy(src.begin(), src.end(), o.weights.begin() + m * o.matrix_bytes);

@@ -39,7 +39,7 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
     if (expand_rows > 0 && batch >= expand_rows) return bf16_gmacs;  // 0: not measured
     const int64_t rows = quant_tile_min_rows(weight_dtype);
     if (rows > 0 && batch >= rows) return int8_block_gmacs;
-    // the VNNI kernels run interleaved or panel weights; rows (no VNNI) run the AVX2 kernel
+    // the VNNI kernel runs panel weights; rows (no VNNI) run the AVX2 kernel
     return fastest_weight_order(weight_dtype) != WeightOrder::kRows ? int8_gmacs : 0.0;
   }
   return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;

@@ -47,12 +47,9 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
     throw std::invalid_argument("weight dtype " + std::string(dtype_name(dtype)) +
                                 ": the dense layers take f32, bf16, f16, q8_0 or q4_0");
   }
-  if (order == WeightOrder::kInterleaved
-          ? dtype != DType::kQ8_0
-          : order == WeightOrder::kPanels && dtype != DType::kBf16 && !takes_quant_panels(dtype)) {
+  if (order == WeightOrder::kPanels && dtype != DType::kBf16 && !takes_quant_panels(dtype)) {
     throw std::invalid_argument("weight order: " + std::string(dtype_name(dtype)) +
-                                " weights are stored as rows (interleaved: q8_0, panels: bf16, "
-                                "q8_0 and q4_0)");
+                                " weights are stored as rows (panels: bf16, q8_0 and q4_0)");
   }
   if (dense.empty() || dtype == dense.dtype) return;
   if (dense.dtype != DType::kF32) {
@@ -63,11 +60,7 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
   store_rows(dense.weight.data(), dense.out, dense.in, dtype, dense.packed.data());
   dense.weight = {};
   dense.dtype = dtype;
-  if (order == WeightOrder::kInterleaved) {
-    PackedBytes interleaved(dense.packed.size());
-    interleave_q8_0_rows(dense.packed.data(), dense.out, dense.in, interleaved.data());
-    dense.packed = std::move(interleaved);
-  } else if (order == WeightOrder::kPanels && takes_quant_panels(dtype)) {
+  if (order == WeightOrder::kPanels && takes_quant_panels(dtype)) {
     PackedBytes panels(static_cast<size_t>(quant_panel_bytes(dtype, dense.out, dense.in)));
     pack_quant_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
     dense.packed = std::move(panels);

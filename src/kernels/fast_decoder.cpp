@@ -194,11 +194,9 @@ bool cpu_has_amx_int8() {
 
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
   const bool avx512 = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
-  if (dtype == DType::kQ8_0 && avx512 && cpu_has_avx512_vnni()) {
-    return isa == CpuIsa::kAmx && cpu_has_amx_int8() ? WeightOrder::kPanels
-                                                     : WeightOrder::kInterleaved;
+  if ((dtype == DType::kQ8_0 || dtype == DType::kQ4_0) && avx512 && cpu_has_avx512_vnni()) {
+    return WeightOrder::kPanels;
   }
-  if (dtype == DType::kQ4_0 && avx512 && cpu_has_avx512_vnni()) return WeightOrder::kPanels;
   if (dtype == DType::kBf16 && avx512 && cpu_has_avx512_bf16()) return WeightOrder::kPanels;
   return WeightOrder::kRows;
 }
@@ -232,8 +230,6 @@ void FastDecoder::run(const MatVecParams& params) {
   if (params.weight_order != WeightOrder::kRows) {
     if (fastest_weight_order(params.weight_dtype, isa_) != params.weight_order) {
       matvec_reference(params);
-    } else if (params.weight_order == WeightOrder::kInterleaved) {
-      matvec_q8_0_interleaved(params, pool_, matvec_scratch_);
     } else if (takes_quant_panels(params.weight_dtype)) {
       const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
       if (matvec_expands_quant_panels(params)) {

@@ -58,12 +58,10 @@ PrefillPath prefill_path(CpuIsa isa = detect_cpu_isa());
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
 // The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`, where it
-// runs AVX-512 or AMX: q8_0 in panels where it runs AMX and the CPU has AMX int8 and AVX-512 VNNI,
-// else interleaved (matvec_q8_0_interleaved) where the CPU has VNNI; q4_0 in panels where the CPU
-// has VNNI (matvec_quant_panels; with AMX int8, from quant_tile_min_rows rows,
-// matvec_amx_quant_panels, as for q8_0 panels); bf16 in panels where the CPU has AVX-512 BF16
-// (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows matvec_amx_bf16_panels). Rows
-// elsewhere.
+// runs AVX-512 or AMX: q8_0 and q4_0 in panels where the CPU has AVX-512 VNNI (matvec_quant_panels;
+// with AMX int8, from quant_tile_min_rows rows, matvec_amx_quant_panels); bf16 in panels where the
+// CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows
+// matvec_amx_bf16_panels). Rows elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
@@ -138,12 +136,11 @@ class FastDecoder {
   // kF32GemmMinRows rows of x through oneDNN's sgemm (matvec_gemm_f32), bf16 products where
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
-  // reference on kScalar). Interleaved q8_0 weights run matvec_q8_0_interleaved, q8_0 and q4_0
-  // panels matvec_quant_panels (matvec_amx_quant_panels from quant_tile_min_rows rows,
-  // matvec_amx_expanded_panels from quant_expand_min_rows rows), bf16 panels matvec_bf16_panels
-  // (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows), where
-  // fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights stored
-  // for another decoder's ISA).
+  // reference on kScalar). q8_0 and q4_0 panels run matvec_quant_panels (matvec_amx_quant_panels
+  // from quant_tile_min_rows rows, matvec_amx_expanded_panels from quant_expand_min_rows rows),
+  // bf16 panels matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows),
+  // where fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights
+  // stored for another decoder's ISA).
   void run(const MatVecParams& params);
   bool matvec_runs_bf16_products(const MatVecParams& params) const;
   // Whether run() multiplies f32 weight rows by oneDNN's sgemm (kF32GemmMinRows).

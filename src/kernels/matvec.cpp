@@ -39,11 +39,6 @@ void reserve_matvec_scratch(const MatVecParams& p, MatVecScratch& scratch) {
   if (scratch.quants.size() < blocks * kQuantBlockElements) {
     scratch.quants.resize(blocks * kQuantBlockElements);
   }
-  if (p.weight_order == WeightOrder::kInterleaved) {
-    const auto padded = static_cast<size_t>(p.n * interleaved_q8_0_padded_blocks(p.in));
-    if (scratch.block_bias.size() < padded) scratch.block_bias.resize(padded);
-    if (scratch.block_scales.size() < padded) scratch.block_scales.resize(padded);
-  }
   if (p.weight_order == WeightOrder::kPanels) {  // the VNNI panel kernel's block corrections
     if (scratch.block_bias.size() < blocks) scratch.block_bias.resize(blocks);
   }
@@ -87,9 +82,8 @@ void require_weights(const MatVecParams& p, const char* caller, WeightOrder orde
                                 std::string(dtype_name(*dtype)));
   }
   if (p.weight_order != order) {
-    constexpr const char* kNames[] = {"rows", "interleaved", "panels"};
     throw std::invalid_argument(std::string(caller) + ": weight_order: must be " +
-                                kNames[static_cast<int>(order)]);
+                                weight_order_name(order));
   }
 }
 
@@ -110,10 +104,9 @@ void validate_matvec(const MatVecParams& p) {
   require(p.y_stride == 0 || p.y_stride >= p.out, "y_stride", "0 or >= out");
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
   require(p.weight_order == WeightOrder::kRows ||
-              (p.weight_order == WeightOrder::kInterleaved && p.weight_dtype == DType::kQ8_0) ||
               (p.weight_order == WeightOrder::kPanels &&
                (p.weight_dtype == DType::kBf16 || takes_quant_panels(p.weight_dtype))),
-          "weight_order", "interleaved only for q8_0 weights, panels only for bf16, q8_0 and q4_0");
+          "weight_order", "panels only for bf16, q8_0 and q4_0");
 }
 
 namespace {
@@ -165,10 +158,7 @@ void matvec_reference(const MatVecParams& p) {
           const float x_scale = block_quants(x_q8, DType::kQ8_0, x_quants);
           std::byte w_block[row_bytes(DType::kQ8_0, kQuantBlockElements)];  // ≥ a q4_0 block
           const std::byte* w_q = row + k * w_block_bytes;
-          if (p.weight_order == WeightOrder::kInterleaved) {
-            interleaved_q8_0_block(row, p.in, k, w_block);
-            w_q = w_block;
-          } else if (p.weight_order == WeightOrder::kPanels) {
+          if (p.weight_order == WeightOrder::kPanels) {
             quant_panel_block(p.weight_dtype, static_cast<const std::byte*>(p.weight), p.out, p.in,
                               o, k, w_block);
             w_q = w_block;

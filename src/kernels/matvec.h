@@ -21,15 +21,16 @@ namespace kvlab {
 // contributes d_w · d_x · Σ q_w q_x (an exact integer sum).
 //
 // How a matrix's weights are laid out: kRows, each output row as the cache stores one (above);
-// two reorderings of the same elements for the AVX-512 kernels:
-// - kInterleaved (q8_0; interleave_q8_0_rows): the order the VNNI kernel reads in whole vectors:
-//   no reshuffling of blocks, no sign trick, one scale conversion per 16 blocks.
-// - kPanels (bf16: pack_bf16_panels; q8_0, q4_0: pack_quant_panels): sixteen output rows side by
-//   side, element pairs (bf16) or quads (q8_0; q4_0 two quads a byte) interleaved, so one 64-byte
+// or, for the AVX-512 kernels, kPanels (bf16: pack_bf16_panels; q8_0, q4_0: pack_quant_panels), the
+// same elements reordered: sixteen output rows side by side, element pairs (bf16) or quads (q8_0;
+// q4_0 two quads a byte) interleaved, so one 64-byte
 //   load is a vdpbf16ps or vpdpbusd operand for sixteen outputs at once and a row of x enters as
 //   one broadcast: the GEMM micro-kernel's form, no sums across lanes; and 32 inputs of a panel are
 //   one AMX B tile.
-enum class WeightOrder : uint8_t { kRows, kInterleaved, kPanels };
+enum class WeightOrder : uint8_t { kRows, kPanels };
+constexpr const char* weight_order_name(WeightOrder order) {
+  return order == WeightOrder::kPanels ? "panels" : "rows";
+}
 
 struct MatVecParams {
   const void* weight = nullptr;  // [out] rows of row_bytes(weight_dtype, in) bytes
@@ -42,33 +43,8 @@ struct MatVecParams {
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
   DType weight_dtype = DType::kF32;
-  WeightOrder weight_order = WeightOrder::kRows;  // kInterleaved: q8_0; kPanels: bf16, q8_0, q4_0
+  WeightOrder weight_order = WeightOrder::kRows;  // kPanels: bf16, q8_0, q4_0
 };
-
-// The interleaved q8_0 row (row_bytes(kQ8_0, width) bytes, as ggml's): first the quants, 32 per
-// block, biased to unsigned (q + 128), in groups of 16 blocks (the last group m ≤ 16): within a
-// group at 512·g, chunk v (0..7) at 4·m·v holds elements 4v..4v+3 of each of the group's blocks
-// in turn, so one 64-byte load is four elements of sixteen blocks (a vpdpbusd lane each); then
-// the f16 scales in block order. Pure data movement: ggml's rows read back exactly.
-constexpr int64_t kInterleavedGroupBlocks = 16;
-// A row of `width` elements' blocks rounded up to whole groups: the length of the per-block
-// arrays the interleaved kernel keeps for each row of x (MatVecScratch::block_bias, block_scales).
-constexpr int64_t interleaved_q8_0_padded_blocks(int64_t width) {
-  const int64_t blocks = (width + kQuantBlockElements - 1) / kQuantBlockElements;
-  return (blocks + kInterleavedGroupBlocks - 1) / kInterleavedGroupBlocks * kInterleavedGroupBlocks;
-}
-// Where element e (0..31) of block k lands among a row's interleaved quants (`blocks` blocks).
-constexpr int64_t interleaved_q8_0_offset(int64_t blocks, int64_t k, int64_t e) {
-  const int64_t group = k / kInterleavedGroupBlocks;
-  const int64_t first = group * kInterleavedGroupBlocks;
-  const int64_t m =
-      blocks - first < kInterleavedGroupBlocks ? blocks - first : kInterleavedGroupBlocks;
-  return first * kQuantBlockElements + 4 * m * (e / 4) + 4 * (k - first) + e % 4;
-}
-void interleave_q8_0_rows(const std::byte* ggml_rows, int64_t n_rows, int64_t width,
-                          std::byte* interleaved);
-// Block k of an interleaved row in ggml's layout (row_bytes(kQ8_0, 32) bytes).
-void interleaved_q8_0_block(const std::byte* row, int64_t width, int64_t k, std::byte* block);
 
 // x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
 constexpr int64_t kBf16RowChunk = 32;
@@ -153,10 +129,9 @@ struct MatVecScratch {
   WeightVector<int8_t> quants;  // [n][blocks · 32] (q8_0 / q4_0 panels: n rounded up to 16)
   WeightVector<float> scales;   // [n][blocks] (likewise)
   WeightVector<uint16_t> bf16;  // [n][bf16_row_stride(in)]: x rounded to bf16
-  // interleaved q8_0 weights: x's block sums times −128 and scales, [n][blocks rounded up to 16];
-  // q4_0 panels: x's block sums times −8 (the weights' nibbles are q + 8), [n][blocks]
+  // q8_0 / q4_0 panels on AVX-512 VNNI: x's block sums times −128 / −8 (the weights' offset in
+  // vpdpbusd's unsigned operand), [n][blocks]
   WeightVector<int32_t> block_bias;
-  WeightVector<float> block_scales;
   // matvec_amx_expanded_panels: each task's pair of q8_0 / q4_0 panels expanded to bf16
   WeightVector<uint16_t> expanded;
 };
@@ -218,10 +193,6 @@ void matvec_avx2(const MatVecParams& params, ThreadPool& pool, MatVecScratch& sc
 // AVX-512 (matvec_avx512.cpp): sixteen lanes, four weight rows for four rows of x, the tails
 // masked (block dtypes two blocks a pass with VNNI's vpdpbusd, so these need AVX-512 VNNI).
 void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
-// AVX-512 VNNI over interleaved q8_0 rows (matvec_avx512_q8_0.cpp): x's rows rounded to q8_0 and
-// interleaved alike, each 64-byte load of weights and of x one vpdpbusd into sixteen blocks' sums
-// (started at −128 · Σ q_x, which removes the weights' bias), scaled once per 16 blocks.
-void matvec_q8_0_interleaved(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 // AVX-512 BF16 over bf16 panels (matvec_avx512_bf16_panels.cpp): at one row of x, each panel
 // load widened to f32 (even and odd elements) against x's f32 elements broadcast; from two rows,
 // x rounded to bf16 as matvec_bf16_products rounds it, each panel load one vdpbf16ps per row of
@@ -230,9 +201,9 @@ void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScra
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
 // (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to four rows of x,
-// two or four panels a tile. The operand vpdpbusd takes unsigned is x biased (q8_0: q + 128; one
-// more vpdpbusd against ones gives the weights' sums, which take the bias back out) or the
-// weights' nibbles (q4_0: q + 8; the sums start at −8 · Σ q_x).
+// two or four panels a tile, in walk_rows's runs. The operand vpdpbusd takes unsigned is the
+// weights, offset (q8_0: q + 128, one xor a load; q4_0: the nibbles, q + 8), and the sums start at
+// −offset · Σ q_x, which takes the offset back out.
 void matvec_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 // AMX int8 over q8_0 or q4_0 panels (matvec_amx_quant_panels.cpp): x's rows rounded to q8_0 as
 // above, in blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes

@@ -1,7 +1,6 @@
 // Built with AVX-512 F/BW/VL/DQ + VNNI; reached only through FastDecoder where q8_0 or q4_0
-// weights are stored in panels (fastest_weight_order: q4_0 on a CPU with AVX-512 VNNI, q8_0 where
-// it has AMX int8 too), at every batch, or with AMX int8 below the tile kernel's threshold
-// (quant_tile_min_rows).
+// weights are stored in panels (fastest_weight_order: a CPU with AVX-512 VNNI), at every batch, or
+// with AMX int8 below the tile kernel's threshold (quant_tile_min_rows).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,10 +30,10 @@ inline __m512i x_quad(const void* block, int64_t v) {
 
 // acc[b][j] (+)= panel j's sixteen rows · x_b for NB rows of x (xq_stride bytes apart; scales xs
 // and the block sums' corrections xbias xs_stride apart) and NP panels, `spread` panels apart from
-// the one whose quants and scales are at `w` and `scales`, every block. The integer sums of a block are
-// exact; then one scaled add into the f32 sums.
-// x is signed and the weights vpdpbusd's unsigned operand, offset by a constant that the sums'
-// start, −offset · Σ q_x per block (xbias), takes back out:
+// the one whose quants and scales are at `w` and `scales`, every block. The integer sums of a block
+// are exact; then one scaled add into the f32 sums. x is signed and the weights vpdpbusd's unsigned
+// operand, offset by a constant that the sums' start, −offset · Σ q_x per block (xbias), takes back
+// out:
 // - q8_0: each of a block's eight 64-byte loads of a panel flipped to q + 128 (one xor), then one
 //   vpdpbusd per row of x against four of x's bytes broadcast;
 // - q4_0: each of a block's four 64-byte loads of a panel two operands (its low and high nibbles,
@@ -121,9 +120,11 @@ void tile_blocks(const std::byte* w, const std::byte* scales, int64_t spread, in
   }
 }
 
-// y for panels [first, last): NP panels at a time (then one), each group against the rows of x
-// NB at a time (then one by one); the first rows of x read the panels from memory, the rest from
-// cache.
+// y for panels [first, last): NP panels at a time, one from each of walk_rows's NP runs (then the
+// rest one by one), each group against the rows of x NB at a time; the first rows of x read the
+// panels from memory, the rest from cache. Runs, not NP neighbouring panels: each run is one
+// stream through memory, which its tiles' prefetches run ahead in across panels (neighbouring
+// panels restarted every stream each NP panels, their first 4 KiB unprefetched).
 template <DType D>
 void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, const int32_t* xbias,
                  int64_t first, int64_t last) {

@@ -10,45 +10,12 @@ namespace kvlab {
 namespace {
 
 constexpr int64_t kScaleBytes = 2;
-constexpr int64_t kBlockBytes = row_bytes(DType::kQ8_0, kQuantBlockElements);
 
 void require_width(int64_t width, const char* caller) {
   if (width <= 0) throw std::invalid_argument(std::string(caller) + ": width: must be > 0");
 }
 
 }  // namespace
-
-void interleave_q8_0_rows(const std::byte* ggml_rows, int64_t n_rows, int64_t width,
-                          std::byte* interleaved) {
-  require_width(width, "interleave_q8_0_rows");
-  const int64_t blocks = (width + kQuantBlockElements - 1) / kQuantBlockElements;
-  const int64_t stride = row_bytes(DType::kQ8_0, width);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const std::byte* src = ggml_rows + r * stride;
-    std::byte* quants = interleaved + r * stride;
-    std::byte* scales = quants + blocks * kQuantBlockElements;
-    for (int64_t k = 0; k < blocks; ++k) {
-      const std::byte* block = src + k * kBlockBytes;
-      std::memcpy(scales + k * kScaleBytes, block, kScaleBytes);
-      for (int64_t e = 0; e < kQuantBlockElements; ++e) {
-        // two's complement int8 + 128 == the byte with its top bit flipped
-        quants[interleaved_q8_0_offset(blocks, k, e)] = block[kScaleBytes + e] ^ std::byte{0x80};
-      }
-    }
-  }
-}
-
-void interleaved_q8_0_block(const std::byte* row, int64_t width, int64_t k, std::byte* block) {
-  require_width(width, "interleaved_q8_0_block");
-  const int64_t blocks = (width + kQuantBlockElements - 1) / kQuantBlockElements;
-  if (k < 0 || k >= blocks) {
-    throw std::invalid_argument("interleaved_q8_0_block: k: must be in [0, blocks)");
-  }
-  std::memcpy(block, row + blocks * kQuantBlockElements + k * kScaleBytes, kScaleBytes);
-  for (int64_t e = 0; e < kQuantBlockElements; ++e) {
-    block[kScaleBytes + e] = row[interleaved_q8_0_offset(blocks, k, e)] ^ std::byte{0x80};
-  }
-}
 
 void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* panels) {
   if (out <= 0 || in <= 0) throw std::invalid_argument("pack_bf16_panels: out/in: must be > 0");

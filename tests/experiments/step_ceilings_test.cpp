@@ -31,7 +31,7 @@ TEST(StepCeilingsTest, ProductPeakIsThePeakOfTheKernelTheDecoderRuns) {
         expected = c.bf16_gmacs;
       } else if (takes_quant_panels(dtype)) {
         const int64_t tile_rows = quant_tile_min_rows(dtype, decoder.isa());
-        // below the tiles, weights stored interleaved or in panels run the VNNI kernels; in rows
+        // below the tiles, weights stored in panels run the VNNI kernel; in rows
         // (no VNNI) the AVX2 kernel, which has no peak
         const double vnni = p.weight_order != WeightOrder::kRows ? c.int8_gmacs : 0.0;
         expected = tile_rows > 0 && batch >= tile_rows ? c.int8_block_gmacs : vnni;

@@ -314,43 +314,6 @@ TEST(MatVecTest, Bf16ProductsRoundTheInputToNearestEven) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(tie_up)), 1.0f + std::ldexp(1.0f, -6));
 }
 
-// Interleaving q8_0 rows moves bytes only: every block reads back as ggml wrote it, over widths
-// whose last group of sixteen blocks is whole, partial or a single block; and the order is not
-// ggml's (from two blocks on the quants move).
-TEST(MatVecTest, InterleavedQ8_0RowsReadBackExactly) {
-  std::mt19937 rng(17);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t in : {1, 31, 32, 33, 64, 500, 512, 513, 1000, 1100}) {
-    const int64_t out = 3, blocks = (in + 31) / 32, stride = row_bytes(DType::kQ8_0, in);
-    std::vector<float> w(static_cast<size_t>(in * out));
-    for (float& v : w) v = normal(rng);
-    const std::vector<std::byte> rows = pack(w, out, in, DType::kQ8_0);
-    std::vector<std::byte> interleaved(rows.size());
-    interleave_q8_0_rows(rows.data(), out, in, interleaved.data());
-    for (int64_t o = 0; o < out; ++o) {
-      for (int64_t k = 0; k < blocks; ++k) {
-        std::byte block[row_bytes(DType::kQ8_0, 32)];
-        interleaved_q8_0_block(interleaved.data() + o * stride, in, k, block);
-        ASSERT_EQ(std::memcmp(block, rows.data() + o * stride + k * sizeof block, sizeof block), 0)
-            << "in " << in << " row " << o << " block " << k;
-      }
-    }
-    // element 4 of block 1 sits in the second chunk of the first group, biased by 128
-    if (blocks >= 2) {
-      EXPECT_NE(interleaved, rows) << in;
-      const auto ggml = static_cast<int8_t>(rows[static_cast<size_t>(34 + 2 + 4)]);
-      const auto moved = static_cast<uint8_t>(
-          interleaved[static_cast<size_t>(4 * std::min<int64_t>(blocks, 16) + 4)]);
-      EXPECT_EQ(moved, ggml + 128) << in;
-    }
-  }
-  std::byte block[34];
-  std::vector<std::byte> row(static_cast<size_t>(row_bytes(DType::kQ8_0, 40)));
-  EXPECT_THROW(interleaved_q8_0_block(row.data(), 40, 2, block),
-               std::invalid_argument);  // 2 blocks
-  EXPECT_THROW(interleave_q8_0_rows(row.data(), 1, 0, row.data()), std::invalid_argument);
-}
-
 // A reordered layout's test case: normal weights [out][in] (and as rows of `dtype`: what the
 // layout is packed from and the reference reads), bias [out], n rows of x and of y inside wider
 // buffers (x_stride in + 3, y_stride out + 2); with three rows (or 35: three blocks of 16), a NaN
@@ -415,44 +378,6 @@ void expect_reordered_matches(const std::vector<float>& expected,
                 1e-5 * std::sqrt(static_cast<double>(in)) * (1.0 + std::fabs(expected[i])))
         << "element " << i;
   }
-}
-
-// Interleaved q8_0 weights through AVX-512 VNNI's kernel where the CPU has it (called directly:
-// a decoder with AMX int8 stores q8_0 in panels instead), else through the decoder (the
-// reference), against the reference on ggml's rows of the same weights: odd shapes, partial
-// groups, strides, batches (three rows of x a tile, then two, then one; from twelve rows several
-// sets of weight rows a tile of x, the last set partial), bias, a NaN in one row of x. The
-// reference reading interleaved rows equals it exactly.
-TEST(MatVecTest, InterleavedQ8_0WeightsMatchTheReference) {
-  std::mt19937 rng(23);
-  FastDecoder fast(2, detect_cpu_isa());
-  ThreadPool pool(2);
-  MatVecScratch scratch;
-  const bool vnni = cpu_has_avx512_vnni();
-  std::cout << "[ INFO     ] interleaved q8_0 on this CPU: "
-            << (vnni ? "AVX-512 VNNI kernel" : "the scalar reference") << "\n";
-  for (int64_t in : {1, 33, 90, 513, 1100}) {
-    for (int64_t out : {1, 3, 4, 5, 33, 301}) {
-      for (int64_t n : {1, 2, 3, 5, 9, 14, 16}) {
-        const RandomProblem r = random_problem(rng, in, out, n, DType::kQ8_0);
-        SCOPED_TRACE(r.name());
-        std::vector<std::byte> interleaved(r.rows.size());
-        interleave_q8_0_rows(r.rows.data(), out, in, interleaved.data());
-        std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
-        matvec_reference(r.params(r.rows.data(), WeightOrder::kRows, expected.data()));
-        MatVecParams p = r.params(interleaved.data(), WeightOrder::kInterleaved, read_back.data());
-        matvec_reference(p);
-        p.y = actual.data();
-        vnni ? matvec_q8_0_interleaved(p, pool, scratch) : fast.run(p);
-        expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
-      }
-    }
-  }
-  std::vector<float> w(64), x(64), y(1);
-  const std::vector<std::byte> bf16 = pack(w, 1, 64, DType::kBf16);
-  MatVecParams wrong{bf16.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kBf16};
-  wrong.weight_order = WeightOrder::kInterleaved;
-  EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // interleaved bf16 is no layout
 }
 
 // bf16 panels move elements only: every element of odd shapes (a partial last panel, an input
@@ -791,8 +716,7 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
               "matvec_amx_expanded_panels: weight_dtype: must be q8_0 or q4_0");
   }
   EXPECT_EQ(thrown_message([&] { matvec_reference(f16_panels); }),
-            "matvec: weight_order: interleaved only for q8_0 weights, panels only for bf16, q8_0 "
-            "and q4_0");
+            "matvec: weight_order: panels only for bf16, q8_0 and q4_0");
 }
 
 }  // namespace

@@ -200,10 +200,10 @@ void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& 
 void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
-// (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to four rows of x,
-// two or four panels a tile, in walk_rows's runs. The operand vpdpbusd takes unsigned is the
-// weights, offset (q8_0: q + 128, one xor a load; q4_0: the nibbles, q + 8), and the sums start at
-// −offset · Σ q_x, which takes the offset back out.
+// (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to six rows of x
+// (q4_0: four) and two panels a tile, or two rows and four panels, in walk_rows's runs. The operand
+// vpdpbusd takes unsigned is the weights, offset (q8_0: q + 128, one xor a load; q4_0: the nibbles,
+// q + 8), and the sums start at −offset · Σ q_x, which takes the offset back out.
 void matvec_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 // AMX int8 over q8_0 or q4_0 panels (matvec_amx_quant_panels.cpp): x's rows rounded to q8_0 as
 // above, in blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes

@@ -55,46 +55,46 @@ void tile_blocks(const std::byte* w, const std::byte* scales, int64_t spread, in
     };
     if constexpr (D == DType::kQ8_0) {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         const __m512i start = _mm512_set1_epi32(xbias[b * xs_stride + k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NP; ++j) dot[b][j] = start;
       }
 #pragma GCC unroll 8
       for (int64_t v = 0; v < kQB / 4; ++v) {
         __m512i wv[NP];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NP; ++j) wv[j] = _mm512_xor_si512(load(j, v), flip);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
           const __m512i xv = x_quad(xq + b * xq_stride + k * kQB, v);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int j = 0; j < NP; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], wv[j], xv);
         }
       }
     } else {
       const __m512i nibble = _mm512_set1_epi8(0x0F);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         const __m512i start = _mm512_set1_epi32(xbias[b * xs_stride + k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NP; ++j) dot[b][j] = start;
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int64_t v = 0; v < kQB / 8; ++v) {
         __m512i low[NP], high[NP];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NP; ++j) {
           const __m512i raw = load(j, v);
           low[j] = _mm512_and_si512(raw, nibble);
           high[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
           const uint8_t* xb = xq + b * xq_stride + k * kQB;
           const __m512i x_low = x_quad(xb, v), x_high = x_quad(xb, v + 4);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int j = 0; j < NP; ++j) {
             dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], low[j], x_low);
             dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], high[j], x_high);
@@ -103,15 +103,15 @@ void tile_blocks(const std::byte* w, const std::byte* scales, int64_t spread, in
       }
     }
     __m512 dw[NP];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       const std::byte* at = scales + j * scale_stride + k * kQ8PanelScaleBytes;
       dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) {
       const __m512 dx = _mm512_set1_ps(xs[b * xs_stride + k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) {
         const __m512 exact = _mm512_cvtepi32_ps(dot[b][j]);
         acc[b][j] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dw[j], dx), acc[b][j]);
@@ -138,10 +138,15 @@ void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, cons
                            blocks, acc);
     write_panels<NP, NB>(p, panel, spread, b, acc);
   };
-  // rows of x a tile: four (two panels), or up to two (four panels): ≤ 26 of the 32 registers
+  // rows of x a tile: with two panels six (q8_0: 12 integer and 12 f32 sums, the two panels' loads
+  // and scales, x's broadcast, 30 of the 32 registers), then four (q4_0 at six spills: its low and
+  // high nibbles take four more); with four panels up to two
   const auto rows = [&]<int NP>(int64_t panel, int64_t spread) {
     int64_t b = 0;
     if constexpr (NP == 2) {
+      if constexpr (D == DType::kQ8_0) {
+        for (; b + 6 <= p.n; b += 6) tile.template operator()<6, NP>(panel, spread, b);
+      }
       for (; b + 4 <= p.n; b += 4) tile.template operator()<4, NP>(panel, spread, b);
       if (p.n - b == 3) {
         tile.template operator()<3, NP>(panel, spread, b);

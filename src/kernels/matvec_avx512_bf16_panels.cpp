@@ -18,6 +18,15 @@ namespace {
 // Rows of x a products tile takes: four panels × six rows is 24 accumulators, with the four
 // panel loads and the broadcast 29 of the 32 registers.
 constexpr int kTileRows = 6;
+// From this many rows of x, the first tile of x of each group of four panels is two tiles of two
+// panels × twelve rows (24 accumulators each). The first tile reads the panels from memory: two
+// panels take 128 bytes a pair of inputs for 24 products where four take 256, nearer the pace one
+// thread's memory stream keeps up with. The rows after it find the panels in L2.
+constexpr int kFirstTileRows = 12;
+// How far ahead the first tile's twelve-row tiles prefetch: 4 KiB (the six-row ones' 2 KiB
+// measured 1–6% slower at 16–32 rows on the Zen 5 VM, 8 KiB no faster: docs/kernels/
+// dense-decode.md).
+constexpr int64_t kFirstTileAheadElements = 2048;
 // How far ahead, in its own panel, a tile prefetches: 2 KiB. At one row of x the row kernels'
 // 4 KiB (matvec_rows.inc) ran 0.76× the widening row kernel's rate here, 2 KiB 0.88–0.98×
 // (docs/kernels/dense-decode.md).
@@ -70,7 +79,7 @@ template <int R, int NB, bool kPrefetch>
 inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t panel_stride,
                                                     int64_t pairs, const uint16_t* x, int64_t xs,
                                                     __m512 (&acc)[NB][R]) {
-#pragma GCC unroll 6
+#pragma GCC unroll 16
   for (int b = 0; b < NB; ++b)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
@@ -80,11 +89,12 @@ inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t p
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + r * panel_stride + j * 2 * kPanelRows;
       if constexpr (kPrefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + kAheadElements), _MM_HINT_T0);
+        const int64_t ahead = NB == kFirstTileRows ? kFirstTileAheadElements : kAheadElements;
+        _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
       }
       wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       int32_t both;
       std::memcpy(&both, x + b * xs + 2 * j, sizeof both);
@@ -96,8 +106,9 @@ inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t p
 }
 
 // y for panels [first, last): four panels at a time (walk_rows's four runs; then one), against
-// x in f32 at one row (below kBf16ProductMinRows), else kTileRows rows of x rounded to bf16 at a
-// time (then the rest).
+// x in f32 at one row (below kBf16ProductMinRows), else rows of x rounded to bf16: from
+// kFirstTileRows rows that many first (two panels at a time), then kTileRows at a time (then the
+// rest).
 void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int64_t first,
                  int64_t last) {
   const int64_t stride = bf16_panel_elements(p.in), pairs = (p.in + 1) / 2;
@@ -121,6 +132,15 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
   };
   walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
     int64_t b = 0;
+    if (p.n >= kFirstTileRows) {
+      if constexpr (R == 4) {
+        tile.template operator()<2, kFirstTileRows>(panel, spread, 0);
+        tile.template operator()<2, kFirstTileRows>(panel + 2 * spread, spread, 0);
+      } else {
+        tile.template operator()<R, kFirstTileRows>(panel, spread, 0);
+      }
+      b = kFirstTileRows;
+    }
     for (; b + kTileRows <= p.n; b += kTileRows) {
       tile.template operator()<R, kTileRows>(panel, spread, b);
     }
@@ -147,7 +167,8 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
   require_weights(p, "matvec_bf16_panels", WeightOrder::kPanels, DType::kBf16);
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
-  const int64_t xs = bf16_row_stride(p.in);
+  // x's rows an odd number of cache lines apart: twelve rows 2 KiB apart share two L1 sets
+  const int64_t xs = bf16_tile_row_stride(p.in);
   if (p.n >= kBf16ProductMinRows) round_rows(p, scratch.bf16.data(), xs, pool);
   // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
   // walk_rows's four runs take every panel of a small matrix (k and v of gqa:4 at d 1024 — 16

@@ -424,7 +424,8 @@ TEST(MatVecTest, Bf16PanelsReadBackExactly) {
 // so, from kAmxPanelMinRows rows AMX's tiles where the decoder runs AMX, the reference elsewhere)
 // against the reference on plain rows of the same weights: odd shapes (partial panels, odd
 // widths, one to three panels left after the four-panel runs), strides, batches of one (x in f32)
-// and of 2..13 (x rounded to bf16: six rows a tile, then the rest; one block of x for the tiles),
+// and of 2..13 (x rounded to bf16: six rows a tile, then the rest; from 12 rows the first twelve
+// two panels a tile, the runs' first two and last two; one block of x for the tiles),
 // of 17..40 (the tiles' blocks of 16 rows in twos, then one, the last padded), bias, a NaN in one
 // row of x. The reference reading panels equals it exactly.
 TEST(MatVecTest, Bf16PanelsMatchTheReference) {

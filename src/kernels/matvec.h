@@ -52,11 +52,12 @@ constexpr int64_t bf16_row_stride(int64_t in) {
   return (in + kBf16RowChunk - 1) / kBf16RowChunk * kBf16RowChunk;
 }
 
-// How the AMX kernel lays out x's rounded rows: blocks of kBf16TileRows rows (the last padded with
-// zero rows), rows bf16_tile_row_stride(in) elements apart — an odd number of chunks (64 bytes
-// each), a chunk more than bf16_row_stride where that is even. Rows an even number of lines apart
-// share L1 sets: at 2 KiB (1,024 inputs) a tile's 16 rows fell in two sets, at a whole number of
-// 4 KiB pages in one, and the two tiles of x a pass reads (32 rows) missed in them.
+// How the AMX kernel lays out x's rounded rows (matvec_bf16_panels too, at this stride): blocks of
+// kBf16TileRows rows (the last padded with zero rows), rows bf16_tile_row_stride(in) elements apart
+// — an odd number of chunks (64 bytes each), a chunk more than bf16_row_stride where that is even.
+// Rows an even number of lines apart share L1 sets: at 2 KiB (1,024 inputs) a tile's 16 rows fell
+// in two sets, at a whole number of 4 KiB pages in one, and the two tiles of x a pass reads (32
+// rows) missed in them.
 constexpr int64_t kBf16TileRows = 16;
 constexpr int64_t bf16_tile_row_stride(int64_t in) {
   const int64_t stride = bf16_row_stride(in);
@@ -196,7 +197,7 @@ void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& 
 // AVX-512 BF16 over bf16 panels (matvec_avx512_bf16_panels.cpp): at one row of x, each panel
 // load widened to f32 (even and odd elements) against x's f32 elements broadcast; from two rows,
 // x rounded to bf16 as matvec_bf16_products rounds it, each panel load one vdpbf16ps per row of
-// x (up to six rows, four panels a tile).
+// x (up to six rows and four panels a tile; from twelve rows the first twelve, two panels a tile).
 void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast

@@ -102,7 +102,7 @@ void matvec_amx_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScrat
   if (p.n == 0) return;
   const int64_t xs = round_tile_rows(p, scratch, pool);
   const uint16_t* x = scratch.bf16.data();
-  for_each_task(pool, panel_count(p.out), panels_per_task(p, pool),
+  for_each_task(pool, panel_count(p.out), panels_per_task(p, pool), 2,
                 [&](int64_t first, int64_t last) { panel_range(p, x, xs, first, last); });
 }
 

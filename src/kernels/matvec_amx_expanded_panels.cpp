@@ -147,8 +147,11 @@ void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecS
   uint16_t* expanded =
       reserve_expanded_panels(scratch, (panels + per_task - 1) / per_task * pair_elements);
   const uint16_t* x = scratch.bf16.data();
-  for_each_task(pool, panels, per_task, [&](int64_t first, int64_t last) {
-    expanded_range(p, x, xs, first, last, expanded + first / per_task * pair_elements);
+  // tasks of per_task alike, each numbered for its room
+  pool.parallel_for((panels + per_task - 1) / per_task, [&](int64_t task) {
+    const int64_t first = task * per_task;
+    expanded_range(p, x, xs, first, std::min(panels, first + per_task),
+                   expanded + task * pair_elements);
   });
 }
 

@@ -131,6 +131,7 @@ void matvec_bf16_products(const MatVecParams& p, ThreadPool& pool, MatVecScratch
   round_rows(p, scratch.bf16.data(), xs, pool);
   const uint16_t* x = scratch.bf16.data();
   for_each_task(pool, p.out, rows_per_task(p.in, p.n, p.out, pool.size()),
+                min_rows_per_task(p.in, p.n),
                 [&](int64_t first, int64_t last) { rows_range(p, x, xs, first, last); });
 }
 

@@ -177,7 +177,7 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
   if (p.n >= kBf16ProductMinRows) per_task = (per_task + 3) / 4 * 4;
   const uint16_t* rounded = scratch.bf16.data();
-  for_each_task(pool, panels, per_task,
+  for_each_task(pool, panels, per_task, p.n >= kBf16ProductMinRows ? 4 : 1,
                 [&](int64_t first, int64_t last) { panel_range(p, rounded, xs, first, last); });
 }
 

@@ -183,7 +183,7 @@ void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratc
   });
   int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
   per_task = (per_task + 3) / 4 * 4;  // whole runs of four panels
-  for_each_task(pool, panel_count(p.out), per_task, [&](int64_t first, int64_t last) {
+  for_each_task(pool, panel_count(p.out), per_task, 4, [&](int64_t first, int64_t last) {
     panel_range<D>(p, xq, xs, xbias, first, last);
   });
 }

@@ -7,13 +7,17 @@
 // part of a batched step goes. With `--expanded-vs-int8` (q8_0 or q4_0 panels, a CPU with AMX and
 // AVX-512 BF16): the two AMX kernels over the same panels, matvec_amx_quant_panels (int8 tiles) and
 // matvec_amx_expanded_panels (expanded to bf16), called directly and alternating step by step at
-// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. Built with
+// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. With
+// `--shared-vs-single`: the step as the decoder runs it (q, k and v in one call of
+// FastDecoder::run, up and gate in one: x prepared once for them) against every product in a
+// call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
+// shared. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
 // them), `--ab` does the same for those two at 1…64 rows: old ÷ new. Not part of the build; after
 // `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
-//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --ab]]
+//   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --shared-vs-single | --ab]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,16 +68,17 @@ int main(int argc, char** argv) {
                       : dtype_arg == "q4_0" ? DType::kQ4_0
                                             : DType::kBf16;
   const bool against_int8 = argc == 4 && std::string(argv[3]) == "--expanded-vs-int8";
+  const bool shared_vs_single = argc == 4 && std::string(argv[3]) == "--shared-vs-single";
 #ifdef KVLAB_AB_A
   const bool ab = argc == 4 && std::string(argv[3]) == "--ab";
 #else
   const bool ab = false;
 #endif
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
-      (argc == 4 && !ab && (!against_int8 || dtype == DType::kBf16))) {
+      (argc == 4 && !ab && !shared_vs_single && (!against_int8 || dtype == DType::kBf16))) {
     std::fprintf(stderr,
                  "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8 | "
-                 "--ab (built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
+                 "--shared-vs-single | --ab (built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
                  argv[0]);
     return 2;
   }
@@ -111,7 +116,9 @@ int main(int argc, char** argv) {
   std::printf("%s, %.*s, %d threads, %s weights as %s, %d layers\n", cpu_model_name().c_str(),
               static_cast<int>(cpu_isa_name(isa).size()), cpu_isa_name(isa).data(), threads,
               dtype_arg.c_str(), weight_order_name(order), kLayers);
-  std::vector<float> x(128 * 4096), y(128 * 4096);
+  // y: a region for each of up to three products that run together
+  constexpr int64_t kYRegion = 128 * 4096;
+  std::vector<float> x(128 * 4096), y(3 * kYRegion);
   for (float& v : x) v = normal(rng);
   using Kernel = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
   // kernels a and b on the step's matrices, alternating step by step, at each of `rows`: each
@@ -142,6 +149,42 @@ int main(int argc, char** argv) {
   if (against_int8) {
     alternate(matvec_amx_quant_panels, matvec_amx_expanded_panels, "int8 tiles", "expanded",
               {16, 17, 24, 32, 48, 64, 96, 128});
+    return 0;
+  }
+  if (shared_vs_single) {  // the decoder's run(products, count) against run(p) one by one
+    for (int64_t n : {1, 2, 4, 8, 16, 24, 32, 48, 64}) {
+      std::vector<double> ms[2];
+      for (int step = 0; step < 2 * kSteps; ++step) {
+        const auto step_start = Clock::now();
+        for (size_t first = 0; first < weights.size();) {
+          // q, k, v together, then o, then up and gate together, then down
+          const size_t k0 = first % kMatrices;
+          const size_t count = step % 2 == 1 ? 1 : k0 == 0 ? 3 : k0 == 4 ? 2 : 1;
+          MatVecParams products[3];
+          for (size_t i = 0; i < count; ++i) {
+            const Matrix& m = kLayer[(first + i) % kMatrices];
+            products[i] = MatVecParams{weights[first + i].data(),
+                                       nullptr,
+                                       x.data(),
+                                       y.data() + static_cast<int64_t>(i) * kYRegion,
+                                       n,
+                                       m.in,
+                                       m.out,
+                                       0,
+                                       0,
+                                       dtype};
+            products[i].weight_order = order;
+          }
+          decoder.run(products, static_cast<int64_t>(count));
+          first += count;
+        }
+        ms[step % 2].push_back(ms_since(step_start));
+      }
+      for (auto& v : ms) std::sort(v.begin() + 1, v.end());
+      const double shared_ms = ms[0][kSteps / 2 + 1], single_ms = ms[1][kSteps / 2 + 1];
+      std::printf("batch %3lld: shared %6.2f ms, single %6.2f ms, single / shared %.3f\n",
+                  static_cast<long long>(n), shared_ms, single_ms, single_ms / shared_ms);
+    }
     return 0;
   }
 #ifdef KVLAB_AB_A

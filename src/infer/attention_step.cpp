@@ -129,6 +129,36 @@ void AttentionStep::dense(const DenseWeights& layer, const float* x, int64_t x_s
   if (profile_ != nullptr) profile_->dense_us += us_since(start);
 }
 
+void AttentionStep::dense(std::span<const DenseOutput> outputs, const float* x, int64_t x_stride,
+                          int64_t n) {
+  MatVecParams products[kMaxSharedProducts];
+  int64_t count = 0;
+  const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
+  for (const DenseOutput& out : outputs) {
+    const DenseWeights& layer = *out.layer;
+    if (layer.empty()) continue;
+    MatVecParams p;
+    p.weight = layer.data();
+    p.weight_dtype = layer.dtype;
+    p.weight_order = layer.weight_order;
+    p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
+    p.x = x;
+    p.y = out.y;
+    p.n = n;
+    p.in = layer.in;
+    p.out = layer.out;
+    p.x_stride = x_stride;
+    p.y_stride = out.y_stride;
+    if (count == kMaxSharedProducts || (count > 0 && !shares_x(products[0], p))) {
+      decoder_.run(products, count);
+      count = 0;
+    }
+    products[count++] = p;
+  }
+  if (count > 0) decoder_.run(products, count);
+  if (profile_ != nullptr) profile_->dense_us += us_since(start);
+}
+
 void AttentionStep::per_head(const float* weights, const float* bias, int64_t out, int64_t in,
                              const float* x, int64_t x_width, float* y, int64_t n, int64_t H) {
   for (int64_t h = 0; h < H; ++h) {

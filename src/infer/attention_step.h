@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <span>
 #include <vector>
 
 #include "cache/paged_cache.h"
@@ -48,6 +49,16 @@ class AttentionStep {
   // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
   void dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
              int64_t y_stride, int64_t n);
+  // One layer of dense(outputs, …): y [n][layer.out] (row stride y_stride, 0: out) = layer(x).
+  struct DenseOutput {
+    const DenseWeights* layer;
+    float* y;
+    int64_t y_stride;
+  };
+  // The layers that read the same x [n][x_stride] (q, k and v; up and gate), empty ones skipped:
+  // each run of consecutive layers stored alike (dtype and order) in one call of the decoder,
+  // which prepares x once for them (FastDecoder::run's products).
+  void dense(std::span<const DenseOutput> outputs, const float* x, int64_t x_stride, int64_t n);
   // Per-head maps (gva's M_h, mla's W_uk,hᵀ and W_uv,h): y[b][h] = W_h x[b][h] (+ bias_h) for
   // weights [H][out][in], bias [H][out] or nullptr, x [n][H][x_width] (the first `in` of each
   // head's slice used), y [n][H][out].

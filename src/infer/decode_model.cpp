@@ -92,8 +92,10 @@ DecodeModel::DecodeModel(DecodeWeights weights, PagedKvCache& cache, int threads
 
 void DecodeModel::mlp(const MlpWeights& m, const float* x, float* y, int64_t n) {
   const int64_t width = m.up.out, D = w_.shape.d_model;
-  step_.dense(m.up, x, D, mlp_a_.data(), width, n);  // [n, width]
-  if (m.kind == MlpKind::kSwiglu) step_.dense(m.gate, x, D, mlp_b_.data(), width, n);
+  // up [n, width] (and gate, from the same read of x)
+  const AttentionStep::DenseOutput outputs[] = {{&m.up, mlp_a_.data(), width},
+                                                {&m.gate, mlp_b_.data(), width}};
+  step_.dense(std::span(outputs, m.kind == MlpKind::kSwiglu ? 2 : 1), x, D, n);
   step_.for_rows(n, width, [&](int64_t first, int64_t last) {
     float* a = mlp_a_.data() + first * width;
     const int64_t elements = (last - first) * width;

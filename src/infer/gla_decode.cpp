@@ -44,11 +44,13 @@ class GlaDecode final : public DecodeAttention {
     const int64_t dn = s.nope_dim, dr = s.rope_dim, dc = s.latent_dim, dv = s.value_dim;
     const int64_t q_width = dn + dr, row = dc + dr;
     DecodeParams p = step.kernel_params(s, layer);
-    step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
+    // the queries [n, H, d_n + d_r] and the latent rows [n, C, d_c + d_r], from one read of x
+    const AttentionStep::DenseOutput outputs[] = {{&query_, step.proj_a.data(), H * q_width},
+                                                  {&latent_, step.proj_b.data(), C * row}};
+    step.dense(outputs, x, D, n);
     // W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n] -> expanded [n, H, d_c]
     step.per_head(up_.key_up_t.data(), nullptr, dc, dn, step.proj_a.data(), q_width,
                   step.expanded.data(), n, H);
-    step.dense(latent_, x, D, step.proj_b.data(), C * row, n);  // [n, C, d_c + d_r]
     // per sequence: q̃ = [W_uk,hᵀ q_h^nope ; rotated q_h^rope], the latent rows normed, their rope
     // parts rotated, and cached
     step.for_rows(n, H * row + 2 * C * row, [&](int64_t first, int64_t last) {

@@ -46,9 +46,12 @@ class GvaDecode final : public DecodeAttention {
     const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
     DecodeParams p = step.kernel_params(s, layer);
     const int64_t dn = s.nope_dim, dr = s.rope_dim, q_width = dn + dr;
-    step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);        // [n, H, d_n + d_r]
-    step.dense(value_, x, D, step.proj_c.data(), value_.out, n);         // [n, G·d_h]
-    if (dr > 0) step.dense(rope_key_, x, D, step.proj_b.data(), dr, n);  // [n, d_r], all heads'
+    // the queries [n, H, d_n + d_r], the values [n, G·d_h] and the rope key [n, d_r] (all heads';
+    // none at d_r = 0), from one read of x
+    const AttentionStep::DenseOutput outputs[] = {{&query_, step.proj_a.data(), H * q_width},
+                                                  {&value_, step.proj_c.data(), value_.out},
+                                                  {&rope_key_, step.proj_b.data(), dr}};
+    step.dense(std::span(outputs, dr > 0 ? 3 : 2), x, D, n);
     // per sequence: the cache rows written (the rotated key), the queries normed and rotated
     step.for_rows(n, 2 * H * q_width + value_.out, [&](int64_t first, int64_t last) {
       step.store_rows(layer, StreamRole::kContent, step.proj_c.data(), value_.out, first, last);

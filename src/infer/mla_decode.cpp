@@ -58,13 +58,15 @@ class MlaDecode final : public DecodeAttention {
         }
       });
       step.dense(query_, step.proj_b.data(), dq, step.proj_a.data(), H * q_width, n);
-    } else {
-      step.dense(query_, x, D, step.proj_a.data(), H * q_width, n);  // [n, H, d_n + d_r]
+      step.dense(latent_, x, D, step.proj_b.data(), dc + dr, n);  // [n, d_c + d_r]
+    } else {  // the queries [n, H, d_n + d_r] and the latent rows, from one read of x
+      const AttentionStep::DenseOutput outputs[] = {{&query_, step.proj_a.data(), H * q_width},
+                                                    {&latent_, step.proj_b.data(), dc + dr}};
+      step.dense(outputs, x, D, n);
     }
     // q̃_h = W_uk,hᵀ q_h^nope: [d_c][d_n] · [d_n]
     step.per_head(up_.key_up_t.data(), nullptr, dc, dn, step.proj_a.data(), q_width,
                   step.query.data(), n, H);
-    step.dense(latent_, x, D, step.proj_b.data(), dc + dr, n);  // [n, d_c + d_r]
     // per sequence: the queries' RoPE parts rotated, c normed, the rope key rotated, both cached
     const int64_t rope_stream = step.cache().stream(StreamRole::kRope);
     step.for_rows(n, H * dr + 2 * (dc + dr), [&](int64_t first, int64_t last) {

@@ -46,13 +46,21 @@ class StandardDecode final : public DecodeAttention {
     const int64_t D = step.d_model(), H = s.n_heads, d = s.head_dim;
     DecodeParams p = step.kernel_params(s, layer);
     const bool rope = s.pos == PosScheme::kRope;
-    step.dense(query_, x, D, step.proj_a.data(), H * d, n);  // [n, H, d], unrotated
-    // the cached stream(s): C (kv_proj, or the query itself for qkv1), or V and K; unrotated
+    // the query [n, H, d] and the cached stream(s): C (kv_proj, or the query itself for qkv1),
+    // or V and K; unrotated, from one read of x
+    AttentionStep::DenseOutput outputs[3] = {{&query_, step.proj_a.data(), H * d}};
+    int64_t count = 1;
+    if (s.shares_kv()) {
+      outputs[count++] = {&content_, step.proj_b.data(), content_.out};  // skipped when empty
+    } else {
+      outputs[count++] = {&value_, step.proj_c.data(), value_.out};
+      outputs[count++] = {&key_, step.proj_b.data(), key_.out};
+    }
+    step.dense(std::span(outputs, static_cast<size_t>(count)), x, D, n);
     const float* content = step.proj_a.data();
     int64_t content_width = H * d;
     if (s.shares_kv()) {
       if (!content_.empty()) {
-        step.dense(content_, x, D, step.proj_b.data(), content_.out, n);
         content = step.proj_b.data();
         content_width = content_.out;
       }
@@ -60,9 +68,6 @@ class StandardDecode final : public DecodeAttention {
         p.norm_weight = key_norm_.weight.data();
         p.norm_eps = key_norm_.eps;
       }
-    } else {
-      step.dense(value_, x, D, step.proj_c.data(), value_.out, n);
-      if (!key_.empty()) step.dense(key_, x, D, step.proj_b.data(), key_.out, n);
     }
     // per sequence: the keys normed and rotated, the cache rows written, the queries copied,
     // normed and rotated

@@ -226,38 +226,45 @@ void FastDecoder::run(const LinearStepParams& params) {
   }
 }
 
-void FastDecoder::run(const MatVecParams& params) {
+void FastDecoder::run(const MatVecParams& params) { run(&params, 1); }
+
+void FastDecoder::run(const MatVecParams* products, int64_t count) {
+  require_shared_x(products, count, "decoder");
+  const MatVecParams& params = products[0];  // every product's dtype, order and rows of x
+  const auto each = [&](auto&& kernel) {
+    for (int64_t i = 0; i < count; ++i) kernel(products[i]);
+  };
   if (params.weight_order != WeightOrder::kRows) {
     if (fastest_weight_order(params.weight_dtype, isa_) != params.weight_order) {
-      matvec_reference(params);
+      each([](const MatVecParams& p) { matvec_reference(p); });
     } else if (takes_quant_panels(params.weight_dtype)) {
       const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
       if (matvec_expands_quant_panels(params)) {
-        matvec_amx_expanded_panels(params, pool_, matvec_scratch_);
+        each([&](const MatVecParams& p) { matvec_amx_expanded_panels(p, pool_, matvec_scratch_); });
       } else if (tile_rows > 0 && params.n >= tile_rows) {
-        matvec_amx_quant_panels(params, pool_, matvec_scratch_);
+        each([&](const MatVecParams& p) { matvec_amx_quant_panels(p, pool_, matvec_scratch_); });
       } else {
-        matvec_quant_panels(params, pool_, matvec_scratch_);
+        matvec_quant_panels(products, count, pool_, matvec_scratch_);
       }
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
-      matvec_amx_bf16_panels(params, pool_, matvec_scratch_);
+      each([&](const MatVecParams& p) { matvec_amx_bf16_panels(p, pool_, matvec_scratch_); });
     } else {
-      matvec_bf16_panels(params, pool_, matvec_scratch_);
+      matvec_bf16_panels(products, count, pool_, matvec_scratch_);
     }
   } else if (isa_ == CpuIsa::kScalar) {
-    matvec_reference(params);
+    each([](const MatVecParams& p) { matvec_reference(p); });
   } else if (matvec_runs_f32_gemm(params)) {
-    matvec_gemm_f32(params);
+    each([](const MatVecParams& p) { matvec_gemm_f32(p); });
   } else if (matvec_runs_bf16_products(params)) {
     if (isa_ == CpuIsa::kAmx && params.n >= kBf16GemmMinRows) {
-      matvec_gemm_bf16(params, matvec_scratch_);
+      each([&](const MatVecParams& p) { matvec_gemm_bf16(p, matvec_scratch_); });
     } else {
-      matvec_bf16_products(params, pool_, matvec_scratch_);
+      each([&](const MatVecParams& p) { matvec_bf16_products(p, pool_, matvec_scratch_); });
     }
   } else if (matvec_runs_avx512(params.weight_dtype)) {
-    matvec_avx512(params, pool_, matvec_scratch_);
+    each([&](const MatVecParams& p) { matvec_avx512(p, pool_, matvec_scratch_); });
   } else {
-    matvec_avx2(params, pool_, matvec_scratch_);
+    each([&](const MatVecParams& p) { matvec_avx2(p, pool_, matvec_scratch_); });
   }
 }
 

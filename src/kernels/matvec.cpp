@@ -94,6 +94,26 @@ void require_quant_panels(const MatVecParams& p, const char* caller) {
   }
 }
 
+bool shares_x(const MatVecParams& a, const MatVecParams& b) {
+  return a.x == b.x && a.x_stride == b.x_stride && a.n == b.n && a.in == b.in &&
+         a.weight_dtype == b.weight_dtype && a.weight_order == b.weight_order;
+}
+
+void require_shared_x(const MatVecParams* params, int64_t count, const char* caller) {
+  if (count < 1 || count > kMaxSharedProducts) {
+    throw std::invalid_argument(std::string(caller) + ": count: must be 1.." +
+                                std::to_string(kMaxSharedProducts) + ", not " +
+                                std::to_string(count));
+  }
+  for (int64_t i = 1; i < count; ++i) {
+    if (!shares_x(params[0], params[i])) {
+      throw std::invalid_argument(std::string(caller) + ": product " + std::to_string(i) +
+                                  ": x, x_stride, n, in, weight_dtype and weight_order must be "
+                                  "the first product's");
+    }
+  }
+}
+
 void validate_matvec(const MatVecParams& p) {
   auto require = [](bool ok, const char* field, const char* rule) {
     if (!ok) throw std::invalid_argument(std::string("matvec: ") + field + ": " + rule);

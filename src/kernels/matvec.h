@@ -174,6 +174,16 @@ void require_weights(const MatVecParams& params, const char* caller, WeightOrder
 // require_weights for the kernels over q8_0 and q4_0 panels: panels, of either dtype.
 void require_quant_panels(const MatVecParams& params, const char* caller);
 
+// Products that read the same x: x, x_stride, n, in, weight dtype and order alike (y, out, weight
+// and bias their own). A kernel that takes them together rounds or quantizes x once for all of
+// them and cuts every product's panels into one pool job (a task may run from one product's last
+// panels into the next one's first): q, k and v of a layer, or SwiGLU's up and gate.
+constexpr int64_t kMaxSharedProducts = 4;
+bool shares_x(const MatVecParams& a, const MatVecParams& b);
+// std::invalid_argument naming `caller` and the field unless params[0, count) share x and count is
+// 1..kMaxSharedProducts.
+void require_shared_x(const MatVecParams* params, int64_t count, const char* caller);
+
 // scratch.expanded grown to at least `elements`; its data.
 uint16_t* reserve_expanded_panels(MatVecScratch& scratch, int64_t elements);
 // Grows the scratch to what `params` needs (outside the ISA builds: no library code is
@@ -199,6 +209,9 @@ void matvec_avx512(const MatVecParams& params, ThreadPool& pool, MatVecScratch& 
 // x rounded to bf16 as matvec_bf16_products rounds it, each panel load one vdpbf16ps per row of
 // x (up to six rows and four panels a tile; from twelve rows the first twelve, two panels a tile).
 void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x rounded once.
+void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                        MatVecScratch& scratch);
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
 // (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to six rows of x
@@ -206,6 +219,9 @@ void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScra
 // vpdpbusd takes unsigned is the weights, offset (q8_0: q + 128, one xor a load; q4_0: the nibbles,
 // q + 8), and the sums start at −offset · Σ q_x, which takes the offset back out.
 void matvec_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x quantized once.
+void matvec_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                         MatVecScratch& scratch);
 // AMX int8 over q8_0 or q4_0 panels (matvec_amx_quant_panels.cpp): x's rows rounded to q8_0 as
 // above, in blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes
 // one block of 32 inputs of a panel (512 int8: q8_0's as stored, q4_0's unpacked 16 blocks at a

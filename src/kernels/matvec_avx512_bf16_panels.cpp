@@ -164,7 +164,16 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
 }  // namespace
 
 void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_weights(p, "matvec_bf16_panels", WeightOrder::kPanels, DType::kBf16);
+  matvec_bf16_panels(&p, 1, pool, scratch);
+}
+
+void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                        MatVecScratch& scratch) {
+  require_shared_x(params, count, "matvec_bf16_panels");
+  for (int64_t i = 0; i < count; ++i) {
+    require_weights(params[i], "matvec_bf16_panels", WeightOrder::kPanels, DType::kBf16);
+  }
+  const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
   // x's rows an odd number of cache lines apart: twelve rows 2 KiB apart share two L1 sets
@@ -173,12 +182,18 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
   // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
   // walk_rows's four runs take every panel of a small matrix (k and v of gqa:4 at d 1024 — 16
   // panels — went in tasks of two panels, one panel a tile: 1.6–1.7× slower a multiply-add)
-  const int64_t panels = panel_count(p.out);
-  int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  const ProductPanels products(params, count);
+  int64_t per_task =
+      (rows_per_task(p.in, p.n, products.total() * kPanelRows, pool.size()) + kPanelRows - 1) /
+      kPanelRows;
   if (p.n >= kBf16ProductMinRows) per_task = (per_task + 3) / 4 * 4;
   const uint16_t* rounded = scratch.bf16.data();
-  for_each_task(pool, panels, per_task, p.n >= kBf16ProductMinRows ? 4 : 1,
-                [&](int64_t first, int64_t last) { panel_range(p, rounded, xs, first, last); });
+  for_each_task(pool, products.total(), per_task, p.n >= kBf16ProductMinRows ? 4 : 1,
+                [&](int64_t first, int64_t last) {
+                  products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
+                    panel_range(params[i], rounded, xs, from, to);
+                  });
+                });
 }
 
 }  // namespace kvlab

@@ -164,7 +164,9 @@ void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, cons
 }
 
 template <DType D>
-void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                  MatVecScratch& scratch) {
+  const MatVecParams& p = params[0];  // x as every product reads it
   const int64_t blocks = q8_0_blocks(p.in);
   auto* xq = reinterpret_cast<uint8_t*>(scratch.quants.data());  // [n][blocks · 32]
   float* xs = scratch.scales.data();                             // [n][blocks]
@@ -181,21 +183,33 @@ void quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratc
       xbias[b * blocks + k] = -offset * sum;
     }
   });
-  int64_t per_task = (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  const ProductPanels products(params, count);
+  int64_t per_task =
+      (rows_per_task(p.in, p.n, products.total() * kPanelRows, pool.size()) + kPanelRows - 1) /
+      kPanelRows;
   per_task = (per_task + 3) / 4 * 4;  // whole runs of four panels
-  for_each_task(pool, panel_count(p.out), per_task, 4, [&](int64_t first, int64_t last) {
-    panel_range<D>(p, xq, xs, xbias, first, last);
+  for_each_task(pool, products.total(), per_task, 4, [&](int64_t first, int64_t last) {
+    products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
+      panel_range<D>(params[i], xq, xs, xbias, from, to);
+    });
   });
 }
 
 }  // namespace
 
 void matvec_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_quant_panels(p, "matvec_quant_panels");
+  matvec_quant_panels(&p, 1, pool, scratch);
+}
+
+void matvec_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                         MatVecScratch& scratch) {
+  require_shared_x(params, count, "matvec_quant_panels");
+  for (int64_t i = 0; i < count; ++i) require_quant_panels(params[i], "matvec_quant_panels");
+  const MatVecParams& p = params[0];
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
-  p.weight_dtype == DType::kQ8_0 ? quant_panels<DType::kQ8_0>(p, pool, scratch)
-                                 : quant_panels<DType::kQ4_0>(p, pool, scratch);
+  p.weight_dtype == DType::kQ8_0 ? quant_panels<DType::kQ8_0>(params, count, pool, scratch)
+                                 : quant_panels<DType::kQ4_0>(params, count, pool, scratch);
 }
 
 }  // namespace kvlab

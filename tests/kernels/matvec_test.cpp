@@ -720,5 +720,120 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
             "matvec: weight_order: panels only for bf16, q8_0 and q4_0");
 }
 
+// Products that share x (q, k and v; up and gate) in one call of the decoder, x prepared once and
+// every product's panels in one pool job: each product's y bit for bit what it is alone, through
+// the decoder and the panel kernels called directly, over odd widths, partial panels, biases,
+// strides, a NaN row, and tasks that run from one product's panels into the next; products that
+// do not share x are refused, naming the product.
+TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastDecoder fast(2, detect_cpu_isa());
+  ThreadPool pool(2);
+  MatVecScratch scratch;
+  const bool bf16_kernel = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16();
+  const bool vnni = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni();
+  struct Product {
+    std::vector<std::byte> weight;
+    std::vector<float> bias;
+    int64_t out, y_stride;
+  };
+  const auto check = [&](DType dtype, int64_t in, int64_t n, std::vector<int64_t> outs) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " in " + std::to_string(in) + " n " +
+                 std::to_string(n) + " products " + std::to_string(outs.size()));
+    const WeightOrder order = fastest_weight_order(dtype);
+    const int64_t x_stride = in + 5;
+    std::vector<float> x(static_cast<size_t>(n * x_stride));
+    for (float& v : x) v = normal(rng);
+    if (n >= 3) x[static_cast<size_t>(x_stride + in / 3)] = NAN;  // row 1
+    std::vector<Product> products;
+    for (int64_t out : outs) {
+      std::vector<float> w(static_cast<size_t>(out * in));
+      for (float& v : w) v = normal(rng);
+      Product& p = products.emplace_back();
+      p.weight = pack(w, out, in, dtype);
+      if (order == WeightOrder::kPanels && dtype == DType::kBf16) {
+        std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
+        pack_bf16_panels(reinterpret_cast<const uint16_t*>(p.weight.data()), out, in,
+                         panels.data());
+        p.weight = panels;
+      } else if (order == WeightOrder::kPanels) {
+        std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
+        pack_quant_panels(dtype, p.weight.data(), out, in, panels.data());
+        p.weight = panels;
+      }
+      p.bias.resize(static_cast<size_t>(out));
+      for (float& v : p.bias) v = normal(rng);
+      p.out = out;
+      p.y_stride = out + 1 + static_cast<int64_t>(products.size());
+    }
+    const auto params = [&](std::vector<std::vector<float>>& ys) {
+      std::vector<MatVecParams> list;
+      ys.clear();
+      for (const Product& p : products) {
+        ys.emplace_back(static_cast<size_t>(n * p.y_stride), -777.0f);
+        MatVecParams m{p.weight.data(), p.bias.data(), x.data(), ys.back().data(), n, in, p.out,
+                       x_stride,        p.y_stride,    dtype};
+        m.weight_order = order;
+        list.push_back(m);
+      }
+      return list;
+    };
+    std::vector<std::vector<float>> alone, together;
+    for (const MatVecParams& m : params(alone)) fast.run(m);
+    const auto expect_same = [&](const char* how) {
+      for (size_t i = 0; i < products.size(); ++i) {
+        ASSERT_EQ(std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * 4), 0)
+            << how << ": product " << i;
+      }
+    };
+    std::vector<MatVecParams> list = params(together);
+    fast.run(list.data(), static_cast<int64_t>(list.size()));
+    expect_same("the decoder");
+    if (order == WeightOrder::kPanels && dtype == DType::kBf16 && bf16_kernel) {
+      list = params(together);
+      matvec_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
+      expect_same("matvec_bf16_panels");
+    }
+    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && vnni) {
+      list = params(together);
+      matvec_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
+      expect_same("matvec_quant_panels");
+    }
+    if (n >= 3) ASSERT_TRUE(std::isnan(together[0][static_cast<size_t>(products[0].y_stride)]));
+  };
+  for (DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0, DType::kF32}) {
+    for (int64_t in : {33, 513, 1100}) {
+      for (int64_t n : {1, 2, 3, 5, 7, 13, 17}) {
+        check(dtype, in, n, {64, 17, 5});      // q, k, v: a partial panel, a panel of five rows
+        check(dtype, in, n, {200, 200});       // up and gate
+        check(dtype, in, n, {16, 1, 33, 48});  // kMaxSharedProducts
+      }
+    }
+  }
+  // products that do not share x, and counts outside 1..kMaxSharedProducts
+  std::vector<float> x(64, 1.0f), y(8);
+  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
+  MatVecParams a{rows.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
+  MatVecParams list[kMaxSharedProducts + 1] = {a, a, a, a, a};
+  list[1].n = 2;
+  EXPECT_EQ(thrown_message([&] { fast.run(list, 2); }),
+            "decoder: product 1: x, x_stride, n, in, weight_dtype and weight_order must be the "
+            "first product's");
+  list[1] = a;
+  list[1].x_stride = 65;
+  EXPECT_EQ(thrown_message([&] { fast.run(list, 2); }),
+            "decoder: product 1: x, x_stride, n, in, weight_dtype and weight_order must be the "
+            "first product's");
+  EXPECT_EQ(thrown_message([&] { fast.run(list, 0); }), "decoder: count: must be 1..4, not 0");
+  list[1] = a;
+  EXPECT_EQ(thrown_message([&] { fast.run(list, kMaxSharedProducts + 1); }),
+            "decoder: count: must be 1..4, not 5");
+  if (vnni) {
+    EXPECT_EQ(thrown_message([&] { matvec_quant_panels(list, 0, pool, scratch); }),
+              "matvec_quant_panels: count: must be 1..4, not 0");
+  }
+}
+
 }  // namespace
 }  // namespace kvlab

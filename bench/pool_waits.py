@@ -5,7 +5,7 @@ the last items of a job, a worker in ThreadPool::work for the next job), the cal
 product that was running. This VM has no performance counters, so the clock samples
 (`-e cpu-clock`) are what there is. Not part of the build or the tests; after `make build`:
 
-  perf record -e cpu-clock -F 2000 --call-graph dwarf,8192 -o /tmp/step.data -- \\
+  perf record -e cpu-clock -F 2000 --call-graph dwarf,32768 -o /tmp/step.data -- \\
       build/bin/kvlab bench generate --attn gqa:4 --layers 16 --d-model 1024 --heads 16 \\
       --threads 2 --prompt 8 --generate 200 --repeats 1 --long-prompt 0 --weight-dtype q8_0 \\
       --batch 1
@@ -13,7 +13,9 @@ product that was running. This VM has no performance counters, so the clock samp
   bench/pool_waits.py /tmp/step.txt
 
 The caller is the thread with the most samples; only its samples under DecodeModel::step count,
-and only the other threads' under ThreadPool::work (their prefill share included).
+and only the other threads' under ThreadPool::work (their prefill share included). perf's DWARF
+unwinding sometimes loses the caller's stacks for a whole run (a handful of samples under
+DecodeModel::step): record again.
 """
 import collections
 import sys
@@ -31,7 +33,8 @@ def read_samples(path):
                 samples.append(current)
             elif current is not None:
                 parts = text.split(None, 1)
-                name = parts[1].replace("(anonymous namespace)", "{anonymous}") if len(parts) > 1 else "?"
+                name = parts[1] if len(parts) > 1 else "?"
+                name = name.replace("(anonymous namespace)", "{anonymous}")
                 current[1].append(name.split("(")[0])
     return samples
 
@@ -42,8 +45,9 @@ def classify(frames, caller):
         if not caller:
             return "waiting for a job"
         product = next((f for f in frames[1:] if "matvec" in f or "decode_attention" in f), "")
+        product = product or next((f for f in frames[1:] if "FastDecoder::run" in f), "")
         block = "mlp" if any("DecodeModel::mlp" in f for f in frames) else "attention block"
-        return f"waiting for the other thread: {product or 'other'} ({block})"
+        return f"waiting for the other thread: {product or 'a product the stack does not name'} ({block})"
     if any("walk_rows" in f or "panel_range" in f or "rows_range" in f for f in frames[:3]):
         return "dense tiles"
     return leaf

@@ -112,21 +112,8 @@ void AttentionStep::reserve(const ScratchWidths& w, int64_t max_batch, int64_t m
 
 void AttentionStep::dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
                           int64_t y_stride, int64_t n) {
-  MatVecParams p;
-  p.weight = layer.data();
-  p.weight_dtype = layer.dtype;
-  p.weight_order = layer.weight_order;
-  p.bias = layer.bias.empty() ? nullptr : layer.bias.data();
-  p.x = x;
-  p.y = y;
-  p.n = n;
-  p.in = layer.in;
-  p.out = layer.out;
-  p.x_stride = x_stride;
-  p.y_stride = y_stride;
-  const auto start = profile_ != nullptr ? StepClock::now() : StepClock::time_point();
-  decoder_.run(p);
-  if (profile_ != nullptr) profile_->dense_us += us_since(start);
+  const DenseOutput output[] = {{&layer, y, y_stride}};
+  dense(output, x, x_stride, n);
 }
 
 void AttentionStep::dense(std::span<const DenseOutput> outputs, const float* x, int64_t x_stride,

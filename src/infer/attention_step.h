@@ -46,7 +46,8 @@ class AttentionStep {
   int64_t pos(int64_t b) const { return positions_[static_cast<size_t>(b)]; }
   const PageTable& table() const { return table_; }
 
-  // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride])
+  // y [n][layer.out] (row stride y_stride, 0: out) = layer(x [n][x_stride]); nothing for an empty
+  // layer
   void dense(const DenseWeights& layer, const float* x, int64_t x_stride, float* y,
              int64_t y_stride, int64_t n);
   // One layer of dense(outputs, …): y [n][layer.out] (row stride y_stride, 0: out) = layer(x).

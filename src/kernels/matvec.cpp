@@ -94,9 +94,23 @@ void require_quant_panels(const MatVecParams& p, const char* caller) {
   }
 }
 
+namespace {
+
+// The first field in which b does not read x as a does, or nullptr.
+const char* unshared_field(const MatVecParams& a, const MatVecParams& b) {
+  if (a.x != b.x) return "x";
+  if (a.x_stride != b.x_stride) return "x_stride";
+  if (a.n != b.n) return "n";
+  if (a.in != b.in) return "in";
+  if (a.weight_dtype != b.weight_dtype) return "weight_dtype";
+  if (a.weight_order != b.weight_order) return "weight_order";
+  return nullptr;
+}
+
+}  // namespace
+
 bool shares_x(const MatVecParams& a, const MatVecParams& b) {
-  return a.x == b.x && a.x_stride == b.x_stride && a.n == b.n && a.in == b.in &&
-         a.weight_dtype == b.weight_dtype && a.weight_order == b.weight_order;
+  return unshared_field(a, b) == nullptr;
 }
 
 void require_shared_x(const MatVecParams* params, int64_t count, const char* caller) {
@@ -106,10 +120,9 @@ void require_shared_x(const MatVecParams* params, int64_t count, const char* cal
                                 std::to_string(count));
   }
   for (int64_t i = 1; i < count; ++i) {
-    if (!shares_x(params[0], params[i])) {
-      throw std::invalid_argument(std::string(caller) + ": product " + std::to_string(i) +
-                                  ": x, x_stride, n, in, weight_dtype and weight_order must be "
-                                  "the first product's");
+    if (const char* field = unshared_field(params[0], params[i])) {
+      throw std::invalid_argument(std::string(caller) + ": product " + std::to_string(i) + ": " +
+                                  field + ": must be the first product's (products that share x)");
     }
   }
 }

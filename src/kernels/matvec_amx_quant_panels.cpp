@@ -238,8 +238,7 @@ void matvec_amx_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScra
   }
   const PanelWork work{p, xq, xs, blocks, p.y_stride > 0 ? p.y_stride : p.out};
   const bool q8_0 = p.weight_dtype == DType::kQ8_0;
-  const int64_t per_task =
-      (rows_per_task(p.in, p.n, p.out, pool.size()) + kPanelRows - 1) / kPanelRows;
+  const int64_t per_task = rows_per_task_in_panels(p.in, p.n, panel_count(p.out), pool.size());
   for_each_task(pool, panel_count(p.out), per_task, 1, [&](int64_t first, int64_t last) {
     const AmxTileConfig config = q8_0_tiles_config();
     _tile_loadconfig(&config);

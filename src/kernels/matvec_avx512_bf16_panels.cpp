@@ -183,9 +183,7 @@ void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& p
   // walk_rows's four runs take every panel of a small matrix (k and v of gqa:4 at d 1024 — 16
   // panels — went in tasks of two panels, one panel a tile: 1.6–1.7× slower a multiply-add)
   const ProductPanels products(params, count);
-  int64_t per_task =
-      (rows_per_task(p.in, p.n, products.total() * kPanelRows, pool.size()) + kPanelRows - 1) /
-      kPanelRows;
+  int64_t per_task = rows_per_task_in_panels(p.in, p.n, products.total(), pool.size());
   if (p.n >= kBf16ProductMinRows) per_task = (per_task + 3) / 4 * 4;
   const uint16_t* rounded = scratch.bf16.data();
   for_each_task(pool, products.total(), per_task, p.n >= kBf16ProductMinRows ? 4 : 1,

@@ -184,10 +184,9 @@ void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
     }
   });
   const ProductPanels products(params, count);
-  int64_t per_task =
-      (rows_per_task(p.in, p.n, products.total() * kPanelRows, pool.size()) + kPanelRows - 1) /
-      kPanelRows;
-  per_task = (per_task + 3) / 4 * 4;  // whole runs of four panels
+  // whole runs of four panels
+  const int64_t per_task =
+      (rows_per_task_in_panels(p.in, p.n, products.total(), pool.size()) + 3) / 4 * 4;
   for_each_task(pool, products.total(), per_task, 4, [&](int64_t first, int64_t last) {
     products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
       panel_range<D>(params[i], xq, xs, xbias, from, to);

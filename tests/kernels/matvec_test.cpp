@@ -818,13 +818,16 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
   MatVecParams list[kMaxSharedProducts + 1] = {a, a, a, a, a};
   list[1].n = 2;
   EXPECT_EQ(thrown_message([&] { fast.run(list, 2); }),
-            "decoder: product 1: x, x_stride, n, in, weight_dtype and weight_order must be the "
-            "first product's");
+            "decoder: product 1: n: must be the first product's (products that share x)");
   list[1] = a;
-  list[1].x_stride = 65;
+  list[2].x_stride = 65;
+  EXPECT_EQ(thrown_message([&] { fast.run(list, 3); }),
+            "decoder: product 2: x_stride: must be the first product's (products that share x)");
+  list[2] = a;
+  list[1].weight_dtype = DType::kBf16;
   EXPECT_EQ(thrown_message([&] { fast.run(list, 2); }),
-            "decoder: product 1: x, x_stride, n, in, weight_dtype and weight_order must be the "
-            "first product's");
+            "decoder: product 1: weight_dtype: must be the first product's (products that share "
+            "x)");
   EXPECT_EQ(thrown_message([&] { fast.run(list, 0); }), "decoder: count: must be 1..4, not 0");
   list[1] = a;
   EXPECT_EQ(thrown_message([&] { fast.run(list, kMaxSharedProducts + 1); }),

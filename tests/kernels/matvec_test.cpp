@@ -790,12 +790,16 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
     std::vector<MatVecParams> list = params(together);
     fast.run(list.data(), static_cast<int64_t>(list.size()));
     expect_same("the decoder");
+    // A kernel called directly is held to itself alone: where the decoder runs AMX tiles for
+    // these rows, the AVX-512 kernels sum in another order and differ from it in the last bits.
     if (order == WeightOrder::kPanels && dtype == DType::kBf16 && bf16_kernel) {
+      for (const MatVecParams& m : params(alone)) matvec_bf16_panels(m, pool, scratch);
       list = params(together);
       matvec_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
       expect_same("matvec_bf16_panels");
     }
     if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && vnni) {
+      for (const MatVecParams& m : params(alone)) matvec_quant_panels(m, pool, scratch);
       list = params(together);
       matvec_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
       expect_same("matvec_quant_panels");

@@ -13,8 +13,8 @@
 // call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
 // shared. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
-// them), `--ab` does the same for those two at 1…64 rows: old ÷ new. Not part of the build; after
-// `make build`:
+// them), `--ab` does the same for those two at 1…64 rows (or KVLAB_AB_ROWS, e.g. 48,64,96,128):
+// old ÷ new. Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -I. -Isrc bench/dense_step_shapes.cpp build/src/libkvlab_kernels.a \
 //       build/src/libkvlab_spec.a build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/dss
 //   /tmp/dss THREADS [DTYPE [--expanded-vs-int8 | --shared-vs-single | --ab]]
@@ -54,6 +54,25 @@ constexpr Matrix kLayer[] = {{"q", 1024, 1024},   {"k", 256, 1024},   {"v", 256,
                              {"down", 1024, 4096}};
 constexpr int kMatrices = sizeof kLayer / sizeof kLayer[0];
 constexpr int kLayers = 16, kSteps = 9;
+
+// --ab's rows of x: KVLAB_AB_ROWS (e.g. "48,64,96,128"; each 1..128) or 1…64
+std::vector<int64_t> ab_rows() {
+  const char* list = std::getenv("KVLAB_AB_ROWS");
+  if (list == nullptr) return {1, 2, 4, 8, 16, 24, 32, 48, 64};
+  std::vector<int64_t> rows;
+  for (const char* at = list; *at != '\0';) {
+    char* end = nullptr;
+    const long n = std::strtol(at, &end, 10);
+    if (end == at || n < 1 || n > 128 || (*end != ',' && *end != '\0')) {
+      std::fprintf(stderr, "KVLAB_AB_ROWS: %s: must be a list of rows 1..128, e.g. 48,64,96\n",
+                   list);
+      std::exit(2);
+    }
+    rows.push_back(n);
+    at = *end == ',' ? end + 1 : end;
+  }
+  return rows;
+}
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -124,7 +143,7 @@ int main(int argc, char** argv) {
   // kernels a and b on the step's matrices, alternating step by step, at each of `rows`: each
   // one's median step (its first a warm-up) and a ÷ b
   const auto alternate = [&](Kernel a, Kernel b, const char* a_name, const char* b_name,
-                             std::initializer_list<int64_t> rows) {
+                             const std::vector<int64_t>& rows) {
     MatVecScratch scratch;
     for (int64_t n : rows) {
       std::vector<double> ms[2];
@@ -189,7 +208,7 @@ int main(int argc, char** argv) {
   }
 #ifdef KVLAB_AB_A
   if (ab) {
-    alternate(KVLAB_AB_A, KVLAB_AB_B, "old", "new", {1, 2, 4, 8, 16, 24, 32, 48, 64});
+    alternate(KVLAB_AB_A, KVLAB_AB_B, "old", "new", ab_rows());
     return 0;
   }
 #endif

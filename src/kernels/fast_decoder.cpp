@@ -242,12 +242,12 @@ void FastDecoder::run(const MatVecParams* products, int64_t count) {
       if (matvec_expands_quant_panels(params)) {
         each([&](const MatVecParams& p) { matvec_amx_expanded_panels(p, pool_, matvec_scratch_); });
       } else if (tile_rows > 0 && params.n >= tile_rows) {
-        each([&](const MatVecParams& p) { matvec_amx_quant_panels(p, pool_, matvec_scratch_); });
+        matvec_amx_quant_panels(products, count, pool_, matvec_scratch_);
       } else {
         matvec_quant_panels(products, count, pool_, matvec_scratch_);
       }
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
-      each([&](const MatVecParams& p) { matvec_amx_bf16_panels(p, pool_, matvec_scratch_); });
+      matvec_amx_bf16_panels(products, count, pool_, matvec_scratch_);
     } else {
       matvec_bf16_panels(products, count, pool_, matvec_scratch_);
     }

@@ -228,6 +228,9 @@ void matvec_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& 
 // time) against a block of x into 16 × 16 exact integer sums, stored and scaled by d_w · d_x into
 // f32 sums in registers.
 void matvec_amx_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x quantized once.
+void matvec_amx_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                             MatVecScratch& scratch);
 // From this many rows of x, q8_0 (q4_0) panels on a CPU with AMX int8 go through
 // matvec_amx_quant_panels (below it, matvec_quant_panels): a tile multiply costs the same for 1
 // row of x as for 16, and the two kernels measured even at 8 rows on q8_0 weights (VNNI
@@ -260,6 +263,9 @@ constexpr int64_t kAmxExpandedQ4MinRows = 17;
 // tile multiply (tdpbf16ps) takes 32 inputs of one panel — a contiguous KiB — against a block of
 // x, two panels × two blocks of x a pass, f32 sums.
 void matvec_amx_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x rounded once.
+void matvec_amx_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                            MatVecScratch& scratch);
 // From this many rows of x, bf16 panels on a CPU with AMX go through matvec_amx_bf16_panels
 // (below it, matvec_bf16_panels).
 constexpr int64_t kAmxPanelMinRows = 2;

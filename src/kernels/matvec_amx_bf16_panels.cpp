@@ -98,12 +98,26 @@ void panel_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_t f
 }  // namespace
 
 void matvec_amx_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_weights(p, "matvec_amx_bf16_panels", WeightOrder::kPanels, DType::kBf16);
+  matvec_amx_bf16_panels(&p, 1, pool, scratch);
+}
+
+void matvec_amx_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                            MatVecScratch& scratch) {
+  require_shared_x(params, count, "matvec_amx_bf16_panels");
+  for (int64_t i = 0; i < count; ++i) {
+    require_weights(params[i], "matvec_amx_bf16_panels", WeightOrder::kPanels, DType::kBf16);
+  }
+  const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   const int64_t xs = round_tile_rows(p, scratch, pool);
   const uint16_t* x = scratch.bf16.data();
-  for_each_task(pool, panel_count(p.out), panels_per_task(p, pool), 2,
-                [&](int64_t first, int64_t last) { panel_range(p, x, xs, first, last); });
+  const ProductPanels products(params, count);
+  for_each_task(pool, products.total(), panels_per_task(p, products.total(), pool), 2,
+                [&](int64_t first, int64_t last) {
+                  products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
+                    panel_range(params[i], x, xs, from, to);
+                  });
+                });
 }
 
 }  // namespace kvlab

@@ -140,10 +140,10 @@ void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecS
   require_quant_panels(p, "matvec_amx_expanded_panels");
   if (p.n == 0) return;
   const int64_t xs = round_tile_rows(p, scratch, pool);
-  const int64_t per_task = panels_per_task(p, pool);
+  const int64_t panels = panel_count(p.out);
+  const int64_t per_task = panels_per_task(p, panels, pool);
   // each task its own room for a pair of expanded panels
   const int64_t pair_elements = 2 * bf16_panel_elements(p.in);
-  const int64_t panels = panel_count(p.out);
   uint16_t* expanded =
       reserve_expanded_panels(scratch, (panels + per_task - 1) / per_task * pair_elements);
   const uint16_t* x = scratch.bf16.data();

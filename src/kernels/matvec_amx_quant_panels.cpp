@@ -263,7 +263,14 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
 }  // namespace
 
 void matvec_amx_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_quant_panels(p, "matvec_amx_quant_panels");
+  matvec_amx_quant_panels(&p, 1, pool, scratch);
+}
+
+void matvec_amx_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                             MatVecScratch& scratch) {
+  require_shared_x(params, count, "matvec_amx_quant_panels");
+  for (int64_t i = 0; i < count; ++i) require_quant_panels(params[i], "matvec_amx_quant_panels");
+  const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);
   // x as the tiles read it: per block of 16 rows and block k of inputs, the 16 rows' 32 quants
@@ -285,13 +292,18 @@ void matvec_amx_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScra
       xs[tile_at(b, k)] = 0.0f;
     }
   }
-  const PanelWork work{p, xq, xs, blocks, p.y_stride > 0 ? p.y_stride : p.out};
   const bool q8_0 = p.weight_dtype == DType::kQ8_0;
-  const int64_t per_task = rows_per_task_in_panels(p.in, p.n, panel_count(p.out), pool.size());
-  for_each_task(pool, panel_count(p.out), per_task, 1, [&](int64_t first, int64_t last) {
+  const ProductPanels products(params, count);
+  const int64_t per_task = rows_per_task_in_panels(p.in, p.n, products.total(), pool.size());
+  for_each_task(pool, products.total(), per_task, 1, [&](int64_t first, int64_t last) {
     const AmxTileConfig config = q8_0_tiles_config();
     _tile_loadconfig(&config);
-    q8_0 ? q8_0_panel_range(work, first, last) : q4_0_panel_range(work, first, last);
+    products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
+      const MatVecParams& product = params[i];
+      const PanelWork work{product, xq, xs, blocks,
+                           product.y_stride > 0 ? product.y_stride : product.out};
+      q8_0 ? q8_0_panel_range(work, from, to) : q4_0_panel_range(work, from, to);
+    });
     _tile_release();
   });
 }

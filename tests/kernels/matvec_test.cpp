@@ -733,6 +733,8 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
   MatVecScratch scratch;
   const bool bf16_kernel = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16();
   const bool vnni = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni();
+  const bool amx = cpu_supports(CpuIsa::kAmx);  // (asks for the tiles)
+  const bool amx_int8 = amx && cpu_has_amx_int8();
   struct Product {
     std::vector<std::byte> weight;
     std::vector<float> bias;
@@ -804,6 +806,18 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
       matvec_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
       expect_same("matvec_quant_panels");
     }
+    if (order == WeightOrder::kPanels && dtype == DType::kBf16 && amx) {
+      for (const MatVecParams& m : params(alone)) matvec_amx_bf16_panels(m, pool, scratch);
+      list = params(together);
+      matvec_amx_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
+      expect_same("matvec_amx_bf16_panels");
+    }
+    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && amx_int8) {
+      for (const MatVecParams& m : params(alone)) matvec_amx_quant_panels(m, pool, scratch);
+      list = params(together);
+      matvec_amx_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
+      expect_same("matvec_amx_quant_panels");
+    }
     if (n >= 3) ASSERT_TRUE(std::isnan(together[0][static_cast<size_t>(products[0].y_stride)]));
   };
   for (DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0, DType::kF32}) {
@@ -839,6 +853,16 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
   if (vnni) {
     EXPECT_EQ(thrown_message([&] { matvec_quant_panels(list, 0, pool, scratch); }),
               "matvec_quant_panels: count: must be 1..4, not 0");
+  }
+  if (amx_int8) {
+    EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(list, 5, pool, scratch); }),
+              "matvec_amx_quant_panels: count: must be 1..4, not 5");
+  }
+  if (amx) {
+    list[1].n = 3;
+    EXPECT_EQ(thrown_message([&] { matvec_amx_bf16_panels(list, 2, pool, scratch); }),
+              "matvec_amx_bf16_panels: product 1: n: must be the first product's (products that "
+              "share x)");
   }
 }
 

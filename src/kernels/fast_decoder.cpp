@@ -240,7 +240,7 @@ void FastDecoder::run(const MatVecParams* products, int64_t count) {
     } else if (takes_quant_panels(params.weight_dtype)) {
       const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
       if (matvec_expands_quant_panels(params)) {
-        each([&](const MatVecParams& p) { matvec_amx_expanded_panels(p, pool_, matvec_scratch_); });
+        matvec_amx_expanded_panels(products, count, pool_, matvec_scratch_);
       } else if (tile_rows > 0 && params.n >= tile_rows) {
         matvec_amx_quant_panels(products, count, pool_, matvec_scratch_);
       } else {

@@ -143,8 +143,9 @@ class FastDecoder {
   // stored for another decoder's ISA).
   void run(const MatVecParams& params);
   // Products that share x (kernels/matvec.h's require_shared_x; std::invalid_argument otherwise):
-  // where the decoder runs the panel kernels (VNNI, AVX-512 BF16, AMX bf16 or int8 tiles), in one
-  // call of the kernel (x prepared once, one pool job), else one after another as run(params[i]).
+  // where the decoder runs the panel kernels (VNNI, AVX-512 BF16, AMX tiles, expanded or not), in
+  // one call of the kernel (x prepared once, one pool job), else one after another as
+  // run(params[i]).
   void run(const MatVecParams* products, int64_t count);
   bool matvec_runs_bf16_products(const MatVecParams& params) const;
   // Whether run() multiplies f32 weight rows by oneDNN's sgemm (kF32GemmMinRows).

@@ -248,6 +248,9 @@ constexpr int64_t kAmxQ4PanelMinRows = 16;
 // and of each weight (within 2^-9 of q · d_w relative: under half of q8_0's own step d_w).
 void matvec_amx_expanded_panels(const MatVecParams& params, ThreadPool& pool,
                                 MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x rounded once.
+void matvec_amx_expanded_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                                MatVecScratch& scratch);
 // From these many rows of x, q8_0 (q4_0) panels on a CPU with AMX and AVX-512 BF16 go through
 // matvec_amx_expanded_panels: the int8 tiles store and scale every block's sums once per block of
 // 16 rows of x, the expansion costs once per weight whatever the rows (~34 ns a panel's block of

@@ -137,21 +137,33 @@ void expanded_range(const MatVecParams& p, const uint16_t* x, int64_t xs, int64_
 }  // namespace
 
 void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
-  require_quant_panels(p, "matvec_amx_expanded_panels");
+  matvec_amx_expanded_panels(&p, 1, pool, scratch);
+}
+
+void matvec_amx_expanded_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                                MatVecScratch& scratch) {
+  require_shared_x(params, count, "matvec_amx_expanded_panels");
+  for (int64_t i = 0; i < count; ++i) {
+    require_quant_panels(params[i], "matvec_amx_expanded_panels");
+  }
+  const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   const int64_t xs = round_tile_rows(p, scratch, pool);
-  const int64_t panels = panel_count(p.out);
+  const ProductPanels products(params, count);
+  const int64_t panels = products.total();
   const int64_t per_task = panels_per_task(p, panels, pool);
+  const int64_t tasks = (panels + per_task - 1) / per_task;
   // each task its own room for a pair of expanded panels
   const int64_t pair_elements = 2 * bf16_panel_elements(p.in);
-  uint16_t* expanded =
-      reserve_expanded_panels(scratch, (panels + per_task - 1) / per_task * pair_elements);
+  uint16_t* expanded = reserve_expanded_panels(scratch, tasks * pair_elements);
   const uint16_t* x = scratch.bf16.data();
   // tasks of per_task alike, each numbered for its room
-  pool.parallel_for((panels + per_task - 1) / per_task, [&](int64_t task) {
+  pool.parallel_for(tasks, [&](int64_t task) {
     const int64_t first = task * per_task;
-    expanded_range(p, x, xs, first, std::min(panels, first + per_task),
-                   expanded + task * pair_elements);
+    products.split(first, std::min(panels, first + per_task),
+                   [&](int64_t i, int64_t from, int64_t to) {
+                     expanded_range(params[i], x, xs, from, to, expanded + task * pair_elements);
+                   });
   });
 }
 

@@ -812,6 +812,13 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
       matvec_amx_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
       expect_same("matvec_amx_bf16_panels");
     }
+    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && amx &&
+        cpu_has_avx512_bf16()) {
+      for (const MatVecParams& m : params(alone)) matvec_amx_expanded_panels(m, pool, scratch);
+      list = params(together);
+      matvec_amx_expanded_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
+      expect_same("matvec_amx_expanded_panels");
+    }
     if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && amx_int8) {
       for (const MatVecParams& m : params(alone)) matvec_amx_quant_panels(m, pool, scratch);
       list = params(together);

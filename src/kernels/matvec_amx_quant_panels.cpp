@@ -155,6 +155,82 @@ inline __attribute__((always_inline)) void blocks_times_rows(
   for (int m = 0; m < kTileRowsX; ++m) acc_out[m] = acc[m];
 }
 
+// Block k of the panel (at `wk`) times block k of two blocks of 16 rows of x (their tiles at xk0,
+// xk1) into sums set kSet: the first block's sums in tmm0 (set 0) or tmm6 (set 1), the second's
+// in tmm1 or tmm7. The weights' tile is loaded once for both.
+template <int kSet>
+inline __attribute__((always_inline)) void multiply_block_by_two(const std::byte* wk,
+                                                                 const int8_t* xk0,
+                                                                 const int8_t* xk1, bool prefetch) {
+  if (prefetch) {  // half of multiply_pair's lines: one block of the panel a call
+    const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
+#pragma GCC unroll 8
+    for (int line = 0; line < 8; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    const auto* further = reinterpret_cast<const char*>(wk + kAheadL2Bytes);
+#pragma GCC unroll 8
+    for (int line = 0; line < 8; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
+  }
+  if constexpr (kSet == 0) {
+    _tile_zero(0);
+    _tile_zero(1);
+  } else {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
+  _tile_loadd(2, xk0, kQB);
+  _tile_loadd(3, xk1, kQB);
+  _tile_loadd(4, wk, 64);
+  if constexpr (kSet == 0) {
+    _tile_dpbssd(0, 2, 4);
+    _tile_dpbssd(1, 3, 4);
+  } else {
+    _tile_dpbssd(6, 2, 4);
+    _tile_dpbssd(7, 3, 4);
+  }
+}
+
+// blocks_times_rows for two blocks of 16 rows of x at once (tiles xq0, xq1; scales xs0, xs1; sums
+// into acc0_out, acc1_out): each block of the panel is loaded into a tile once for both, so the
+// panel streams from memory in one pass instead of two. Block by block, alternating between the
+// two sets of sums tiles as blocks_times_rows alternates its pairs; each sum gets the blocks in the
+// same order as there, so the results are the same bit for bit.
+inline __attribute__((always_inline)) void blocks_times_two_row_blocks(
+    const std::byte* w, const std::byte* scales, int64_t blocks, const int8_t* xq0,
+    const float* xs0, const int8_t* xq1, const float* xs1, bool prefetch, int32_t* sums,
+    __m512 (&acc0_out)[kTileRowsX], __m512 (&acc1_out)[kTileRowsX]) {
+  __m512 acc0[kTileRowsX], acc1[kTileRowsX];  // copies, as in blocks_times_rows
+#pragma GCC unroll 16
+  for (int m = 0; m < kTileRowsX; ++m) {
+    acc0[m] = acc0_out[m];
+    acc1[m] = acc1_out[m];
+  }
+  const auto block_at = [&]<int kSet>(int64_t k) __attribute__((always_inline)) {
+    multiply_block_by_two<kSet>(w + k * kQ8PanelBlockBytes, xq0 + k * kXTileBytes,
+                                xq1 + k * kXTileBytes, prefetch);
+  };
+  const auto scale_block = [&](int64_t k) __attribute__((always_inline)) {
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + k * kQ8PanelScaleBytes)));
+    scale_into(sums, dw, xs0 + k * kTileRowsX, acc0);
+    scale_into(sums + kTileRowsX * kPanelRows, dw, xs1 + k * kTileRowsX, acc1);
+  };
+  block_at.template operator()<0>(0);
+  for (int64_t k = 0; k < blocks; k += 2) {
+    if (k + 1 < blocks) block_at.template operator()<1>(k + 1);
+    store_pair<0>(sums);
+    scale_block(k);
+    if (k + 1 >= blocks) break;
+    if (k + 2 < blocks) block_at.template operator()<0>(k + 2);
+    store_pair<1>(sums);
+    scale_block(k + 1);
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < kTileRowsX; ++m) {
+    acc0_out[m] = acc0[m];
+    acc1_out[m] = acc1[m];
+  }
+}
+
 // What each panel task shares: the weights, x as the tiles read it, and where y's rows are.
 struct PanelWork {
   const MatVecParams& p;
@@ -185,13 +261,26 @@ void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
     const auto mask = static_cast<__mmask16>((1u << outs) - 1);
     const __m512 bias =
         p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
-    for (int64_t b = 0; b < p.n; b += kTileRowsX) {
+    const std::byte* quants = weight + quant_panel_quants(DType::kQ8_0, p.in, panel);
+    const std::byte* scales = weight + quant_panel_scales(DType::kQ8_0, p.out, p.in, panel);
+    int64_t b = 0;
+    for (; b + kTileRowsX < p.n;
+         b += 2 * kTileRowsX) {  // two blocks of rows, the second maybe partial
+      __m512 acc0[kTileRowsX], acc1[kTileRowsX];
+#pragma GCC unroll 16
+      for (int m = 0; m < kTileRowsX; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
+      blocks_times_two_row_blocks(quants, scales, work.blocks, work.x_tile(b), work.x_scales(b),
+                                  work.x_tile(b + kTileRowsX), work.x_scales(b + kTileRowsX),
+                                  b == 0, sums, acc0, acc1);
+      work.store(b, o, mask, bias, acc0);
+      work.store(b + kTileRowsX, o, mask, bias, acc1);
+    }
+    if (b < p.n) {
       __m512 acc[kTileRowsX];
 #pragma GCC unroll 16
       for (int m = 0; m < kTileRowsX; ++m) acc[m] = _mm512_setzero_ps();
-      blocks_times_rows(weight + quant_panel_quants(DType::kQ8_0, p.in, panel),
-                        weight + quant_panel_scales(DType::kQ8_0, p.out, p.in, panel), work.blocks,
-                        work.x_tile(b), work.x_scales(b), b == 0, sums, acc);
+      blocks_times_rows(quants, scales, work.blocks, work.x_tile(b), work.x_scales(b), b == 0, sums,
+                        acc);
       work.store(b, o, mask, bias, acc);
     }
   }

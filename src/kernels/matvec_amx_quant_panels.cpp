@@ -24,8 +24,10 @@ namespace {
 constexpr int64_t kTileRowsX = kPanelRows;
 constexpr int64_t kXTileBytes = kTileRowsX * kQB;  // 512
 
-// Eight tiles: the sums of a pair of blocks in tmm0, 1 (even pairs) or tmm6, 7 (odd pairs), x in
-// tmm2, 3, the panel in tmm4, 5.
+// Eight tiles: two sets of sums, tmm0, 1 and tmm6, 7; x in tmm2, 3; the panel in tmm4, 5. One
+// block of 16 rows of x takes a pair of blocks of inputs a set (x's two blocks in tmm2, 3, the
+// panel's in tmm4, 5); two blocks of rows take one block of inputs a set (x's in tmm2, 3, the
+// panel's in tmm4).
 AmxTileConfig q8_0_tiles_config() {
   AmxTileConfig c = full_tiles_config(2);  // sums: 16 rows of x × 16 int32
   c.rows[6] = c.rows[7] = c.rows[0];
@@ -56,20 +58,26 @@ inline __attribute__((always_inline)) void scale_into(const int32_t* sums, __m51
   }
 }
 
+// kBlocks blocks of a panel's quants (512 bytes each) kAheadBytes past `wk` into L1 and
+// kAheadL2Bytes past it into L2 (past the panel's end: the next panel's quants, which follow it).
+template <int kBlocks>
+inline __attribute__((always_inline)) void prefetch_ahead(const std::byte* wk) {
+  constexpr int kLines = kBlocks * kQ8PanelBlockBytes / 64;
+  const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
+#pragma GCC unroll 16
+  for (int line = 0; line < kLines; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+  const auto* further = reinterpret_cast<const char*>(wk + kAheadL2Bytes);
+#pragma GCC unroll 16
+  for (int line = 0; line < kLines; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
+}
+
 // Blocks k and k + 1 (k + 1 < blocks) of x times the panel's into sums set kSet: tmm0, 1 (set 0)
 // or tmm6, 7 (set 1). (The tile intrinsics paste their tile numbers into the instruction: literals
 // only.)
 template <int kSet>
 inline __attribute__((always_inline)) void multiply_pair(const std::byte* wk, const int8_t* xk,
                                                          bool prefetch) {
-  if (prefetch) {  // past the panel's end: the next panel's quants, which follow it
-    const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
-#pragma GCC unroll 16
-    for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-    const auto* further = reinterpret_cast<const char*>(wk + kAheadL2Bytes);
-#pragma GCC unroll 16
-    for (int line = 0; line < 16; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
-  }
+  if (prefetch) prefetch_ahead<2>(wk);
   if constexpr (kSet == 0) {
     _tile_zero(0);
     _tile_zero(1);
@@ -162,14 +170,7 @@ template <int kSet>
 inline __attribute__((always_inline)) void multiply_block_by_two(const std::byte* wk,
                                                                  const int8_t* xk0,
                                                                  const int8_t* xk1, bool prefetch) {
-  if (prefetch) {  // half of multiply_pair's lines: one block of the panel a call
-    const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
-#pragma GCC unroll 8
-    for (int line = 0; line < 8; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-    const auto* further = reinterpret_cast<const char*>(wk + kAheadL2Bytes);
-#pragma GCC unroll 8
-    for (int line = 0; line < 8; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
-  }
+  if (prefetch) prefetch_ahead<1>(wk);
   if constexpr (kSet == 0) {
     _tile_zero(0);
     _tile_zero(1);

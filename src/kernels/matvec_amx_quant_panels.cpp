@@ -71,13 +71,13 @@ inline __attribute__((always_inline)) void prefetch_ahead(const std::byte* wk) {
   for (int line = 0; line < kLines; ++line) _mm_prefetch(further + 64 * line, _MM_HINT_T1);
 }
 
-// Blocks k and k + 1 (k + 1 < blocks) of x times the panel's into sums set kSet: tmm0, 1 (set 0)
-// or tmm6, 7 (set 1). (The tile intrinsics paste their tile numbers into the instruction: literals
-// only.)
-template <int kSet>
-inline __attribute__((always_inline)) void multiply_pair(const std::byte* wk, const int8_t* xk,
-                                                         bool prefetch) {
-  if (prefetch) prefetch_ahead<2>(wk);
+// Sums set kSet (tmm0, 1 or tmm6, 7) = x0 · w0 and x1 · w1 (kOnePanelBlock: x1 · w0): x's tiles
+// into tmm2, 3, the panel's blocks into tmm4 (and tmm5). (The tile intrinsics paste their tile
+// numbers into the instruction: literals only.)
+template <int kSet, bool kOnePanelBlock>
+inline __attribute__((always_inline)) void multiply_into_set(const int8_t* x0, const int8_t* x1,
+                                                             const std::byte* w0,
+                                                             const std::byte* w1) {
   if constexpr (kSet == 0) {
     _tile_zero(0);
     _tile_zero(1);
@@ -85,17 +85,38 @@ inline __attribute__((always_inline)) void multiply_pair(const std::byte* wk, co
     _tile_zero(6);
     _tile_zero(7);
   }
-  _tile_loadd(2, xk, kQB);
-  _tile_loadd(4, wk, 64);
-  _tile_loadd(3, xk + kXTileBytes, kQB);
-  _tile_loadd(5, wk + kQ8PanelBlockBytes, 64);
+  _tile_loadd(2, x0, kQB);
+  if constexpr (kOnePanelBlock) {
+    _tile_loadd(3, x1, kQB);
+    _tile_loadd(4, w0, 64);
+  } else {
+    _tile_loadd(4, w0, 64);
+    _tile_loadd(3, x1, kQB);
+    _tile_loadd(5, w1, 64);
+  }
   if constexpr (kSet == 0) {
     _tile_dpbssd(0, 2, 4);
-    _tile_dpbssd(1, 3, 5);
   } else {
     _tile_dpbssd(6, 2, 4);
+  }
+  if constexpr (kSet == 0 && kOnePanelBlock) {
+    _tile_dpbssd(1, 3, 4);
+  } else if constexpr (kSet == 0) {
+    _tile_dpbssd(1, 3, 5);
+  } else if constexpr (kOnePanelBlock) {
+    _tile_dpbssd(7, 3, 4);
+  } else {
     _tile_dpbssd(7, 3, 5);
   }
+}
+
+// Blocks k and k + 1 (k + 1 < blocks) of a block of 16 rows of x (its tiles from xk) times the
+// panel's (from wk) into sums set kSet.
+template <int kSet>
+inline __attribute__((always_inline)) void multiply_pair(const std::byte* wk, const int8_t* xk,
+                                                         bool prefetch) {
+  if (prefetch) prefetch_ahead<2>(wk);
+  multiply_into_set<kSet, false>(xk, xk + kXTileBytes, wk, wk + kQ8PanelBlockBytes);
 }
 
 // Sums set kSet -> `sums` ([2][16 rows of x][16 outputs]).
@@ -164,30 +185,14 @@ inline __attribute__((always_inline)) void blocks_times_rows(
 }
 
 // Block k of the panel (at `wk`) times block k of two blocks of 16 rows of x (their tiles at xk0,
-// xk1) into sums set kSet: the first block's sums in tmm0 (set 0) or tmm6 (set 1), the second's
-// in tmm1 or tmm7. The weights' tile is loaded once for both.
+// xk1) into sums set kSet, the first block's sums in its first tile: the panel's tile is loaded
+// once for both.
 template <int kSet>
 inline __attribute__((always_inline)) void multiply_block_by_two(const std::byte* wk,
                                                                  const int8_t* xk0,
                                                                  const int8_t* xk1, bool prefetch) {
   if (prefetch) prefetch_ahead<1>(wk);
-  if constexpr (kSet == 0) {
-    _tile_zero(0);
-    _tile_zero(1);
-  } else {
-    _tile_zero(6);
-    _tile_zero(7);
-  }
-  _tile_loadd(2, xk0, kQB);
-  _tile_loadd(3, xk1, kQB);
-  _tile_loadd(4, wk, 64);
-  if constexpr (kSet == 0) {
-    _tile_dpbssd(0, 2, 4);
-    _tile_dpbssd(1, 3, 4);
-  } else {
-    _tile_dpbssd(6, 2, 4);
-    _tile_dpbssd(7, 3, 4);
-  }
+  multiply_into_set<kSet, true>(xk0, xk1, wk, nullptr);
 }
 
 // blocks_times_rows for two blocks of 16 rows of x at once (tiles xq0, xq1; scales xs0, xs1; sums

@@ -5,7 +5,7 @@
 // the next pair's multiplies (the kernel before the seventeenth session); two sets of sums tiles,
 // the next pair multiplied while this one is scaled (the kernel now); the tiles and stores without
 // the scaling; the scaling without the tiles. Not part of the build:
-//   g++ -O2 -std=c++20 -mamx-tile -mamx-int8 -mavx512f -mavx512bw -mavx512vl -mf16c -mfma
+//   g++ -O2 -std=c++20 -Isrc -mamx-tile -mamx-int8 -mavx512f -mavx512bw -mavx512vl -mf16c -mfma
 //       bench/amx_int8_scale_loop.cpp -o /tmp/aisl
 //   /tmp/aisl
 #include <immintrin.h>
@@ -17,14 +17,9 @@
 #include <cstdio>
 #include <cstring>
 
-namespace {
+#include "kernels/amx_tiles.h"
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+namespace {
 
 constexpr int kBlocks = 32;
 alignas(64) int8_t weights[kBlocks * 512], x[kBlocks * 512];
@@ -109,15 +104,10 @@ __attribute__((noinline)) void pass(__m512 (&acc)[16]) {
 
 template <Loop kLoop>
 double rate() {
-  TileConfig c;
-  for (int t : {0, 1, 6, 7}) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  c.rows[2] = c.rows[3] = 16;
-  c.colsb[2] = c.colsb[3] = 32;
-  c.rows[4] = c.rows[5] = 8;
-  c.colsb[4] = c.colsb[5] = 64;
+  // as the kernel's q8_0_tiles_config: sums in tmm0, 1, 6, 7, x in tmm2, 3, weights in tmm4, 5
+  kvlab::AmxTileConfig c = kvlab::full_tiles_config(8);
+  kvlab::set_q8_0_block_operands(c, 2, 4);
+  kvlab::set_q8_0_block_operands(c, 3, 5);
   _tile_loadconfig(&c);
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();

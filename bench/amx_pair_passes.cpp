@@ -10,7 +10,7 @@
 //   stream   one pass of x's first 16 rows per pair (the walk at 16 rows: a plain tile stream)
 // and the options --loads-only (the same tile loads without the multiplies) and --x-in-l1 (x's
 // tiles loaded from 16 KiB that stay in L1 instead of its rows). Not part of the build:
-//   g++ -O2 -std=c++20 -mamx-tile -mamx-bf16 -mavx512f bench/amx_pair_passes.cpp -o /tmp/app
+//   g++ -O2 -std=c++20 -Isrc -mamx-tile -mamx-bf16 -mavx512f bench/amx_pair_passes.cpp -o /tmp/app
 //   /tmp/app WALK [S] [--mib N] [--loads-only] [--x-in-l1]
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -25,14 +25,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "kernels/amx_tiles.h"
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+namespace {
 
 constexpr long kPanelBytes = 32768, kChunks = 32, kPanels = 128, kXStride = 1056;
 constexpr long kAheadChunks = 4;
@@ -180,11 +175,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no AMX tile permission on this CPU / kernel\n");
     return 1;
   }
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
+  const kvlab::AmxTileConfig c = kvlab::full_tiles_config(8);
   _tile_loadconfig(&c);
   const long bytes = o.mib << 20;  // whole matrices of up to kPanels panels
   const long panels = std::min(kPanels, bytes / kPanelBytes);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -149,6 +150,14 @@ BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats, 
   return *std::max_element(
       results.begin(), results.end(),
       [](const BandwidthResult& a, const BandwidthResult& b) { return a.median() < b.median(); });
+}
+
+int64_t last_level_cache_bytes() {
+  for (const int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(level);
+    if (bytes > 0) return bytes;
+  }
+  return 0;
 }
 
 }  // namespace kvlab

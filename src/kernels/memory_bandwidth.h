@@ -32,6 +32,12 @@ struct BandwidthResult {
 BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats,
                                        int streams = kCeilingStreams);
 
+// The last-level cache this CPU reports (its L3, else its L2), bytes; 0 where it reports none.
+// Data that fits in it is read from it after its first pass (virtual machines report the host's,
+// shared with other guests): for a decode step whose weights fit, the memory's bandwidth is not
+// the ceiling.
+int64_t last_level_cache_bytes();
+
 // One buffer (on transparent huge pages), read on demand on a pool's threads: for benchmarks
 // that sample the bandwidth between steps of kernels on that pool (and so also evict the
 // last-level cache between them).

@@ -1348,6 +1348,21 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
                 q8_bytes = drows[4]["weight_bytes"];
   EXPECT_EQ(f32_bytes - bf16_bytes, 2 * elements);
   EXPECT_EQ(bf16_bytes - q8_bytes, 2 * elements - elements / 32 * 34);
+  // each row says whether its weights and cache fit in the last-level cache the CPU reports (the
+  // roofline at the memory's bandwidth is then not their ceiling), and the table's text says so
+  // under the table where any row does
+  const int64_t llc_bytes = nlohmann::json::parse(dtypes.out)["last_level_cache_bytes"];
+  EXPECT_GE(llc_bytes, 0);
+  for (const nlohmann::json& row : drows) {
+    const int64_t bytes = row["weight_bytes"].get<int64_t>() + row["cache_bytes"].get<int64_t>();
+    EXPECT_EQ(row["fits_last_level_cache"], llc_bytes > 0 && bytes <= llc_bytes) << bytes;
+  }
+  // (this model's ~100 KB fit in any last-level cache a CPU reports)
+  const RunResult text = run_kvlab(
+      "bench generate --attn gqa:2 --prompt 8 --generate 4 --long-prompt 0 --repeats 1 --layers 1 "
+      "--d-model 32 --heads 4");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(contains(text.out, "last-level cache this CPU reports"), llc_bytes > 0) << text.out;
   const RunResult fp8 = run_kvlab("bench generate --attn gqa:2 --weight-dtype fp8" + model);
   EXPECT_EQ(fp8.exit_code, 2);
   EXPECT_TRUE(contains(fp8.err, "weight-dtype")) << fp8.err;

@@ -7,7 +7,7 @@
 // part of a batched step goes. With `--expanded-vs-int8` (q8_0 or q4_0 panels, a CPU with AMX and
 // AVX-512 BF16): the two AMX kernels over the same panels, matvec_amx_quant_panels (int8 tiles) and
 // matvec_amx_expanded_panels (expanded to bf16), called directly and alternating step by step at
-// 16…128 rows of x; per batch each one's median step and int8 ÷ expanded. With
+// 16…128 rows of x (or KVLAB_AB_ROWS); per batch each one's median step and int8 ÷ expanded. With
 // `--shared-vs-single`: the step as the decoder runs it (q, k and v in one call of
 // FastDecoder::run, up and gate in one: x prepared once for them) against every product in a
 // call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
@@ -55,7 +55,8 @@ constexpr Matrix kLayer[] = {{"q", 1024, 1024},   {"k", 256, 1024},   {"v", 256,
 constexpr int kMatrices = sizeof kLayer / sizeof kLayer[0];
 constexpr int kLayers = 16, kSteps = 9;
 
-// --ab's rows of x: KVLAB_AB_ROWS (e.g. "48,64,96,128"; each 1..128) or 1…64
+// The rows of x --ab (and, where set, --expanded-vs-int8) runs: KVLAB_AB_ROWS (e.g.
+// "48,64,96,128"; each 1..128), or 1…64
 std::vector<int64_t> ab_rows() {
   const char* list = std::getenv("KVLAB_AB_ROWS");
   if (list == nullptr) return {1, 2, 4, 8, 16, 24, 32, 48, 64};
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   };
   if (against_int8) {
     alternate(matvec_amx_quant_panels, matvec_amx_expanded_panels, "int8 tiles", "expanded",
-              {16, 17, 24, 32, 48, 64, 96, 128});
+              std::getenv("KVLAB_AB_ROWS") ? ab_rows()
+                                           : std::vector<int64_t>{16, 17, 24, 32, 48, 64, 96, 128});
     return 0;
   }
   if (shared_vs_single) {  // the decoder's run(products, count) against run(p) one by one

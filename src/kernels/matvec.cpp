@@ -127,6 +127,18 @@ void require_shared_x(const MatVecParams* params, int64_t count, const char* cal
   }
 }
 
+void require_shared_bf16_panels(const MatVecParams* params, int64_t count, const char* caller) {
+  require_shared_x(params, count, caller);
+  for (int64_t i = 0; i < count; ++i) {
+    require_weights(params[i], caller, WeightOrder::kPanels, DType::kBf16);
+  }
+}
+
+void require_shared_quant_panels(const MatVecParams* params, int64_t count, const char* caller) {
+  require_shared_x(params, count, caller);
+  for (int64_t i = 0; i < count; ++i) require_quant_panels(params[i], caller);
+}
+
 void validate_matvec(const MatVecParams& p) {
   auto require = [](bool ok, const char* field, const char* rule) {
     if (!ok) throw std::invalid_argument(std::string("matvec: ") + field + ": " + rule);

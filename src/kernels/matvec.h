@@ -183,6 +183,10 @@ bool shares_x(const MatVecParams& a, const MatVecParams& b);
 // std::invalid_argument naming `caller` and the field unless params[0, count) share x and count is
 // 1..kMaxSharedProducts.
 void require_shared_x(const MatVecParams* params, int64_t count, const char* caller);
+// The panel kernels' checks of products taken together: require_shared_x, then each product's
+// weights as bf16 panels (require_weights) or as q8_0 / q4_0 panels (require_quant_panels).
+void require_shared_bf16_panels(const MatVecParams* params, int64_t count, const char* caller);
+void require_shared_quant_panels(const MatVecParams* params, int64_t count, const char* caller);
 
 // scratch.expanded grown to at least `elements`; its data.
 uint16_t* reserve_expanded_panels(MatVecScratch& scratch, int64_t elements);

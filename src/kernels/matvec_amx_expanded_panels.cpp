@@ -142,10 +142,7 @@ void matvec_amx_expanded_panels(const MatVecParams& p, ThreadPool& pool, MatVecS
 
 void matvec_amx_expanded_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                                 MatVecScratch& scratch) {
-  require_shared_x(params, count, "matvec_amx_expanded_panels");
-  for (int64_t i = 0; i < count; ++i) {
-    require_quant_panels(params[i], "matvec_amx_expanded_panels");
-  }
+  require_shared_quant_panels(params, count, "matvec_amx_expanded_panels");
   const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   const int64_t xs = round_tile_rows(p, scratch, pool);

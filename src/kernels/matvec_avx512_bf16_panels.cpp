@@ -169,10 +169,7 @@ void matvec_bf16_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& 
 
 void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                         MatVecScratch& scratch) {
-  require_shared_x(params, count, "matvec_bf16_panels");
-  for (int64_t i = 0; i < count; ++i) {
-    require_weights(params[i], "matvec_bf16_panels", WeightOrder::kPanels, DType::kBf16);
-  }
+  require_shared_bf16_panels(params, count, "matvec_bf16_panels");
   const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);

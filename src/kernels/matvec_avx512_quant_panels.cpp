@@ -202,8 +202,7 @@ void matvec_quant_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch&
 
 void matvec_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                          MatVecScratch& scratch) {
-  require_shared_x(params, count, "matvec_quant_panels");
-  for (int64_t i = 0; i < count; ++i) require_quant_panels(params[i], "matvec_quant_panels");
+  require_shared_quant_panels(params, count, "matvec_quant_panels");
   const MatVecParams& p = params[0];
   if (p.n == 0) return;
   reserve_matvec_scratch(p, scratch);

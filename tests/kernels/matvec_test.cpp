@@ -794,38 +794,43 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
     expect_same("the decoder");
     // A kernel called directly is held to itself alone: where the decoder runs AMX tiles for
     // these rows, the AVX-512 kernels sum in another order and differ from it in the last bits.
-    if (order == WeightOrder::kPanels && dtype == DType::kBf16 && bf16_kernel) {
-      for (const MatVecParams& m : params(alone)) matvec_bf16_panels(m, pool, scratch);
+    // kernel(params, count) calls the kernel's span form, which its one-product form calls.
+    const auto held_to_itself = [&](const char* name, auto&& kernel) {
+      for (const MatVecParams& m : params(alone)) kernel(&m, 1);
       list = params(together);
-      matvec_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
-      expect_same("matvec_bf16_panels");
+      kernel(list.data(), static_cast<int64_t>(list.size()));
+      expect_same(name);
+    };
+    const bool panels = order == WeightOrder::kPanels, bf16 = dtype == DType::kBf16;
+    const bool quant = takes_quant_panels(dtype);
+    if (panels && bf16 && bf16_kernel) {
+      held_to_itself("matvec_bf16_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_bf16_panels(m, count, pool, scratch);
+      });
     }
-    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && vnni) {
-      for (const MatVecParams& m : params(alone)) matvec_quant_panels(m, pool, scratch);
-      list = params(together);
-      matvec_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
-      expect_same("matvec_quant_panels");
+    if (panels && quant && vnni) {
+      held_to_itself("matvec_quant_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_quant_panels(m, count, pool, scratch);
+      });
     }
-    if (order == WeightOrder::kPanels && dtype == DType::kBf16 && amx) {
-      for (const MatVecParams& m : params(alone)) matvec_amx_bf16_panels(m, pool, scratch);
-      list = params(together);
-      matvec_amx_bf16_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
-      expect_same("matvec_amx_bf16_panels");
+    if (panels && bf16 && amx) {
+      held_to_itself("matvec_amx_bf16_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_amx_bf16_panels(m, count, pool, scratch);
+      });
     }
-    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && amx &&
-        cpu_has_avx512_bf16()) {
-      for (const MatVecParams& m : params(alone)) matvec_amx_expanded_panels(m, pool, scratch);
-      list = params(together);
-      matvec_amx_expanded_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
-      expect_same("matvec_amx_expanded_panels");
+    if (panels && quant && amx && cpu_has_avx512_bf16()) {
+      held_to_itself("matvec_amx_expanded_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_amx_expanded_panels(m, count, pool, scratch);
+      });
     }
-    if (order == WeightOrder::kPanels && takes_quant_panels(dtype) && amx_int8) {
-      for (const MatVecParams& m : params(alone)) matvec_amx_quant_panels(m, pool, scratch);
-      list = params(together);
-      matvec_amx_quant_panels(list.data(), static_cast<int64_t>(list.size()), pool, scratch);
-      expect_same("matvec_amx_quant_panels");
+    if (panels && quant && amx_int8) {
+      held_to_itself("matvec_amx_quant_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_amx_quant_panels(m, count, pool, scratch);
+      });
     }
-    if (n >= 3) ASSERT_TRUE(std::isnan(together[0][static_cast<size_t>(products[0].y_stride)]));
+    if (n >= 3) {
+      ASSERT_TRUE(std::isnan(together[0][static_cast<size_t>(products[0].y_stride)]));
+    }
   };
   for (DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0, DType::kF32}) {
     for (int64_t in : {33, 513, 1100}) {

@@ -30,6 +30,8 @@ namespace {
 
 using Bytes = std::vector<std::byte, WeightAllocator<std::byte>>;
 using Kernel = std::function<void(const MatVecParams&, ThreadPool&, MatVecScratch&)>;
+// the one-product form of a kernel that also takes products sharing x
+using OneProduct = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
 
 struct Order {
   const char* name;
@@ -60,13 +62,13 @@ void compare(DType dtype, const MatVecBenchArgs& args) {
   orders.push_back({"ggml order", WeightOrder::kRows, matvec_avx512, {}, rows_bytes});
   orders.push_back({"panels",
                     WeightOrder::kPanels,
-                    matvec_quant_panels,
+                    OneProduct(matvec_quant_panels),
                     {},
                     static_cast<int64_t>(panels.size())});
   orders.push_back({"AMX panels",
                     WeightOrder::kPanels,
                     cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8()
-                        ? Kernel(matvec_amx_quant_panels)
+                        ? Kernel(OneProduct(matvec_amx_quant_panels))
                         : Kernel(),
                     {},
                     static_cast<int64_t>(panels.size())});

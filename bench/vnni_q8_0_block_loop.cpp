@@ -1,0 +1,155 @@
+// The VNNI q8_0 dense kernel's tile (matvec_avx512_quant_panels.cpp's tile_blocks at six rows of x
+// and two panels: per q8_0 block of 32 inputs, each panel's eight 64-byte loads flipped to q + 128
+// by one xor, 96 vpdpbusd into 12 exact int32 sums, then each sum converted and scaled by
+// d_w · d_x into its f32 sum) on one thread, every operand in L1. G multiply-adds/s for the loop as
+// the kernel runs it and with one part of a block's work left out at a time, beside the vpdpbusd
+// register loop of `kvlab bench compute` on the same thread: how far below that peak the format's
+// per-block scaling leaves the kernel before any memory traffic. The variants without a part give
+// wrong sums; they time the rest. Not part of the build; after `make build`:
+//   g++ -O2 -std=c++20 -Isrc -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mf16c -mfma
+//       bench/vnni_q8_0_block_loop.cpp build/src/libkvlab_kernels.a build/src/libkvlab_spec.a \
+//       build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/vqbl
+//   /tmp/vqbl [ROUNDS]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/compute_peak.h"
+
+namespace {
+
+constexpr int kRows = 6, kPanels = 2;  // the kernel's q8_0 tile
+constexpr int64_t kBlocks = 16;        // 512 inputs: two panels of 8 KiB, in L1 with x
+alignas(64) uint8_t weights[kPanels * kBlocks * 512];
+alignas(64) uint16_t weight_scales[kPanels * kBlocks * 16];  // f16
+alignas(64) uint8_t x[kRows * kBlocks * 32];
+alignas(64) float x_scales[kRows * kBlocks];
+alignas(64) int32_t x_bias[kRows * kBlocks];
+
+enum class Loop { kKernel, kNoFlip, kNoScaleProduct, kNoScaling };
+constexpr const char* kNames[] = {"as the kernel", "no xor (weights stored flipped)",
+                                  "no d_w * d_x multiply", "no scaling (integer sums only)"};
+
+template <Loop L>
+__attribute__((noinline)) void pass(__m512 (&acc)[kRows][kPanels]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t k = 0; k < kBlocks; ++k) {
+    __m512i dot[kRows][kPanels];
+#pragma GCC unroll 8
+    for (int b = 0; b < kRows; ++b) {
+      const __m512i start = _mm512_set1_epi32(x_bias[b * kBlocks + k]);
+#pragma GCC unroll 2
+      for (int j = 0; j < kPanels; ++j) dot[b][j] = start;
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      __m512i wv[kPanels];
+#pragma GCC unroll 2
+      for (int j = 0; j < kPanels; ++j) {
+        wv[j] = _mm512_load_si512(weights + (j * kBlocks + k) * 512 + 64 * v);
+        if constexpr (L != Loop::kNoFlip) wv[j] = _mm512_xor_si512(wv[j], flip);
+      }
+#pragma GCC unroll 8
+      for (int b = 0; b < kRows; ++b) {
+        int32_t four;
+        std::memcpy(&four, x + (b * kBlocks + k) * 32 + 4 * v, sizeof four);
+        const __m512i xv = _mm512_set1_epi32(four);
+#pragma GCC unroll 2
+        for (int j = 0; j < kPanels; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], wv[j], xv);
+      }
+    }
+    __m512 dw[kPanels];
+#pragma GCC unroll 2
+    for (int j = 0; j < kPanels; ++j) {
+      dw[j] = _mm512_cvtph_ps(_mm256_load_si256(
+          reinterpret_cast<const __m256i*>(weight_scales + (j * kBlocks + k) * 16)));
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < kRows; ++b) {
+      const __m512 dx = _mm512_set1_ps(x_scales[b * kBlocks + k]);
+#pragma GCC unroll 2
+      for (int j = 0; j < kPanels; ++j) {
+        if constexpr (L == Loop::kNoScaling) {
+          acc[b][j] =
+              _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[b][j]), dot[b][j]));
+        } else if constexpr (L == Loop::kNoScaleProduct) {
+          acc[b][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[b][j]), dw[j], acc[b][j]);
+        } else {
+          acc[b][j] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[b][j]), _mm512_mul_ps(dw[j], dx), acc[b][j]);
+        }
+      }
+    }
+  }
+}
+
+// the best of five timings of `passes` passes, in G multiply-adds/s
+template <Loop L>
+double rate(int64_t passes, float* sink) {
+  __m512 acc[kRows][kPanels] = {};
+  double best_s = 1e30;
+  for (int t = 0; t < 5; ++t) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < passes; ++i) pass<L>(acc);
+    best_s = std::min(
+        best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  for (auto& row : acc)
+    for (__m512 a : row) *sink += _mm512_reduce_add_ps(a);
+  return static_cast<double>(passes) * kBlocks * 32 * 16 * kRows * kPanels / best_s / 1e9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    std::fprintf(stderr, "this CPU has no AVX-512 VNNI\n");
+    return 1;
+  }
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
+  if (rounds < 1) {
+    std::fprintf(stderr, "usage: %s [ROUNDS >= 1]\n", argv[0]);
+    return 2;
+  }
+  for (auto& w : weights) w = static_cast<uint8_t>(std::rand());
+  for (auto& q : x) q = static_cast<uint8_t>(std::rand());
+  for (auto& s : weight_scales) s = 0x2C00;  // f16 0.0625
+  for (auto& s : x_scales) s = 0.01f;
+  for (auto& s : x_bias) s = -128 * 32;
+  std::printf(
+      "%s, one thread, a %d-row × %d-panel q8_0 tile over %lld blocks in L1; G "
+      "multiply-adds/s, medians of %d rounds (each the best of 5)\n",
+      kvlab::cpu_model_name().c_str(), kRows, kPanels, static_cast<long long>(kBlocks), rounds);
+  const int64_t passes = 20000;
+  float sink = 0;
+  std::vector<double> rates[5];
+  for (int r = 0; r < rounds; ++r) {  // alternating, so the VM's state moves every loop alike
+    rates[0].push_back(rate<Loop::kKernel>(passes, &sink));
+    rates[1].push_back(rate<Loop::kNoFlip>(passes, &sink));
+    rates[2].push_back(rate<Loop::kNoScaleProduct>(passes, &sink));
+    rates[3].push_back(rate<Loop::kNoScaling>(passes, &sink));
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t macs = kvlab::mac_loop_int8_avx512(int64_t{1} << 22, &sink);
+    rates[4].push_back(
+        static_cast<double>(macs) /
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9);
+  }
+  const double peak = median(rates[4]);
+  std::printf("%-34s %7.1f\n", "vpdpbusd register loop (peak)", peak);
+  for (int v = 0; v < 4; ++v) {
+    std::printf("%-34s %7.1f  (%.0f%% of the peak)\n", kNames[v], median(rates[v]),
+                100.0 * median(rates[v]) / peak);
+  }
+  return sink == 12345.0f ? 3 : 0;
+}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/bf16_rows.h"
 #include "kernels/matvec.h"
@@ -148,26 +149,8 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
     while (b < p.n) {
       const int64_t rows =
           b == 0 ? std::min<int64_t>(p.n, kTileRows) : balanced_tile_rows(p.n - b, kTileRows);
-      switch (rows) {
-        case 6:
-          tile.template operator()<R, 6>(panel, spread, b);
-          break;
-        case 5:
-          tile.template operator()<R, 5>(panel, spread, b);
-          break;
-        case 4:
-          tile.template operator()<R, 4>(panel, spread, b);
-          break;
-        case 3:
-          tile.template operator()<R, 3>(panel, spread, b);
-          break;
-        case 2:
-          tile.template operator()<R, 2>(panel, spread, b);
-          break;
-        default:
-          tile.template operator()<R, 1>(panel, spread, b);
-          break;
-      }
+      with_tile_rows<kTileRows>(
+          rows, [&]<int NB>() { tile.template operator()<R, NB>(panel, spread, b); });
       b += rows;
     }
   });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>  // NAN in q8_0_blocks.inc
 #include <cstring>
+#include <utility>
 
 #include "kernels/matvec.h"
 #include "kernels/q8_0_rows.h"

@@ -143,7 +143,7 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
       b = kFirstTileRows;
     }
     // The first tile reads the panels from memory, so it takes all the rows it can (8 rows as 4 + 4
-    // measured 2–5% slower than 6 + 2); the tiles after it find them in cache and share their rows
+    // measured 3–5% slower than 6 + 2); the tiles after it find them in cache and share their rows
     // evenly (32 rows as 12 + 5 + 5 + 5 + 5 2–4% faster than 12 + 6 + 6 + 6 + 2: docs/kernels/
     // dense-decode.md).
     while (b < p.n) {

@@ -11,6 +11,9 @@
 #   bench/kernel_ab.sh REV FILE FUNCTION THREADS DTYPE
 #   e.g. bench/kernel_ab.sh HEAD~1 src/kernels/matvec_amx_quant_panels.cpp \
 #        matvec_amx_quant_panels 2 q8_0
+# KVLAB_AB_ROWS picks the rows of x (dense_step_shapes.cpp's header); KVLAB_AB_FLAGS adds compiler
+# flags to both builds, e.g. KVLAB_AB_FLAGS='-DAHEAD=8192' to try a value the working tree's source
+# takes from a macro (REV's source, without that macro, builds as it was).
 set -eu
 if [ $# -ne 5 ]; then
   echo "usage: $0 REV FILE FUNCTION THREADS DTYPE (bf16 | q8_0 | q4_0)" >&2
@@ -33,7 +36,7 @@ for entry in json.load(open(sys.argv[1])):
         print(" ".join(a for a in entry["command"].split() if a.startswith("-m")))
         break
 ' "$build/compile_commands.json" "$file")
-common="-O3 -std=c++20 -DNDEBUG -I$build/src/generated $flags"
+common="${KVLAB_AB_FLAGS:-} -O3 -std=c++20 -DNDEBUG -I$build/src/generated $flags"
 # shellcheck disable=SC2086
 g++ $common -I"$work/src" -D"$function=${function}_old" -c "$work/$file" -o "$work/old.o"
 # shellcheck disable=SC2086

@@ -7,7 +7,7 @@
 // per-block scaling leaves the kernel before any memory traffic. The variants without a part give
 // wrong sums; they time the rest. Not part of the build; after `make build`:
 //   g++ -O2 -std=c++20 -Isrc -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mf16c -mfma
-//       bench/vnni_q8_0_block_loop.cpp build/src/libkvlab_kernels.a build/src/libkvlab_spec.a \
+//       bench/vnni_q8_0_block_loop.cpp build/src/libkvlab_kernels.a build/src/libkvlab_spec.a
 //       build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/vqbl
 //   /tmp/vqbl [ROUNDS]
 #include <immintrin.h>
@@ -117,10 +117,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "this CPU has no AVX-512 VNNI\n");
     return 1;
   }
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
-  if (rounds < 1) {
-    std::fprintf(stderr, "usage: %s [ROUNDS >= 1]\n", argv[0]);
+  // ROUNDS: a whole number 1..1000 (the default 5); anything else is refused, not read as a prefix
+  long rounds = 5;
+  if (argc > 2) {
+    std::fprintf(stderr, "usage: %s [ROUNDS]\n", argv[0]);
     return 2;
+  }
+  if (argc == 2) {
+    char* end = nullptr;
+    rounds = std::strtol(argv[1], &end, 10);
+    if (end == argv[1] || *end != '\0' || rounds < 1 || rounds > 1000) {
+      std::fprintf(stderr, "%s: ROUNDS: '%s' is not a whole number 1..1000\n", argv[0], argv[1]);
+      return 2;
+    }
   }
   for (auto& w : weights) w = static_cast<uint8_t>(std::rand());
   for (auto& q : x) q = static_cast<uint8_t>(std::rand());
@@ -130,7 +139,8 @@ int main(int argc, char** argv) {
   std::printf(
       "%s, one thread, a %d-row × %d-panel q8_0 tile over %lld blocks in L1; G "
       "multiply-adds/s, medians of %d rounds (each the best of 5)\n",
-      kvlab::cpu_model_name().c_str(), kRows, kPanels, static_cast<long long>(kBlocks), rounds);
+      kvlab::cpu_model_name().c_str(), kRows, kPanels, static_cast<long long>(kBlocks),
+      static_cast<int>(rounds));
   const int64_t passes = 20000;
   float sink = 0;
   std::vector<double> rates[5];

@@ -33,9 +33,10 @@ BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats,
                                        int streams = kCeilingStreams);
 
 // The last-level cache this CPU reports (its L3, else its L2), bytes; 0 where it reports none.
-// Data that fits in it is read from it after its first pass (virtual machines report the host's,
-// shared with other guests): for a decode step whose weights fit, the memory's bandwidth is not
-// the ceiling.
+// Data that fits in it is read from it after its first pass: for a decode step whose weights fit,
+// the memory's bandwidth is not the ceiling. A virtual machine reports what its hypervisor passes
+// on, which can be more than one core can use (480 and 508 MiB on two VMs where a core's share is
+// far smaller), so a row said to fit may not.
 int64_t last_level_cache_bytes();
 
 // One buffer (on transparent huge pages), read on demand on a pool's threads: for benchmarks

@@ -10,12 +10,12 @@
 
 #include "kernels/matvec.h"
 #include "kernels/q8_0_rows.h"
+#include "kernels/rows_in_the_job.h"
 
 namespace kvlab {
 namespace {
 
 #include "kernels/matvec_common.inc"
-#include "kernels/matvec_q8_0_x.inc"
 #include "kernels/matvec_write_panels.inc"
 
 // How far ahead, in its own panel, a tile prefetches its quants: 4 KiB, as the row kernels'
@@ -172,9 +172,12 @@ void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
   auto* xq = reinterpret_cast<uint8_t*>(scratch.quants.data());  // [n][blocks · 32]
   float* xs = scratch.scales.data();                             // [n][blocks]
   int32_t* xbias = scratch.block_bias.data();                    // [n][blocks]
-  quantize_rows(p, pool, [&](int64_t b, const float* x) {
+  // x's rows rounded to q8_0 by the tasks themselves
+  RowsInTheJob quantizing(p.n, pool.size());
+  const int64_t x_stride = p.x_stride > 0 ? p.x_stride : p.in;
+  const auto quantize_row = [&](int64_t b) {
     auto* row = reinterpret_cast<int8_t*>(xq + b * blocks * kQB);
-    quantize_q8_0_row_avx512(x, p.in, row, kQB, xs + b * blocks, 1);
+    quantize_q8_0_row_avx512(p.x + b * x_stride, p.in, row, kQB, xs + b * blocks, 1);
     // q8_0: the weights + 128 are vpdpbusd's unsigned operand, so the sums start at −128 · Σ q_x;
     // q4_0: the nibbles (the weights + 8), at −8 · Σ q_x
     constexpr int32_t offset = D == DType::kQ8_0 ? 128 : 8;
@@ -183,12 +186,13 @@ void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
       for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
       xbias[b * blocks + k] = -offset * sum;
     }
-  });
+  };
   const ProductPanels products(params, count);
   // whole runs of four panels
   const int64_t per_task =
       (rows_per_task_in_panels(p.in, p.n, products.total(), pool.size()) + 3) / 4 * 4;
   for_each_task(pool, products.total(), per_task, 4, [&](int64_t first, int64_t last) {
+    quantizing.ready(quantize_row);
     products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
       panel_range<D>(params[i], xq, xs, xbias, from, to);
     });

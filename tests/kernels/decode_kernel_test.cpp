@@ -19,6 +19,7 @@
 #include "kernels/convert.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/kernel_test_cache.h"
+#include "kernels/rows_in_the_job.h"
 
 namespace kvlab {
 namespace {
@@ -777,6 +778,35 @@ TEST(ThreadPoolTest, SmallJobsBackToBackAndAfterSleepRunEveryItemOnce) {
     }
   }
   for (size_t i = 0; i < 9; ++i) EXPECT_EQ(hits[i].load(), expected[i]) << "item " << i;
+}
+
+// The products' rows of x prepared by their own tasks (RowsInTheJob): every row prepared once,
+// and each task goes on only when all rows are ready, however the tasks and the rows fall on the
+// threads (more tasks than threads, fewer, a pool of one; rows that take a while to prepare).
+TEST(RowsInTheJobTest, EveryRowPreparedOnceAndAllReadyBeforeATaskGoesOn) {
+  for (int threads : {1, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t rows : {0, 1, 2, 7, 16, 37, 128}) {
+      for (int64_t tasks : {1, 2, 3, 9}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(rows) + " rows, " +
+                     std::to_string(tasks) + " tasks");
+        RowsInTheJob job(rows, pool.size());
+        std::vector<std::atomic<int>> prepared(static_cast<size_t>(rows));
+        std::atomic<int64_t> early{0};
+        pool.parallel_for(tasks, [&](int64_t) {
+          job.ready([&](int64_t b) {
+            if (b % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            prepared[static_cast<size_t>(b)].fetch_add(1);
+          });
+          for (const std::atomic<int>& p : prepared) {
+            if (p.load() != 1) early.fetch_add(1);
+          }
+        });
+        EXPECT_EQ(early.load(), 0);
+        for (const std::atomic<int>& p : prepared) EXPECT_EQ(p.load(), 1);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -437,9 +437,12 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
                 : fast.isa() == CpuIsa::kAmx ? "AVX-512 BF16 kernel at 1 row, AMX tiles from 2"
                                              : "AVX-512 BF16 kernel")
             << "\n";
+  // five threads on this machine's cores: tasks that contend for the panels
+  FastDecoder crowded(5, detect_cpu_isa());
+  FastDecoder* decoder = &fast;
   const auto check = [&](int64_t in, int64_t out, int64_t n) {
     const RandomProblem r = random_problem(rng, in, out, n, DType::kBf16);
-    SCOPED_TRACE(r.name());
+    SCOPED_TRACE(r.name() + (decoder == &crowded ? ", 5 threads" : ""));
     std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
     pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
     std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
@@ -460,7 +463,7 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
     p.weight_order = WeightOrder::kPanels;
     p.x = r.x.data();
     p.y = actual.data();
-    fast.run(p);
+    decoder->run(p);
     expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
   };
   for (int64_t in : {1, 2, 7, 64, 65, 513}) {
@@ -476,6 +479,9 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   check(1100, 20, 35);  // a NaN in row 1 among three blocks of x
   check(2040, 33, 40);  // rows of 2048 rounded elements: the tiles' x a chunk more than 4 KiB apart
   check(1000, 33, 40);  // rows of 1024 (an even number of chunks): a chunk more than 2 KiB apart
+  decoder = &crowded;
+  for (int64_t n : {2, 7, 16, 40, 129}) check(300, 200, n);
+  decoder = &fast;
   std::vector<float> w(64), x(64), y(1);
   MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
   wrong.weight_order = WeightOrder::kPanels;
@@ -630,6 +636,7 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());
   ThreadPool pool(2);
+  ThreadPool crowded(5);  // five threads on this machine's cores, contending for x's rows
   MatVecScratch scratch;
   const bool vnni = cpu_has_avx512_vnni();
   const bool amx = cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8();  // (asks for the tiles)
@@ -672,6 +679,7 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
     };
     run(fast.matvec_expands_quant_panels(p), [&] { fast.run(p); });
     if (vnni) run(false, [&] { matvec_quant_panels(p, pool, scratch); });
+    if (vnni && n >= 16) run(false, [&] { matvec_quant_panels(p, crowded, scratch); });
     if (amx) run(false, [&] { matvec_amx_quant_panels(p, pool, scratch); });
     if (expands) run(true, [&] { matvec_amx_expanded_panels(p, pool, scratch); });
   };
@@ -686,7 +694,7 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
     }
     check(dtype, 1100, 20, 35);  // a NaN in row 1 among three blocks of x
     check(dtype, 90, 33, 50);    // four blocks of x, the last padded: q8_0's expanded path too
-    check(dtype, 2600, 40, 13);  // x rounded on the pool (33,800 elements)
+    check(dtype, 2600, 40, 13);  // 13 rows of 2,600 elements rounded (by the VNNI kernel's tasks)
     check(dtype, 11001, 20, 3);  // the same, with a NaN in row 1
   }
   // every kernel called directly refuses a layout it does not read, naming the field

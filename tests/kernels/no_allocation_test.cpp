@@ -81,5 +81,29 @@ TEST(NoAllocationTest, DenseLayersAllocateNothingOnceWarm) {
   }
 }
 
+// bf16 weights in panels (where the decoder stores them so): x kept in f32 (one row), rounded to
+// bf16 by the calling thread, and rounded on the pool (from 32,768 elements).
+TEST(NoAllocationTest, Bf16PanelsAllocateNothingOnceWarm) {
+  if (fastest_weight_order(DType::kBf16) != WeightOrder::kPanels) {
+    GTEST_SKIP() << "bf16 weights are not stored in panels on this CPU";
+  }
+  const int64_t in = 1000, out = 40;
+  std::vector<uint16_t> w(static_cast<size_t>(in * out), 0x3F00);  // 0.5
+  std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
+  pack_bf16_panels(w.data(), out, in, panels.data());
+  FastDecoder decoder(2, detect_cpu_isa());
+  for (int64_t n : {1, 3, 16, 40}) {
+    SCOPED_TRACE(std::to_string(n) + " rows of x");
+    std::vector<float> x(static_cast<size_t>(n * in), 1.0f), y(static_cast<size_t>(n * out));
+    MatVecParams p{panels.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0, DType::kBf16};
+    p.weight_order = WeightOrder::kPanels;
+    decoder.run(p);  // warm-up: the scratch grows to this batch
+    testing::start_counting_allocations();
+    for (int i = 0; i < 20; ++i) decoder.run(p);
+    EXPECT_EQ(testing::stop_counting_allocations(), 0);
+    EXPECT_EQ(y[static_cast<size_t>(n * out - 1)], 500.0f);
+  }
+}
+
 }  // namespace
 }  // namespace kvlab

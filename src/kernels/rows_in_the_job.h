@@ -13,10 +13,10 @@ namespace kvlab {
 // job: on the calling thread alone below a size, or in a pool job of their own above it. Every
 // task calls ready() first: it takes rows no task has taken yet, a few at a time, prepares them,
 // and then waits until every row is ready (the rows it waits for are being prepared by a thread
-// that took them, which never waits before it has). So the threads share the preparing, and a
-// product costs one pool job, not two. bf16's rounding, a fraction of q8_0's work a row, gained
-// nothing from it (docs/kernels/dense-decode.md, "x's rows rounded to q8_0 inside the products'
-// job").
+// that took them, which never waits before it has; so prepare must not throw). The threads share
+// the preparing, and a product costs one pool job, not two. bf16's rounding, a fraction of q8_0's
+// work a row, gained nothing from it (docs/kernels/dense-decode.md, "The Zen 5 VM again: x rounded
+// to q8_0 by the products' own tasks").
 class RowsInTheJob {
  public:
   // rows of x; threads: the pool's

@@ -1,11 +1,12 @@
-// The VNNI q8_0 dense kernel's tile (matvec_avx512_quant_panels.cpp's tile_blocks at six rows of x
-// and two panels: per q8_0 block of 32 inputs, each panel's eight 64-byte loads flipped to q + 128
-// by one xor, 96 vpdpbusd into 12 exact int32 sums, then each sum converted and scaled by
-// d_w · d_x into its f32 sum) on one thread, every operand in L1. G multiply-adds/s for the loop as
-// the kernel runs it and with one part of a block's work left out at a time, beside the vpdpbusd
-// register loop of `kvlab bench compute` on the same thread: how far below that peak the format's
-// per-block scaling leaves the kernel before any memory traffic. The variants without a part give
-// wrong sums; they time the rest. Not part of the build; after `make build`:
+// The VNNI q8_0 dense kernel's tile (tile_blocks of kernels/quant_panel_tile.inc, the kernel's own
+// loop, at six rows of x and two panels: per q8_0 block of 32 inputs, each panel's eight 64-byte
+// loads flipped to q + 128 by one xor, 96 vpdpbusd into 12 exact int32 sums, then each sum
+// converted and scaled by d_w · d_x into its f32 sum) on one thread, every operand in L1.
+// G multiply-adds/s for the loop as the kernel runs it and with one part of a block's work left out
+// at a time (tile_blocks's Parts), beside the vpdpbusd register loop of `kvlab bench compute` on
+// the same thread: how far below that peak the format's per-block scaling leaves the kernel before
+// any memory traffic. The variants without a part give wrong sums; they time the rest. Not part of
+// the build; after `make build`:
 //   g++ -O2 -std=c++20 -Isrc -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mf16c -mfma
 //       bench/vnni_q8_0_block_loop.cpp build/src/libkvlab_kernels.a build/src/libkvlab_spec.a
 //       build/src/libkvlab_report.a -ldnnl -lfmt -lpthread -o /tmp/vqbl
@@ -21,6 +22,15 @@
 #include <vector>
 
 #include "kernels/compute_peak.h"
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/quant_panel_tile.inc"
+
+}  // namespace
+}  // namespace kvlab
 
 namespace {
 
@@ -32,71 +42,36 @@ alignas(64) uint8_t x[kRows * kBlocks * 32];
 alignas(64) float x_scales[kRows * kBlocks];
 alignas(64) int32_t x_bias[kRows * kBlocks];
 
-enum class Loop { kKernel, kNoFlip, kNoScaleProduct, kNoScaling };
+// the kernel's tile with one part of a block's work left out at a time
+struct NoFlip : kvlab::AllTileParts {
+  static constexpr bool kFlip = false;
+};
+struct NoScaleByX : kvlab::AllTileParts {
+  static constexpr bool kScaleByX = false;
+};
+struct NoScaling : kvlab::AllTileParts {
+  static constexpr bool kScale = false;
+};
 constexpr const char* kNames[] = {"as the kernel", "no xor (weights stored flipped)",
                                   "no d_w * d_x multiply", "no scaling (integer sums only)"};
 
-template <Loop L>
+template <class Parts>
 __attribute__((noinline)) void pass(__m512 (&acc)[kRows][kPanels]) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t k = 0; k < kBlocks; ++k) {
-    __m512i dot[kRows][kPanels];
-#pragma GCC unroll 8
-    for (int b = 0; b < kRows; ++b) {
-      const __m512i start = _mm512_set1_epi32(x_bias[b * kBlocks + k]);
-#pragma GCC unroll 2
-      for (int j = 0; j < kPanels; ++j) dot[b][j] = start;
-    }
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      __m512i wv[kPanels];
-#pragma GCC unroll 2
-      for (int j = 0; j < kPanels; ++j) {
-        wv[j] = _mm512_load_si512(weights + (j * kBlocks + k) * 512 + 64 * v);
-        if constexpr (L != Loop::kNoFlip) wv[j] = _mm512_xor_si512(wv[j], flip);
-      }
-#pragma GCC unroll 8
-      for (int b = 0; b < kRows; ++b) {
-        int32_t four;
-        std::memcpy(&four, x + (b * kBlocks + k) * 32 + 4 * v, sizeof four);
-        const __m512i xv = _mm512_set1_epi32(four);
-#pragma GCC unroll 2
-        for (int j = 0; j < kPanels; ++j) dot[b][j] = _mm512_dpbusd_epi32(dot[b][j], wv[j], xv);
-      }
-    }
-    __m512 dw[kPanels];
-#pragma GCC unroll 2
-    for (int j = 0; j < kPanels; ++j) {
-      dw[j] = _mm512_cvtph_ps(_mm256_load_si256(
-          reinterpret_cast<const __m256i*>(weight_scales + (j * kBlocks + k) * 16)));
-    }
-#pragma GCC unroll 8
-    for (int b = 0; b < kRows; ++b) {
-      const __m512 dx = _mm512_set1_ps(x_scales[b * kBlocks + k]);
-#pragma GCC unroll 2
-      for (int j = 0; j < kPanels; ++j) {
-        if constexpr (L == Loop::kNoScaling) {
-          acc[b][j] =
-              _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[b][j]), dot[b][j]));
-        } else if constexpr (L == Loop::kNoScaleProduct) {
-          acc[b][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[b][j]), dw[j], acc[b][j]);
-        } else {
-          acc[b][j] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[b][j]), _mm512_mul_ps(dw[j], dx), acc[b][j]);
-        }
-      }
-    }
-  }
+  // the kernel's panel layout with spread 1: panel j's quants and scales kBlocks blocks apart
+  kvlab::tile_blocks<kvlab::DType::kQ8_0, kRows, kPanels, Parts>(
+      reinterpret_cast<const std::byte*>(weights),
+      reinterpret_cast<const std::byte*>(weight_scales), 1, kBlocks, x, kBlocks * 32, x_scales,
+      x_bias, kBlocks, acc);
 }
 
 // the best of five timings of `passes` passes, in G multiply-adds/s
-template <Loop L>
+template <class Parts>
 double rate(int64_t passes, float* sink) {
   __m512 acc[kRows][kPanels] = {};
   double best_s = 1e30;
   for (int t = 0; t < 5; ++t) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < passes; ++i) pass<L>(acc);
+    for (int64_t i = 0; i < passes; ++i) pass<Parts>(acc);
     best_s = std::min(
         best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -145,10 +120,10 @@ int main(int argc, char** argv) {
   float sink = 0;
   std::vector<double> rates[5];
   for (int r = 0; r < rounds; ++r) {  // alternating, so the VM's state moves every loop alike
-    rates[0].push_back(rate<Loop::kKernel>(passes, &sink));
-    rates[1].push_back(rate<Loop::kNoFlip>(passes, &sink));
-    rates[2].push_back(rate<Loop::kNoScaleProduct>(passes, &sink));
-    rates[3].push_back(rate<Loop::kNoScaling>(passes, &sink));
+    rates[0].push_back(rate<kvlab::AllTileParts>(passes, &sink));
+    rates[1].push_back(rate<NoFlip>(passes, &sink));
+    rates[2].push_back(rate<NoScaleByX>(passes, &sink));
+    rates[3].push_back(rate<NoScaling>(passes, &sink));
     const auto start = std::chrono::steady_clock::now();
     const int64_t macs = kvlab::mac_loop_int8_avx512(int64_t{1} << 22, &sink);
     rates[4].push_back(

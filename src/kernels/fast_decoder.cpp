@@ -121,7 +121,7 @@ KVLAB_CLONES void merge_heads(const DecodeParams& p, const DecodePlan& plan, int
                               int64_t h0) {
   const int64_t H = p.n_heads, vw = p.value_width, stride = 2 + vw;
   const int64_t heads = std::min(kMergeHeads, H - h0);
-  const int64_t first = plan.item_start[b], items = plan.item_start[b + 1] - first;
+  const int64_t first = plan.item_start[b], items = plan.items_of(b);
   float* out = p.out + (b * H + h0) * vw;  // [heads][vw]
   for (int64_t i = 0; i < heads * vw; ++i) out[i] = 0.0f;
   if (plan.tokens[b] == 0) return;
@@ -152,9 +152,7 @@ KVLAB_CLONES void merge_heads(const DecodeParams& p, const DecodePlan& plan, int
   }
 }
 
-bool lone_item(const DecodePlan& plan, int64_t b) {
-  return plan.item_start[b + 1] - plan.item_start[b] == 1;
-}
+bool lone_item(const DecodePlan& plan, int64_t b) { return plan.items_of(b) == 1; }
 
 }  // namespace
 

@@ -96,6 +96,7 @@ struct DecodePlan {
   float* items = nullptr;   // item i's floats_per_item at items + i · item_stride (4 KiB aligned)
   int64_t item_stride = 0;
   float* item(int64_t i) const { return items + i * item_stride; }
+  int64_t items_of(int64_t seq) const { return item_start[seq + 1] - item_start[seq]; }
 };
 DecodePlan plan_decode(const DecodeParams& params, DecodeWorkspace& workspace, int64_t chunk_tokens,
                        int64_t fixed_floats, int64_t floats_per_item);

@@ -1,7 +1,8 @@
 // The dense products of a decode step, in the step's order, timed by matrix: a Llama-style gqa:4
 // model's layers (q, k, v, o, up, gate, down; d 1024, 16 heads of 64, SwiGLU width 4096, 16
 // layers: the d 1024 × 16 model of `kvlab bench generate`), weights of DTYPE (bf16, q8_0 or q4_0;
-// default bf16) in the order the decoder stores them on this CPU (fastest_weight_order), each step
+// default bf16; or f32, f16) in the order the decoder stores them on this CPU
+// (fastest_weight_order), each step
 // through FastDecoder::run as the decoder calls it. Per batch: the median step's ms, GMAC/s, and
 // each matrix's ms summed over the layers (mean of the steps after the first) — where the dense
 // part of a batched step goes. With `--expanded-vs-int8` (q8_0 or q4_0 panels, a CPU with AMX and
@@ -11,7 +12,9 @@
 // `--shared-vs-single`: the step as the decoder runs it (q, k and v in one call of
 // FastDecoder::run, up and gate in one: x prepared once for them) against every product in a
 // call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
-// shared. Built with
+// shared. With `--rows-vs-panels` (f32 or f16 on an AVX-512 CPU): the weights also as rows, the
+// AVX-512 row kernel (matvec_avx512) over them against matvec_float_panels over the panels,
+// alternating step by step at 1…16 rows (or KVLAB_AB_ROWS); rows ÷ panels. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
 // them), `--ab` does the same for those two at 1…64 rows (or KVLAB_AB_ROWS, e.g. 48,64,96,128):
 // old ÷ new. Not part of the build; after `make build`:
@@ -86,19 +89,25 @@ int main(int argc, char** argv) {
   const std::string dtype_arg = argc >= 3 ? argv[2] : "bf16";
   const DType dtype = dtype_arg == "q8_0"   ? DType::kQ8_0
                       : dtype_arg == "q4_0" ? DType::kQ4_0
+                      : dtype_arg == "f32"  ? DType::kF32
+                      : dtype_arg == "f16"  ? DType::kF16
                                             : DType::kBf16;
   const bool against_int8 = argc == 4 && std::string(argv[3]) == "--expanded-vs-int8";
   const bool shared_vs_single = argc == 4 && std::string(argv[3]) == "--shared-vs-single";
+  const bool rows_vs_panels = argc == 4 && std::string(argv[3]) == "--rows-vs-panels";
 #ifdef KVLAB_AB_A
   const bool ab = argc == 4 && std::string(argv[3]) == "--ab";
 #else
   const bool ab = false;
 #endif
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
-      (argc == 4 && !ab && !shared_vs_single && (!against_int8 || dtype == DType::kBf16))) {
+      (argc == 4 && !ab && !shared_vs_single && !rows_vs_panels &&
+       (!against_int8 || dtype == DType::kBf16)) ||
+      (rows_vs_panels && !takes_float_panels(dtype))) {
     std::fprintf(stderr,
-                 "usage: %s THREADS (1..256) [DTYPE: bf16 | q8_0 | q4_0 [--expanded-vs-int8 | "
-                 "--shared-vs-single | --ab (built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
+                 "usage: %s THREADS (1..256) [DTYPE: bf16 | f32 | f16 | q8_0 | q4_0 "
+                 "[--expanded-vs-int8 | --shared-vs-single | --rows-vs-panels (f32, f16) | --ab "
+                 "(built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
                  argv[0]);
     return 2;
   }
@@ -112,7 +121,7 @@ int main(int argc, char** argv) {
   const WeightOrder order = fastest_weight_order(dtype, isa);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  std::vector<std::vector<std::byte, WeightAllocator<std::byte>>> weights;
+  std::vector<std::vector<std::byte, WeightAllocator<std::byte>>> weights, weight_rows;
   for (int l = 0; l < kLayers; ++l) {
     for (const Matrix& m : kLayer) {
       std::vector<float> values(static_cast<size_t>(m.out * m.in));
@@ -124,6 +133,10 @@ int main(int argc, char** argv) {
         stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
         pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
                          stored.data());
+      } else if (order == WeightOrder::kPanels && takes_float_panels(dtype)) {
+        stored.resize(static_cast<size_t>(float_panel_bytes(dtype, m.out, m.in)));
+        pack_float_panels(dtype, rows.data(), m.out, m.in, stored.data());
+        if (rows_vs_panels) weight_rows.emplace_back(rows.begin(), rows.end());
       } else if (order == WeightOrder::kPanels) {
         stored.resize(static_cast<size_t>(quant_panel_bytes(dtype, m.out, m.in)));
         pack_quant_panels(dtype, rows.data(), m.out, m.in, stored.data());
@@ -143,6 +156,7 @@ int main(int argc, char** argv) {
   using Kernel = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
   // kernels a and b on the step's matrices, alternating step by step, at each of `rows`: each
   // one's median step (its first a warm-up) and a ÷ b
+  // (with --rows-vs-panels, a reads the weights as rows)
   const auto alternate = [&](Kernel a, Kernel b, const char* a_name, const char* b_name,
                              const std::vector<int64_t>& rows) {
     MatVecScratch scratch;
@@ -150,11 +164,20 @@ int main(int argc, char** argv) {
       std::vector<double> ms[2];
       for (int step = 0; step < 2 * kSteps; ++step) {
         const auto step_start = Clock::now();
+        const bool as_rows = rows_vs_panels && step % 2 == 0;
         for (size_t k = 0; k < weights.size(); ++k) {
           const Matrix& m = kLayer[k % kMatrices];
-          MatVecParams p{
-              weights[k].data(), nullptr, x.data(), y.data(), n, m.in, m.out, 0, 0, dtype};
-          p.weight_order = order;
+          MatVecParams p{(as_rows ? weight_rows : weights)[k].data(),
+                         nullptr,
+                         x.data(),
+                         y.data(),
+                         n,
+                         m.in,
+                         m.out,
+                         0,
+                         0,
+                         dtype};
+          p.weight_order = as_rows ? WeightOrder::kRows : order;
           (step % 2 == 0 ? a : b)(p, decoder.pool(), scratch);
         }
         ms[step % 2].push_back(ms_since(step_start));
@@ -170,6 +193,11 @@ int main(int argc, char** argv) {
     alternate(matvec_amx_quant_panels, matvec_amx_expanded_panels, "int8 tiles", "expanded",
               std::getenv("KVLAB_AB_ROWS") ? ab_rows()
                                            : std::vector<int64_t>{16, 17, 24, 32, 48, 64, 96, 128});
+    return 0;
+  }
+  if (rows_vs_panels) {  // the AVX-512 row kernel against the panel kernel
+    alternate(matvec_avx512, matvec_float_panels, "rows", "panels",
+              std::getenv("KVLAB_AB_ROWS") ? ab_rows() : std::vector<int64_t>{1, 2, 4, 8, 16});
     return 0;
   }
   if (shared_vs_single) {  // the decoder's run(products, count) against run(p) one by one

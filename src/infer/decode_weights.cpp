@@ -47,27 +47,39 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
     throw std::invalid_argument("weight dtype " + std::string(dtype_name(dtype)) +
                                 ": the dense layers take f32, bf16, f16, q8_0 or q4_0");
   }
-  if (order == WeightOrder::kPanels && dtype != DType::kBf16 && !takes_quant_panels(dtype)) {
-    throw std::invalid_argument("weight order: " + std::string(dtype_name(dtype)) +
-                                " weights are stored as rows (panels: bf16, q8_0 and q4_0)");
-  }
-  if (dense.empty() || dtype == dense.dtype) return;
-  if (dense.dtype != DType::kF32) {
+  if (dense.empty() || (dtype == dense.dtype && order == dense.weight_order)) return;
+  if (dense.dtype != DType::kF32 || dense.weight_order != WeightOrder::kRows) {
     throw std::logic_error("convert_dense: the weights are already " +
-                           std::string(dtype_name(dense.dtype)));
+                           std::string(dtype_name(dense.dtype)) + " " +
+                           weight_order_name(dense.weight_order));
+  }
+  if (dtype == DType::kF32) {  // f32 panels: the same floats reordered
+    WeightFloats panels(static_cast<size_t>(float_panel_bytes(dtype, dense.out, dense.in)) /
+                        sizeof(float));
+    pack_float_panels(dtype, reinterpret_cast<const std::byte*>(dense.weight.data()), dense.out,
+                      dense.in, reinterpret_cast<std::byte*>(panels.data()));
+    dense.weight = std::move(panels);
+    dense.weight_order = order;
+    return;
   }
   dense.packed.resize(static_cast<size_t>(dense.out * row_bytes(dtype, dense.in)));
   store_rows(dense.weight.data(), dense.out, dense.in, dtype, dense.packed.data());
   dense.weight = {};
   dense.dtype = dtype;
-  if (order == WeightOrder::kPanels && takes_quant_panels(dtype)) {
-    PackedBytes panels(static_cast<size_t>(quant_panel_bytes(dtype, dense.out, dense.in)));
-    pack_quant_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
-    dense.packed = std::move(panels);
-  } else if (order == WeightOrder::kPanels) {
-    PackedBytes panels(static_cast<size_t>(bf16_panel_bytes(dense.out, dense.in)));
-    pack_bf16_panels(reinterpret_cast<const uint16_t*>(dense.packed.data()), dense.out, dense.in,
-                     panels.data());
+  if (order == WeightOrder::kPanels) {
+    const int64_t bytes = takes_quant_panels(dtype) ? quant_panel_bytes(dtype, dense.out, dense.in)
+                          : takes_float_panels(dtype)
+                              ? float_panel_bytes(dtype, dense.out, dense.in)
+                              : bf16_panel_bytes(dense.out, dense.in);
+    PackedBytes panels(static_cast<size_t>(bytes));
+    if (takes_quant_panels(dtype)) {
+      pack_quant_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
+    } else if (takes_float_panels(dtype)) {
+      pack_float_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
+    } else {
+      pack_bf16_panels(reinterpret_cast<const uint16_t*>(dense.packed.data()), dense.out, dense.in,
+                       panels.data());
+    }
     dense.packed = std::move(panels);
   }
   dense.weight_order = order;

@@ -28,11 +28,11 @@ int64_t float_bytes(const Floats& v) {
 }
 
 // y = W x + b, W [out][in] row-major (torch's Linear layout), stored in `dtype`: f32 in
-// `weight`, any other dtype as rows in `packed` (row_bytes(dtype, in) bytes each, as
-// kernels/matvec.h reads them); the bias stays f32.
+// `weight`, any other dtype in `packed`, in `weight_order` (rows: row_bytes(dtype, in) bytes each,
+// or panels: kernels/matvec.h has both); the bias stays f32.
 struct DenseWeights {
-  WeightFloats weight;      // [out][in] when dtype is f32
-  PackedBytes packed;       // [out] rows of the other dtypes (or their WeightOrder)
+  WeightFloats weight;      // f32: [out][in], or its panels
+  PackedBytes packed;       // the other dtypes' rows or panels
   std::vector<float> bias;  // [out], or empty
   DType dtype = DType::kF32;
   WeightOrder weight_order = WeightOrder::kRows;  // kernels/matvec.h

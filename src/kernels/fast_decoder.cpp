@@ -196,6 +196,7 @@ WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
     return WeightOrder::kPanels;
   }
   if (dtype == DType::kBf16 && avx512 && cpu_has_avx512_bf16()) return WeightOrder::kPanels;
+  if (takes_float_panels(dtype) && avx512) return WeightOrder::kPanels;
   return WeightOrder::kRows;
 }
 
@@ -244,6 +245,8 @@ void FastDecoder::run(const MatVecParams* products, int64_t count) {
       } else {
         matvec_quant_panels(products, count, pool_, matvec_scratch_);
       }
+    } else if (takes_float_panels(params.weight_dtype)) {
+      matvec_float_panels(products, count, pool_, matvec_scratch_);
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {
       matvec_amx_bf16_panels(products, count, pool_, matvec_scratch_);
     } else {

@@ -134,6 +134,16 @@ void require_shared_bf16_panels(const MatVecParams* params, int64_t count, const
   }
 }
 
+void require_shared_float_panels(const MatVecParams* params, int64_t count, const char* caller) {
+  require_shared_x(params, count, caller);
+  for (int64_t i = 0; i < count; ++i) {
+    require_weights(params[i], caller, WeightOrder::kPanels);
+    if (!takes_float_panels(params[i].weight_dtype)) {
+      throw std::invalid_argument(std::string(caller) + ": weight_dtype: must be f32 or f16");
+    }
+  }
+}
+
 void require_shared_quant_panels(const MatVecParams* params, int64_t count, const char* caller) {
   require_shared_x(params, count, caller);
   for (int64_t i = 0; i < count; ++i) require_quant_panels(params[i], caller);
@@ -148,10 +158,8 @@ void validate_matvec(const MatVecParams& p) {
   require(p.x_stride == 0 || p.x_stride >= p.in, "x_stride", "0 or >= in");
   require(p.y_stride == 0 || p.y_stride >= p.out, "y_stride", "0 or >= out");
   require(matvec_supports(p.weight_dtype), "weight_dtype", "f32, bf16, f16, q8_0 or q4_0");
-  require(p.weight_order == WeightOrder::kRows ||
-              (p.weight_order == WeightOrder::kPanels &&
-               (p.weight_dtype == DType::kBf16 || takes_quant_panels(p.weight_dtype))),
-          "weight_order", "panels only for bf16, q8_0 and q4_0");
+  require(p.weight_order == WeightOrder::kRows || p.weight_order == WeightOrder::kPanels,
+          "weight_order", "rows or panels");
 }
 
 namespace {
@@ -187,6 +195,12 @@ void matvec_reference(const MatVecParams& p) {
         const auto* panels = static_cast<const uint16_t*>(p.weight);
         for (int64_t i = 0; i < p.in; ++i) {
           sum += static_cast<double>(bf16_to_f32(panels[bf16_panel_index(p.in, o, i)])) * x[i];
+        }
+      } else if (p.weight_order == WeightOrder::kPanels && is_element_dtype(p.weight_dtype)) {
+        const auto* panels = static_cast<const std::byte*>(p.weight);
+        for (int64_t i = 0; i < p.in; ++i) {
+          const int64_t at = float_panel_index(p.weight_dtype, p.in, o, i);
+          sum += static_cast<double>(load_element(panels, p.weight_dtype, at)) * x[i];
         }
       } else if (is_element_dtype(p.weight_dtype)) {
         for (int64_t i = 0; i < p.in; ++i) {

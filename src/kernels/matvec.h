@@ -21,9 +21,9 @@ namespace kvlab {
 // contributes d_w · d_x · Σ q_w q_x (an exact integer sum).
 //
 // How a matrix's weights are laid out: kRows, each output row as the cache stores one (above);
-// or, for the AVX-512 kernels, kPanels (bf16: pack_bf16_panels; q8_0, q4_0: pack_quant_panels), the
-// same elements reordered: sixteen output rows side by side, element pairs (bf16) or quads (q8_0;
-// q4_0 two quads a byte) interleaved, so one 64-byte
+// or, for the AVX-512 kernels, kPanels (bf16: pack_bf16_panels; q8_0, q4_0: pack_quant_panels; f32,
+// f16: pack_float_panels), the same elements reordered: sixteen output rows side by side, element
+// pairs (bf16) or quads (q8_0; q4_0 two quads a byte) interleaved, so one 64-byte
 //   load is a vdpbf16ps or vpdpbusd operand for sixteen outputs at once and a row of x enters as
 //   one broadcast: the GEMM micro-kernel's form, no sums across lanes; and 32 inputs of a panel are
 //   one AMX B tile.
@@ -43,7 +43,7 @@ struct MatVecParams {
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
   DType weight_dtype = DType::kF32;
-  WeightOrder weight_order = WeightOrder::kRows;  // kPanels: bf16, q8_0, q4_0
+  WeightOrder weight_order = WeightOrder::kRows;  // kPanels: any dtype but fp8
 };
 
 // x's rows rounded to bf16 are padded with zeros to whole chunks of this many elements.
@@ -82,6 +82,32 @@ constexpr int64_t bf16_panel_index(int64_t in, int64_t o, int64_t i) {
 }
 // bf16 rows [out][in] -> bf16_panel_bytes(out, in) bytes of panels (padding zero).
 void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* panels);
+
+// f32 and f16 panels (WeightOrder::kPanels for those dtypes): output rows in panels of
+// kPanelRows; panel p holds rows 16p..16p+15, and for each input i the sixteen rows' elements in
+// row order (f32: one 64-byte line an input; f16: half a line): element (o, i) at element index
+// (o / 16) · float_panel_elements(dtype, in) + i · 16 + o % 16. The inputs are padded with zeros
+// to whole lines (f16: to an even count), the last panel with zero rows up to 16. A load is one
+// input of sixteen rows, widened to f32 where f16, against one element of x broadcast.
+constexpr bool takes_float_panels(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16;
+}
+constexpr int64_t float_panel_inputs(DType dtype, int64_t in) {
+  return dtype == DType::kF16 ? (in + 1) / 2 * 2 : in;
+}
+constexpr int64_t float_panel_elements(DType dtype, int64_t in) {
+  return float_panel_inputs(dtype, in) * kPanelRows;
+}
+constexpr int64_t float_panel_bytes(DType dtype, int64_t out, int64_t in) {
+  return panel_count(out) * float_panel_elements(dtype, in) * dtype_bytes(dtype);
+}
+constexpr int64_t float_panel_index(DType dtype, int64_t in, int64_t o, int64_t i) {
+  return o / kPanelRows * float_panel_elements(dtype, in) + i * kPanelRows + o % kPanelRows;
+}
+// f32 or f16 rows [out][in] (row_bytes(dtype, in) bytes each) -> float_panel_bytes(dtype, out,
+// in) bytes of panels (padding zero).
+void pack_float_panels(DType dtype, const std::byte* rows, int64_t out, int64_t in,
+                       std::byte* panels);
 
 // q8_0 and q4_0 panels (WeightOrder::kPanels for block weights): output rows in panels of
 // kPanelRows, the last padded with zero rows (quants 0, scale 0); first every panel's quants,
@@ -186,6 +212,7 @@ void require_shared_x(const MatVecParams* params, int64_t count, const char* cal
 // The panel kernels' checks of products taken together: require_shared_x, then each product's
 // weights as bf16 panels (require_weights) or as q8_0 / q4_0 panels (require_quant_panels).
 void require_shared_bf16_panels(const MatVecParams* params, int64_t count, const char* caller);
+void require_shared_float_panels(const MatVecParams* params, int64_t count, const char* caller);
 void require_shared_quant_panels(const MatVecParams* params, int64_t count, const char* caller);
 
 // scratch.expanded grown to at least `elements`; its data.
@@ -216,6 +243,14 @@ void matvec_bf16_panels(const MatVecParams& params, ThreadPool& pool, MatVecScra
 // params[0, count), products that share x (require_shared_x), in one job: x rounded once.
 void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                         MatVecScratch& scratch);
+// AVX-512 over f32 or f16 panels (matvec_avx512_float_panels.cpp): each load one input of a
+// panel's sixteen rows (f16 widened by vcvtph2ps), one FMA per row of x against its element
+// broadcast, x in f32: up to six rows of x and four panels a tile; from twelve rows the first
+// twelve, two panels a tile (the tiles of matvec_bf16_panels).
+void matvec_float_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job.
+void matvec_float_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                         MatVecScratch& scratch);
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
 // (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to six rows of x

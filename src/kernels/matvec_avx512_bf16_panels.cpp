@@ -132,27 +132,7 @@ void panel_range(const MatVecParams& p, const uint16_t* rounded, int64_t xs, int
     write_panels<R, NB>(p, panel, spread, b, acc);
   };
   walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
-    int64_t b = 0;
-    if (p.n >= kFirstTileRows) {
-      if constexpr (R == 4) {
-        tile.template operator()<2, kFirstTileRows>(panel, spread, 0);
-        tile.template operator()<2, kFirstTileRows>(panel + 2 * spread, spread, 0);
-      } else {
-        tile.template operator()<R, kFirstTileRows>(panel, spread, 0);
-      }
-      b = kFirstTileRows;
-    }
-    // The first tile reads the panels from memory, so it takes all the rows it can (8 rows as 4 + 4
-    // measured 3–5% slower than 6 + 2); the tiles after it find them in cache and share their rows
-    // evenly (32 rows as 12 + 5 + 5 + 5 + 5 2–4% faster than 12 + 6 + 6 + 6 + 2: docs/kernels/
-    // dense-decode.md).
-    while (b < p.n) {
-      const int64_t rows =
-          b == 0 ? std::min<int64_t>(p.n, kTileRows) : balanced_tile_rows(p.n - b, kTileRows);
-      with_tile_rows<kTileRows>(
-          rows, [&]<int NB>() { tile.template operator()<R, NB>(panel, spread, b); });
-      b += rows;
-    }
+    group_tiles<kFirstTileRows, kTileRows, R>(p.n, panel, spread, tile);
   });
 }
 

@@ -26,6 +26,23 @@ void pack_bf16_panels(const uint16_t* rows, int64_t out, int64_t in, std::byte* 
   }
 }
 
+void pack_float_panels(DType dtype, const std::byte* rows, int64_t out, int64_t in,
+                       std::byte* panels) {
+  if (!takes_float_panels(dtype)) {
+    throw std::invalid_argument("pack_float_panels: dtype: must be f32 or f16, not " +
+                                std::string(dtype_name(dtype)));
+  }
+  if (out <= 0 || in <= 0) throw std::invalid_argument("pack_float_panels: out/in: must be > 0");
+  const int64_t element_bytes = dtype_bytes(dtype);
+  std::memset(panels, 0, static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      std::memcpy(panels + float_panel_index(dtype, in, o, i) * element_bytes,
+                  rows + (o * in + i) * element_bytes, static_cast<size_t>(element_bytes));
+    }
+  }
+}
+
 namespace {
 
 void require_quant_dtype(DType dtype, const char* caller) {

@@ -420,6 +420,130 @@ TEST(MatVecTest, Bf16PanelsReadBackExactly) {
   EXPECT_THROW(pack_bf16_panels(nullptr, 0, 4, none.data()), std::invalid_argument);
 }
 
+// f32 and f16 panels move elements only: every element of odd shapes (a partial last panel, an
+// odd input width: f16's inputs padded to even) reads back at float_panel_index, the padding is
+// zero, and the order is not rows'.
+TEST(MatVecTest, FloatPanelsReadBackExactly) {
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    const auto element_bytes = static_cast<size_t>(dtype_bytes(dtype));
+    for (int64_t out : {1, 15, 16, 17, 40}) {
+      for (int64_t in : {1, 2, 3, 31, 64, 65}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " out " + std::to_string(out) + " in " +
+                     std::to_string(in));
+        std::vector<float> w(static_cast<size_t>(out * in));
+        for (float& v : w) v = normal(rng);
+        const std::vector<std::byte> rows = pack(w, out, in, dtype);
+        const int64_t bytes = float_panel_bytes(dtype, out, in);
+        const int64_t inputs = dtype == DType::kF16 ? (in + 1) / 2 * 2 : in;
+        ASSERT_EQ(bytes, (out + 15) / 16 * 16 * inputs * dtype_bytes(dtype));
+        std::vector<std::byte> panels(static_cast<size_t>(bytes), std::byte{0xAB});
+        pack_float_panels(dtype, rows.data(), out, in, panels.data());
+        std::vector<bool> used(static_cast<size_t>(bytes) / element_bytes, false);
+        for (int64_t o = 0; o < out; ++o) {
+          for (int64_t i = 0; i < in; ++i) {
+            const auto at = static_cast<size_t>(float_panel_index(dtype, in, o, i));
+            ASSERT_FALSE(used[at]) << "two elements at " << at;
+            used[at] = true;
+            ASSERT_EQ(std::memcmp(panels.data() + at * element_bytes,
+                                  rows.data() + static_cast<size_t>(o * in + i) * element_bytes,
+                                  element_bytes),
+                      0)
+                << o << ", " << i;
+          }
+        }
+        for (size_t at = 0; at < used.size(); ++at) {
+          if (used[at]) continue;
+          for (size_t k = 0; k < element_bytes; ++k) {
+            ASSERT_EQ(panels[at * element_bytes + k], std::byte{0}) << "padding at " << at;
+          }
+        }
+        // row 1's first element sits right after row 0's; row 0's second one a panel row on
+        if (out >= 2 && in >= 2) {
+          EXPECT_EQ(float_panel_index(dtype, in, 1, 0), 1);
+          EXPECT_EQ(float_panel_index(dtype, in, 0, 1), 16);
+        }
+      }
+    }
+  }
+  std::vector<std::byte> none(64);
+  EXPECT_EQ(thrown_message([&] { pack_float_panels(DType::kF32, none.data(), 0, 4, none.data()); }),
+            "pack_float_panels: out/in: must be > 0");
+  EXPECT_EQ(
+      thrown_message([&] { pack_float_panels(DType::kBf16, none.data(), 1, 4, none.data()); }),
+      "pack_float_panels: dtype: must be f32 or f16, not bf16");
+}
+
+// f32 and f16 panels through the decoder (AVX-512's panel kernel where fastest_weight_order says
+// so, the reference elsewhere) against the reference on plain rows of the same weights: odd
+// shapes (partial panels, odd widths, one to three panels left after the four-panel runs),
+// strides, one row of x, 2..13 (six rows a tile, then the rest; from 12 rows the first twelve, two
+// panels a tile), 16..40 (the tiles after the first sharing their rows), bias, a NaN in one row of
+// x, and five threads; x stays f32, so only the order of the sums differs. The reference reading
+// panels equals it exactly. Kernels called directly refuse what they do not read.
+TEST(MatVecTest, FloatPanelsMatchTheReference) {
+  std::mt19937 rng(41);
+  FastDecoder fast(2, detect_cpu_isa());
+  FastDecoder crowded(5, detect_cpu_isa());
+  const bool stores_panels = fastest_weight_order(DType::kF32) == WeightOrder::kPanels;
+  EXPECT_EQ(stores_panels, fastest_weight_order(DType::kF16) == WeightOrder::kPanels);
+  EXPECT_EQ(stores_panels, fast.isa() == CpuIsa::kAvx512 || fast.isa() == CpuIsa::kAmx);
+  std::cout << "[ INFO     ] f32 / f16 panels on this CPU: "
+            << (stores_panels ? "AVX-512 kernel" : "the scalar reference (rows are stored)")
+            << "\n";
+  FastDecoder* decoder = &fast;
+  const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
+    const RandomProblem r = random_problem(rng, in, out, n, dtype);
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() +
+                 (decoder == &crowded ? ", 5 threads" : ""));
+    std::vector<std::byte> panels(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+    pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
+    std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
+    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
+    matvec_reference(p);  // panels
+    p.weight = r.rows.data();
+    p.weight_order = WeightOrder::kRows;
+    p.y = expected.data();
+    matvec_reference(p);
+    p.weight = panels.data();
+    p.weight_order = WeightOrder::kPanels;
+    p.y = actual.data();
+    decoder->run(p);
+    expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+  };
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (int64_t in : {1, 2, 7, 64, 65, 513}) {
+      for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
+        for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) check(dtype, in, out, n);
+      }
+      for (int64_t out : {17, 33, 200}) {
+        for (int64_t n : {12, 16, 17, 26, 32, 33, 40}) check(dtype, in, out, n);
+      }
+    }
+    check(dtype, 2600, 40, 13);
+    check(dtype, 1100, 20, 35);  // a NaN in row 1
+    check(dtype, 1023, 65, 40);
+    decoder = &crowded;
+    for (int64_t n : {1, 2, 7, 16, 40, 129}) check(dtype, 300, 200, n);
+    decoder = &fast;
+  }
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "the kernel needs AVX-512";
+  std::vector<float> x(64), y(2);
+  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
+  MatVecParams f32_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kF32};
+  std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(1, 64)));
+  MatVecParams bf16_panels{panels.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0,
+                           DType::kBf16};
+  bf16_panels.weight_order = WeightOrder::kPanels;
+  ThreadPool pool(1);
+  MatVecScratch scratch;
+  EXPECT_EQ(thrown_message([&] { matvec_float_panels(f32_rows, pool, scratch); }),
+            "matvec_float_panels: weight_order: must be panels");
+  EXPECT_EQ(thrown_message([&] { matvec_float_panels(bf16_panels, pool, scratch); }),
+            "matvec_float_panels: weight_dtype: must be f32 or f16");
+}
+
 // bf16 panels through the decoder (AVX-512 BF16's panel kernel where fastest_weight_order says
 // so, from kAmxPanelMinRows rows AMX's tiles where the decoder runs AMX, the reference elsewhere)
 // against the reference on plain rows of the same weights: odd shapes (partial panels, odd
@@ -482,10 +606,7 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   decoder = &crowded;
   for (int64_t n : {2, 7, 16, 40, 129}) check(300, 200, n);
   decoder = &fast;
-  std::vector<float> w(64), x(64), y(1);
-  MatVecParams wrong{w.data(), nullptr, x.data(), y.data(), 1, 64, 1, 0, 0, DType::kF32};
-  wrong.weight_order = WeightOrder::kPanels;
-  EXPECT_THROW(fast.run(wrong), std::invalid_argument);  // f32 panels are no layout
+  std::vector<float> x(64), y(1);
   // every kernel called directly refuses a layout it does not read, naming the field
   std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(1, 64)));
   MatVecParams bf16_panels{panels.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0,
@@ -724,8 +845,6 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
     EXPECT_EQ(thrown_message([&] { matvec_amx_expanded_panels(bf16_panels, pool, scratch); }),
               "matvec_amx_expanded_panels: weight_dtype: must be q8_0 or q4_0");
   }
-  EXPECT_EQ(thrown_message([&] { matvec_reference(f16_panels); }),
-            "matvec: weight_order: panels only for bf16, q8_0 and q4_0");
 }
 
 // Products that share x (q, k and v; up and gate) in one call of the decoder, x prepared once and
@@ -766,6 +885,10 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
         std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
         pack_bf16_panels(reinterpret_cast<const uint16_t*>(p.weight.data()), out, in,
                          panels.data());
+        p.weight = panels;
+      } else if (order == WeightOrder::kPanels && takes_float_panels(dtype)) {
+        std::vector<std::byte> panels(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+        pack_float_panels(dtype, p.weight.data(), out, in, panels.data());
         p.weight = panels;
       } else if (order == WeightOrder::kPanels) {
         std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
@@ -816,6 +939,11 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
         matvec_bf16_panels(m, count, pool, scratch);
       });
     }
+    if (panels && takes_float_panels(dtype)) {
+      held_to_itself("matvec_float_panels", [&](const MatVecParams* m, int64_t count) {
+        matvec_float_panels(m, count, pool, scratch);
+      });
+    }
     if (panels && quant && vnni) {
       held_to_itself("matvec_quant_panels", [&](const MatVecParams* m, int64_t count) {
         matvec_quant_panels(m, count, pool, scratch);
@@ -840,7 +968,7 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
       ASSERT_TRUE(std::isnan(together[0][static_cast<size_t>(products[0].y_stride)]));
     }
   };
-  for (DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0, DType::kF32}) {
+  for (DType dtype : {DType::kBf16, DType::kQ8_0, DType::kQ4_0, DType::kF32, DType::kF16}) {
     for (int64_t in : {33, 513, 1100}) {
       for (int64_t n : {1, 2, 3, 5, 7, 13, 17}) {
         check(dtype, in, n, {64, 17, 5});      // q, k, v: a partial panel, a panel of five rows

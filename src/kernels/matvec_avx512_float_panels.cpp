@@ -1,0 +1,128 @@
+// Built with AVX-512 F/BW/VL/DQ (+ F16C); reached only through FastDecoder where f32 or f16
+// weights are stored in panels (fastest_weight_order: a decoder that runs AVX-512).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/matvec.h"
+
+namespace kvlab {
+namespace {
+
+#include "kernels/matvec_rows.inc"
+#include "kernels/matvec_write_panels.inc"
+
+// Rows of x a tile takes: four panels × six rows is 24 accumulators, with the four panel loads
+// and the broadcast 29 of the 32 registers.
+constexpr int kTileRows = 6;
+// From this many rows of x, the first tile of each group of four panels is two tiles of two
+// panels × twelve rows, which read the panels from memory (as matvec_bf16_panels' first tiles).
+constexpr int kFirstTileRows = 12;
+// How far ahead, in its own panel, a tile prefetches: the first tiles (the ones that read the
+// panels from memory) 4 KiB, a single row of x 2 KiB; the tiles after the first none.
+constexpr int64_t kFirstTileAheadBytes = 4096;
+constexpr int64_t kOneRowAheadBytes = 2048;
+
+// The sixteen rows' elements of one input of a panel, as f32.
+template <DType D>
+inline __m512 panel_input(const std::byte* at) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_loadu_ps(at);
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+  }
+}
+
+// acc[b][r] = W_panel(r) · x_b for R panels panel_stride bytes apart and NB rows of x (xs
+// elements apart), in f32: each input of a panel one load (f16: and one vcvtph2ps), then one FMA
+// per row of x against its element broadcast. kAheadBytes > 0: each 64-byte line of a panel
+// prefetched that far ahead.
+template <DType D, int R, int NB, int64_t kAheadBytes>
+inline __attribute__((always_inline)) void products(const std::byte* w, int64_t panel_stride,
+                                                    int64_t in, const float* x, int64_t xs,
+                                                    __m512 (&acc)[NB][R]) {
+  constexpr int64_t kInputBytes = kPanelRows * dtype_bytes(D);  // 64 (f32) or 32 (f16)
+#pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
+  const auto input = [&]<bool kPrefetch>(int64_t i) __attribute__((always_inline)) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::byte* at = w + r * panel_stride + i * kInputBytes;
+      if constexpr (kPrefetch && kAheadBytes > 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(at + kAheadBytes), _MM_HINT_T0);
+      }
+      wv[r] = panel_input<D>(at);
+    }
+#pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      const __m512 xv = _mm512_set1_ps(x[b * xs + i]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[b][r] = _mm512_fmadd_ps(wv[r], xv, acc[b][r]);
+    }
+  };
+  // two inputs a pass: two lines of f32 panels, one of f16 (prefetched once)
+  int64_t i = 0;
+  for (; i + 2 <= in; i += 2) {
+    input.template operator()<true>(i);
+    input.template operator()<D == DType::kF32>(i + 1);
+  }
+  if (i < in) input.template operator()<false>(i);
+}
+
+// y for panels [first, last): four panels at a time (walk_rows's four runs; then one), against
+// rows of x in f32: from kFirstTileRows rows that many first (two panels at a time), then the
+// rest in tiles of at most kTileRows (group_tiles).
+template <DType D>
+void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
+  const int64_t stride = float_panel_elements(D, p.in) * dtype_bytes(D);  // bytes a panel
+  const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
+  const auto* weight = static_cast<const std::byte*>(p.weight);
+  auto tile = [&]<int R, int NB>(int64_t panel, int64_t spread, int64_t b) {
+    __m512 acc[NB][R];
+    const std::byte* w = weight + panel * stride;
+    const float* x = p.x + b * xs;
+    if (b > 0) {
+      products<D, R, NB, 0>(w, spread * stride, p.in, x, xs, acc);
+    } else if (p.n == 1) {
+      products<D, R, NB, kOneRowAheadBytes>(w, spread * stride, p.in, x, xs, acc);
+    } else {
+      products<D, R, NB, kFirstTileAheadBytes>(w, spread * stride, p.in, x, xs, acc);
+    }
+    write_panels<R, NB>(p, panel, spread, b, acc);
+  };
+  walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
+    group_tiles<kFirstTileRows, kTileRows, R>(p.n, panel, spread, tile);
+  });
+}
+
+}  // namespace
+
+void matvec_float_panels(const MatVecParams& p, ThreadPool& pool, MatVecScratch& scratch) {
+  matvec_float_panels(&p, 1, pool, scratch);
+}
+
+void matvec_float_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                         MatVecScratch&) {
+  require_shared_float_panels(params, count, "matvec_float_panels");
+  const MatVecParams& p = params[0];  // x as every product reads it
+  if (p.n == 0) return;
+  // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
+  // walk_rows's four runs take every panel of a small matrix (as matvec_bf16_panels)
+  const ProductPanels products(params, count);
+  int64_t per_task = rows_per_task_in_panels(p.in, p.n, products.total(), pool.size());
+  if (p.n >= 2) per_task = (per_task + 3) / 4 * 4;
+  for_each_task(
+      pool, products.total(), per_task, p.n >= 2 ? 4 : 1, [&](int64_t first, int64_t last) {
+        products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
+          params[i].weight_dtype == DType::kF32 ? panel_range<DType::kF32>(params[i], from, to)
+                                                : panel_range<DType::kF16>(params[i], from, to);
+        });
+      });
+}
+
+}  // namespace kvlab

@@ -174,10 +174,12 @@ constexpr int64_t kBf16GemmMinRows = 16;
 // matrix-vector kernels' (which keep x in f32) by x's rounding.
 void matvec_gemm_bf16(const MatVecParams& params, MatVecScratch& scratch);
 
-// From this many rows of x, f32 weight rows go through oneDNN's sgemm (matvec_gemm_f32): on the
-// d 1024 model's shapes it measured 1.20× the AVX-512 kernel's rate at 32 rows, 1.52× at 64 and
-// 2.05× at 128 (a prompt's chunk), within ±16% of it at 4–24 (docs/kernels/dense-decode.md).
-constexpr int64_t kF32GemmMinRows = 32;
+// From this many rows of x (a prompt's chunk, DecodeModel's kPrefillRows), f32 weight rows go
+// through oneDNN's sgemm (matvec_gemm_f32): its OpenMP threads and the decoder's pool share the
+// cores, and in the decode step sgemm ran 0.38× the AVX2 kernel's rate at 32 rows and 0.62× at 64,
+// while a prompt's 128-row chunks ran 1.22× (docs/kernels/dense-decode.md). (On an AVX-512 CPU f32
+// weights are stored in panels, which matvec_float_panels multiplies at every batch.)
+constexpr int64_t kF32GemmMinRows = 128;
 
 // y = W x + b for f32 weight rows: oneDNN's sgemm on libtorch's OpenMP threads.
 void matvec_gemm_f32(const MatVecParams& params);

@@ -197,6 +197,9 @@ WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
   }
   if (dtype == DType::kBf16 && avx512 && cpu_has_avx512_bf16()) return WeightOrder::kPanels;
   if (takes_float_panels(dtype) && avx512) return WeightOrder::kPanels;
+  if ((takes_float_panels(dtype) || dtype == DType::kBf16) && isa == CpuIsa::kAvx2) {
+    return WeightOrder::kPanels;
+  }
   return WeightOrder::kRows;
 }
 
@@ -245,6 +248,8 @@ void FastDecoder::run(const MatVecParams* products, int64_t count) {
       } else {
         matvec_quant_panels(products, count, pool_, matvec_scratch_);
       }
+    } else if (isa_ == CpuIsa::kAvx2) {
+      matvec_avx2_panels(products, count, pool_, matvec_scratch_);
     } else if (takes_float_panels(params.weight_dtype)) {
       matvec_float_panels(products, count, pool_, matvec_scratch_);
     } else if (isa_ == CpuIsa::kAmx && params.n >= kAmxPanelMinRows) {

@@ -57,11 +57,12 @@ PrefillPath prefill_path(CpuIsa isa = detect_cpu_isa());
 // token reads), f32 on the scalar reference.
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
-// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`, where it
+// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`. Where it
 // runs AVX-512 or AMX: q8_0 and q4_0 in panels where the CPU has AVX-512 VNNI (matvec_quant_panels;
 // with AMX int8, from quant_tile_min_rows rows, matvec_amx_quant_panels); bf16 in panels where the
 // CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows
-// matvec_amx_bf16_panels). Rows elsewhere.
+// matvec_amx_bf16_panels); f32 and f16 in panels (matvec_float_panels). Where it runs AVX2: f32,
+// f16 and bf16 in panels (matvec_avx2_panels). Rows elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout

@@ -253,6 +253,14 @@ void matvec_float_panels(const MatVecParams& params, ThreadPool& pool, MatVecScr
 // params[0, count), products that share x (require_shared_x), in one job.
 void matvec_float_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                          MatVecScratch& scratch);
+// AVX2 + FMA + F16C over f32, f16 or bf16 panels (matvec_avx2_panels.cpp): the GEMM form on
+// vectors of eight, a panel's sixteen rows two of them; x in f32 (bf16 weights widened, their even
+// and odd elements against x's two elements of a pair): at one row of x four panels a tile, from
+// two rows one panel × up to six rows of x.
+void matvec_avx2_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job.
+void matvec_avx2_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                        MatVecScratch& scratch);
 // AVX-512 VNNI over q8_0 or q4_0 panels (matvec_avx512_quant_panels.cpp): x's rows rounded to
 // q8_0; each 64-byte load of a panel one vpdpbusd per row of x against four of x's bytes broadcast
 // (q4_0: two, its low and high nibbles), scaled by d_w · d_x once per block; up to six rows of x

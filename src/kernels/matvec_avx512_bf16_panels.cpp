@@ -13,6 +13,7 @@ namespace kvlab {
 namespace {
 
 #include "kernels/matvec_bf16_rounding.inc"
+#include "kernels/matvec_panel_tiles.inc"
 #include "kernels/matvec_rows.inc"
 #include "kernels/matvec_write_panels.inc"
 

@@ -11,6 +11,7 @@
 namespace kvlab {
 namespace {
 
+#include "kernels/matvec_panel_tiles.inc"
 #include "kernels/matvec_rows.inc"
 #include "kernels/matvec_write_panels.inc"
 

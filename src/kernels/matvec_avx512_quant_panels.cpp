@@ -16,6 +16,7 @@ namespace kvlab {
 namespace {
 
 #include "kernels/matvec_common.inc"
+#include "kernels/matvec_panel_tiles.inc"
 #include "kernels/matvec_write_panels.inc"
 #include "kernels/quant_panel_tile.inc"
 

@@ -544,6 +544,72 @@ TEST(MatVecTest, FloatPanelsMatchTheReference) {
             "matvec_float_panels: weight_dtype: must be f32 or f16");
 }
 
+// f32, f16 and bf16 panels through a decoder that runs AVX2 (matvec_avx2_panels, where the CPU
+// has AVX2) against the reference on plain rows of the same weights: odd shapes (partial panels,
+// odd widths: bf16's last pair and f16's last input alone), strides, one row of x (four panels a
+// tile), 2..40 (one panel × up to six rows, five for bf16, the rows after the first tile shared
+// evenly), bias, a NaN in one row of x, five threads; x stays f32. The kernel called directly
+// refuses what it does not read.
+TEST(MatVecTest, Avx2PanelsMatchTheReference) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 + FMA + F16C on this CPU";
+  std::mt19937 rng(47);
+  FastDecoder fast(2, CpuIsa::kAvx2), crowded(5, CpuIsa::kAvx2);
+  FastDecoder* decoder = &fast;
+  const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
+    ASSERT_EQ(fastest_weight_order(dtype, CpuIsa::kAvx2), WeightOrder::kPanels);
+    const RandomProblem r = random_problem(rng, in, out, n, dtype);
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() +
+                 (decoder == &crowded ? ", 5 threads" : ""));
+    std::vector<std::byte> panels;
+    if (dtype == DType::kBf16) {
+      panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
+      pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
+    } else {
+      panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+      pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
+    }
+    std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
+    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
+    matvec_reference(p);  // panels
+    p.weight = r.rows.data();
+    p.weight_order = WeightOrder::kRows;
+    p.y = expected.data();
+    matvec_reference(p);
+    p.weight = panels.data();
+    p.weight_order = WeightOrder::kPanels;
+    p.y = actual.data();
+    decoder->run(p);
+    expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+  };
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBf16}) {
+    for (int64_t in : {1, 2, 7, 64, 65, 513}) {
+      for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
+        for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) check(dtype, in, out, n);
+      }
+      for (int64_t out : {17, 33, 200}) {
+        for (int64_t n : {11, 16, 17, 26, 33, 40}) check(dtype, in, out, n);
+      }
+    }
+    check(dtype, 2600, 40, 13);
+    check(dtype, 1100, 20, 35);  // a NaN in row 1
+    decoder = &crowded;
+    for (int64_t n : {1, 2, 7, 16, 40}) check(dtype, 300, 200, n);
+    decoder = &fast;
+  }
+  std::vector<float> x(64), y(2);
+  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
+  MatVecParams f32_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kF32};
+  MatVecParams q8_panels = f32_rows;
+  q8_panels.weight_dtype = DType::kQ8_0;
+  q8_panels.weight_order = WeightOrder::kPanels;
+  ThreadPool pool(1);
+  MatVecScratch scratch;
+  EXPECT_EQ(thrown_message([&] { matvec_avx2_panels(f32_rows, pool, scratch); }),
+            "matvec_avx2_panels: weight_order: must be panels");
+  EXPECT_EQ(thrown_message([&] { matvec_avx2_panels(q8_panels, pool, scratch); }),
+            "matvec_avx2_panels: weight_dtype: must be f32, f16 or bf16");
+}
+
 // bf16 panels through the decoder (AVX-512 BF16's panel kernel where fastest_weight_order says
 // so, from kAmxPanelMinRows rows AMX's tiles where the decoder runs AMX, the reference elsewhere)
 // against the reference on plain rows of the same weights: odd shapes (partial panels, odd
@@ -557,9 +623,10 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
   FastDecoder fast(2, detect_cpu_isa());
   const bool stores_panels = fastest_weight_order(DType::kBf16) == WeightOrder::kPanels;
   std::cout << "[ INFO     ] bf16 panels on this CPU: "
-            << (!stores_panels               ? "the scalar reference"
-                : fast.isa() == CpuIsa::kAmx ? "AVX-512 BF16 kernel at 1 row, AMX tiles from 2"
-                                             : "AVX-512 BF16 kernel")
+            << (!stores_panels                ? "the scalar reference"
+                : fast.isa() == CpuIsa::kAmx  ? "AVX-512 BF16 kernel at 1 row, AMX tiles from 2"
+                : fast.isa() == CpuIsa::kAvx2 ? "AVX2 kernel, x in f32"
+                                              : "AVX-512 BF16 kernel")
             << "\n";
   // five threads on this machine's cores: tasks that contend for the panels
   FastDecoder crowded(5, detect_cpu_isa());
@@ -572,7 +639,7 @@ TEST(MatVecTest, Bf16PanelsMatchTheReference) {
     std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
     MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
     const bool rounds = fast.matvec_runs_bf16_products(p);
-    EXPECT_EQ(rounds, fastest_weight_order(DType::kBf16) == WeightOrder::kPanels && n >= 2);
+    EXPECT_EQ(rounds, stores_panels && bf16_product_min_rows(fast.isa()) > 0 && n >= 2);
     std::vector<float> rounded = r.x;  // what the products multiply
     if (rounds) {
       for (float& v : rounded) v = bf16_to_f32(f32_to_bf16(v));

@@ -72,11 +72,32 @@ TEST(NoAllocationTest, DenseLayersAllocateNothingOnceWarm) {
       SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " " + std::string(dtype_name(dtype)));
       std::vector<std::byte> rows(static_cast<size_t>(out * row_bytes(dtype, in)));
       store_rows(w.data(), out, in, dtype, rows.data());
-      const MatVecParams p{rows.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0, dtype};
+      MatVecParams p{rows.data(), nullptr, x.data(), y.data(), n, in, out, 0, 0, dtype};
       decoder.run(p);  // warm-up: the scratch grows to this batch
       testing::start_counting_allocations();
       for (int i = 0; i < 20; ++i) decoder.run(p);
       EXPECT_EQ(testing::stop_counting_allocations(), 0);
+      // and f32, f16 (and on AVX2 bf16) in the panels this decoder stores them in
+      if (!takes_float_panels(dtype) && !(dtype == DType::kBf16 && isa == CpuIsa::kAvx2)) continue;
+      if (fastest_weight_order(dtype, isa) != WeightOrder::kPanels) continue;
+      std::vector<std::byte> panels;
+      if (dtype == DType::kBf16) {
+        panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
+        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), out, in, panels.data());
+      } else {
+        panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+        pack_float_panels(dtype, rows.data(), out, in, panels.data());
+      }
+      p.weight = panels.data();
+      p.weight_order = WeightOrder::kPanels;
+      for (int64_t rows_of_x : {int64_t{1}, n}) {
+        p.n = rows_of_x;
+        decoder.run(p);
+        testing::start_counting_allocations();
+        for (int i = 0; i < 20; ++i) decoder.run(p);
+        EXPECT_EQ(testing::stop_counting_allocations(), 0) << "panels, " << rows_of_x << " rows";
+        EXPECT_EQ(y[static_cast<size_t>(rows_of_x * out - 1)], 48.0f);  // 96 × 0.5
+      }
     }
   }
 }

@@ -12,8 +12,9 @@
 // `--shared-vs-single`: the step as the decoder runs it (q, k and v in one call of
 // FastDecoder::run, up and gate in one: x prepared once for them) against every product in a
 // call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
-// shared. With `--rows-vs-panels` (f32 or f16 on an AVX-512 CPU): the weights also as rows, the
-// AVX-512 row kernel (matvec_avx512) over them against matvec_float_panels over the panels,
+// shared. With `--rows-vs-panels` (f32 or f16; with KVLAB_CPU_ISA=avx2 also bf16): the weights
+// also as rows, the row kernel of the decoder's ISA over them (matvec_avx512, or matvec_avx2)
+// against its panel kernel over the panels (matvec_float_panels, or matvec_avx2_panels),
 // alternating step by step at 1…16 rows (or KVLAB_AB_ROWS); rows ÷ panels. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
 // them), `--ab` does the same for those two at 1…64 rows (or KVLAB_AB_ROWS, e.g. 48,64,96,128):
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
       (argc == 4 && !ab && !shared_vs_single && !rows_vs_panels &&
        (!against_int8 || dtype == DType::kBf16)) ||
-      (rows_vs_panels && !takes_float_panels(dtype))) {
+      (rows_vs_panels && !takes_float_panels(dtype) && dtype != DType::kBf16)) {
     std::fprintf(stderr,
                  "usage: %s THREADS (1..256) [DTYPE: bf16 | f32 | f16 | q8_0 | q4_0 "
                  "[--expanded-vs-int8 | --shared-vs-single | --rows-vs-panels (f32, f16) | --ab "
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
         stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
         pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
                          stored.data());
+        if (rows_vs_panels) weight_rows.emplace_back(rows.begin(), rows.end());
       } else if (order == WeightOrder::kPanels && takes_float_panels(dtype)) {
         stored.resize(static_cast<size_t>(float_panel_bytes(dtype, m.out, m.in)));
         pack_float_panels(dtype, rows.data(), m.out, m.in, stored.data());
@@ -195,9 +197,20 @@ int main(int argc, char** argv) {
                                            : std::vector<int64_t>{16, 17, 24, 32, 48, 64, 96, 128});
     return 0;
   }
-  if (rows_vs_panels) {  // the AVX-512 row kernel against the panel kernel
-    alternate(matvec_avx512, matvec_float_panels, "rows", "panels",
-              std::getenv("KVLAB_AB_ROWS") ? ab_rows() : std::vector<int64_t>{1, 2, 4, 8, 16});
+  if (rows_vs_panels) {  // the row kernel against the panel kernel of the decoder's ISA
+    if (order != WeightOrder::kPanels || (dtype == DType::kBf16 && isa != CpuIsa::kAvx2)) {
+      std::fprintf(stderr, "--rows-vs-panels: %s weights are not stored in panels for %.*s\n",
+                   dtype_arg.c_str(), static_cast<int>(cpu_isa_name(isa).size()),
+                   cpu_isa_name(isa).data());
+      return 2;
+    }
+    const std::vector<int64_t> rows =
+        std::getenv("KVLAB_AB_ROWS") ? ab_rows() : std::vector<int64_t>{1, 2, 4, 8, 16};
+    if (isa == CpuIsa::kAvx2) {
+      alternate(matvec_avx2, matvec_avx2_panels, "rows", "panels", rows);
+    } else {
+      alternate(matvec_avx512, matvec_float_panels, "rows", "panels", rows);
+    }
     return 0;
   }
   if (shared_vs_single) {  // the decoder's run(products, count) against run(p) one by one

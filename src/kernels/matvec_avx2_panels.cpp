@@ -19,6 +19,13 @@ namespace {
 // five (its mask for the odd elements takes one more, and at six g++ spilled sums).
 template <DType D>
 constexpr int kTileRows = D == DType::kBf16 ? 5 : 6;
+// Rows of x a tile of two panels takes (up to kPairTileMaxRows rows of x, where the weights' two
+// streams from memory are the cost): f32 three, 12 sums; f16 and bf16 two (at three g++ spilled
+// f16's sums, which ran 0.6-0.7x).
+template <DType D>
+constexpr int kPairTileRows = D == DType::kF32 ? 3 : 2;
+constexpr int64_t kPairTileMaxRows = 4;
+
 // How far ahead, in its own panel, the tiles that read the panels from memory (the first rows of
 // x) prefetch: 2 KiB, as the AVX-512 panel kernels' one row.
 constexpr int64_t kAheadBytes = 2048;
@@ -128,8 +135,11 @@ int64_t panel_bytes(DType dtype, int64_t in) {
 }
 
 // y for panels [first, last): at one row of x four panels at a time (walk_rows's four runs; then
-// one); from two rows each panel of a group in turn, against the rows of x in tiles of at most
-// kTileRows<D> (the first from memory, the rest from cache, sharing their rows evenly).
+// one); up to kPairTileMaxRows rows two panels a tile; from there each panel of a group in turn.
+// The rows of x go in tiles of at most kPairTileRows<D> or kTileRows<D> (the first from memory,
+// the rest from cache, sharing their rows evenly). Pairs measured 1.0-1.2x single panels at 2-4
+// rows of x and no faster above, where one panel × six rows loads less a multiply-add
+// (docs/kernels/dense-decode.md).
 template <DType D>
 void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
   const int64_t stride = panel_bytes(D, p.in);
@@ -145,19 +155,26 @@ void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
     }
     write_tile<R, NB>(p, panel, spread, b, acc);
   };
+  // the rows of x in tiles of RP panels from `panel` and at most kMost rows (the first from
+  // memory, the rest from cache, sharing their rows evenly)
+  const auto rows_in_tiles = [&]<int RP, int kMost>(int64_t panel, int64_t spread) {
+    for (int64_t b = 0; b < p.n;) {
+      const int64_t rows =
+          b == 0 ? std::min<int64_t>(p.n, kMost) : balanced_tile_rows(p.n - b, kMost);
+      with_tile_rows<kMost>(rows,
+                            [&]<int NB>() { tile.template operator()<RP, NB>(panel, spread, b); });
+      b += rows;
+    }
+  };
   walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
     if (p.n == 1) {
       tile.template operator()<R, 1>(panel, spread, 0);
-      return;
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int64_t b = 0; b < p.n;) {
-        constexpr int kMost = kTileRows<D>;
-        const int64_t rows =
-            b == 0 ? std::min<int64_t>(p.n, kMost) : balanced_tile_rows(p.n - b, kMost);
-        with_tile_rows<kMost>(
-            rows, [&]<int NB>() { tile.template operator()<1, NB>(panel + r * spread, 1, b); });
-        b += rows;
+    } else if (R == 4 && p.n <= kPairTileMaxRows) {  // two runs a tile: two streams
+      rows_in_tiles.template operator()<2, kPairTileRows<D>>(panel, spread);
+      rows_in_tiles.template operator()<2, kPairTileRows<D>>(panel + 2 * spread, spread);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        rows_in_tiles.template operator()<1, kTileRows<D>>(panel + r * spread, 1);
       }
     }
   });

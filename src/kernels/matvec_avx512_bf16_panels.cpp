@@ -152,19 +152,11 @@ void matvec_bf16_panels(const MatVecParams* params, int64_t count, ThreadPool& p
   // x's rows an odd number of cache lines apart: twelve rows 2 KiB apart share two L1 sets
   const int64_t xs = bf16_tile_row_stride(p.in);
   if (p.n >= kBf16ProductMinRows) round_rows(p, scratch.bf16.data(), xs, pool);
-  // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
-  // walk_rows's four runs take every panel of a small matrix (k and v of gqa:4 at d 1024 — 16
-  // panels — went in tasks of two panels, one panel a tile: 1.6–1.7× slower a multiply-add)
-  const ProductPanels products(params, count);
-  int64_t per_task = rows_per_task_in_panels(p.in, p.n, products.total(), pool.size());
-  if (p.n >= kBf16ProductMinRows) per_task = (per_task + 3) / 4 * 4;
   const uint16_t* rounded = scratch.bf16.data();
-  for_each_task(pool, products.total(), per_task, p.n >= kBf16ProductMinRows ? 4 : 1,
-                [&](int64_t first, int64_t last) {
-                  products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
-                    panel_range(params[i], rounded, xs, from, to);
-                  });
-                });
+  for_each_panel_task(params, count, pool, p.n >= kBf16ProductMinRows,
+                      [&](const MatVecParams& product, int64_t first, int64_t last) {
+                        panel_range(product, rounded, xs, first, last);
+                      });
 }
 
 }  // namespace kvlab

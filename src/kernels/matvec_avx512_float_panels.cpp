@@ -112,17 +112,10 @@ void matvec_float_panels(const MatVecParams* params, int64_t count, ThreadPool& 
   require_shared_float_panels(params, count, "matvec_float_panels");
   const MatVecParams& p = params[0];  // x as every product reads it
   if (p.n == 0) return;
-  // rows_per_task's rows in whole panels; from two rows of x in whole groups of four, so that
-  // walk_rows's four runs take every panel of a small matrix (as matvec_bf16_panels)
-  const ProductPanels products(params, count);
-  int64_t per_task = rows_per_task_in_panels(p.in, p.n, products.total(), pool.size());
-  if (p.n >= 2) per_task = (per_task + 3) / 4 * 4;
-  for_each_task(
-      pool, products.total(), per_task, p.n >= 2 ? 4 : 1, [&](int64_t first, int64_t last) {
-        products.split(first, last, [&](int64_t i, int64_t from, int64_t to) {
-          params[i].weight_dtype == DType::kF32 ? panel_range<DType::kF32>(params[i], from, to)
-                                                : panel_range<DType::kF16>(params[i], from, to);
-        });
+  for_each_panel_task(
+      params, count, pool, p.n >= 2, [&](const MatVecParams& product, int64_t first, int64_t last) {
+        product.weight_dtype == DType::kF32 ? panel_range<DType::kF32>(product, first, last)
+                                            : panel_range<DType::kF16>(product, first, last);
       });
 }
 

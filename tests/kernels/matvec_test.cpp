@@ -420,6 +420,36 @@ TEST(MatVecTest, Bf16PanelsReadBackExactly) {
   EXPECT_THROW(pack_bf16_panels(nullptr, 0, 4, none.data()), std::invalid_argument);
 }
 
+// random_problem's weights packed in the panels of their dtype (bf16's pair order, or f32's and
+// f16's), through `decoder` against the reference on plain rows (expect_reordered_matches); x
+// stays f32, so the panels' kernels differ from the reference only in the order of the sums.
+void expect_panels_match_rows(FastDecoder& decoder, std::mt19937& rng, DType dtype, int64_t in,
+                              int64_t out, int64_t n) {
+  const RandomProblem r = random_problem(rng, in, out, n, dtype);
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() + ", " +
+               std::to_string(decoder.pool().size()) + " threads");
+  std::vector<std::byte> panels;
+  if (dtype == DType::kBf16) {
+    panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
+    pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
+  } else {
+    panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
+    pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
+  }
+  std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
+  MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
+  matvec_reference(p);  // panels
+  p.weight = r.rows.data();
+  p.weight_order = WeightOrder::kRows;
+  p.y = expected.data();
+  matvec_reference(p);
+  p.weight = panels.data();
+  p.weight_order = WeightOrder::kPanels;
+  p.y = actual.data();
+  decoder.run(p);
+  expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+}
+
 // f32 and f16 panels move elements only: every element of odd shapes (a partial last panel, an
 // odd input width: f16's inputs padded to even) reads back at float_panel_index, the padding is
 // zero, and the order is not rows'.
@@ -494,23 +524,7 @@ TEST(MatVecTest, FloatPanelsMatchTheReference) {
             << "\n";
   FastDecoder* decoder = &fast;
   const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
-    const RandomProblem r = random_problem(rng, in, out, n, dtype);
-    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() +
-                 (decoder == &crowded ? ", 5 threads" : ""));
-    std::vector<std::byte> panels(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
-    pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
-    std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
-    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
-    matvec_reference(p);  // panels
-    p.weight = r.rows.data();
-    p.weight_order = WeightOrder::kRows;
-    p.y = expected.data();
-    matvec_reference(p);
-    p.weight = panels.data();
-    p.weight_order = WeightOrder::kPanels;
-    p.y = actual.data();
-    decoder->run(p);
-    expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+    expect_panels_match_rows(*decoder, rng, dtype, in, out, n);
   };
   for (DType dtype : {DType::kF32, DType::kF16}) {
     for (int64_t in : {1, 2, 7, 64, 65, 513}) {
@@ -557,29 +571,7 @@ TEST(MatVecTest, Avx2PanelsMatchTheReference) {
   FastDecoder* decoder = &fast;
   const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
     ASSERT_EQ(fastest_weight_order(dtype, CpuIsa::kAvx2), WeightOrder::kPanels);
-    const RandomProblem r = random_problem(rng, in, out, n, dtype);
-    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() +
-                 (decoder == &crowded ? ", 5 threads" : ""));
-    std::vector<std::byte> panels;
-    if (dtype == DType::kBf16) {
-      panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
-      pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
-    } else {
-      panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
-      pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
-    }
-    std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
-    MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
-    matvec_reference(p);  // panels
-    p.weight = r.rows.data();
-    p.weight_order = WeightOrder::kRows;
-    p.y = expected.data();
-    matvec_reference(p);
-    p.weight = panels.data();
-    p.weight_order = WeightOrder::kPanels;
-    p.y = actual.data();
-    decoder->run(p);
-    expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+    expect_panels_match_rows(*decoder, rng, dtype, in, out, n);
   };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBf16}) {
     for (int64_t in : {1, 2, 7, 64, 65, 513}) {

@@ -293,7 +293,11 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardOnLlamaAndMoeBlocks) {
 
 // GPT-2's tanh GELU ("gelu_new") in the decode runtime against the full forward. The weights
 // are scaled up so that the exact and the tanh GELU give logits further apart than the
-// tolerance: a runtime that ignored the kind would fail.
+// tolerance: a runtime that ignored the kind would fail. Scaled weights scale the f32 rounding of
+// the sums as well, and how much of it shows depends on their order (on AVX2, f32 panels sum each
+// output in one chain and measured 2.4e-5 from the forward, the row kernels' eight lanes under
+// 2e-5), so the step is held to twice the f32 tolerance, which the two GELUs are still over 20
+// times apart from.
 TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithTanhGelu) {
   ModelShape shape = small_shape(PosScheme::kLearned);
   shape.mlp_kind = MlpKind::kGeluTanh;
@@ -310,12 +314,13 @@ TEST(GeneratorTest, DecodeStepEqualsTheFullForwardWithTanhGelu) {
   }
   const torch::Tensor tokens = torch::randint(0, shape.vocab_size, {1, 9});
   const torch::Tensor full = model->forward(tokens).detach();  // [1, 9, V]
-  ASSERT_GT(max_abs_diff(full, exact->forward(tokens).detach()), 20 * tolerance(DType::kF32));
+  const double step_tolerance = 2 * tolerance(DType::kF32);
+  ASSERT_GT(max_abs_diff(full, exact->forward(tokens).detach()), 20 * step_tolerance);
   Generator gen(model, DType::kF32, 16, 1, 2);
   const int32_t seq = gen.add_sequence();
   for (int64_t t = 0; t < 9; ++t) {
     const torch::Tensor logits = gen.step({seq}, {tokens[0][t].item<int64_t>()})[0];
-    EXPECT_LT(max_abs_diff(logits, full[0][t]), tolerance(DType::kF32)) << "token " << t;
+    EXPECT_LT(max_abs_diff(logits, full[0][t]), step_tolerance) << "token " << t;
   }
 }
 

@@ -130,18 +130,10 @@ int main(int argc, char** argv) {
       std::vector<std::byte> rows(static_cast<size_t>(m.out * row_bytes(dtype, m.in)));
       store_rows(values.data(), m.out, m.in, dtype, rows.data());
       auto& stored = weights.emplace_back();
-      if (order == WeightOrder::kPanels && dtype == DType::kBf16) {
-        stored.resize(static_cast<size_t>(bf16_panel_bytes(m.out, m.in)));
-        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), m.out, m.in,
-                         stored.data());
+      if (order == WeightOrder::kPanels) {
+        stored.resize(static_cast<size_t>(panel_bytes(dtype, m.out, m.in)));
+        pack_panels(dtype, rows.data(), m.out, m.in, stored.data());
         if (rows_vs_panels) weight_rows.emplace_back(rows.begin(), rows.end());
-      } else if (order == WeightOrder::kPanels && takes_float_panels(dtype)) {
-        stored.resize(static_cast<size_t>(float_panel_bytes(dtype, m.out, m.in)));
-        pack_float_panels(dtype, rows.data(), m.out, m.in, stored.data());
-        if (rows_vs_panels) weight_rows.emplace_back(rows.begin(), rows.end());
-      } else if (order == WeightOrder::kPanels) {
-        stored.resize(static_cast<size_t>(quant_panel_bytes(dtype, m.out, m.in)));
-        pack_quant_panels(dtype, rows.data(), m.out, m.in, stored.data());
       } else {
         stored.assign(rows.begin(), rows.end());
       }

@@ -54,10 +54,10 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
                            weight_order_name(dense.weight_order));
   }
   if (dtype == DType::kF32) {  // f32 panels: the same floats reordered
-    WeightFloats panels(static_cast<size_t>(float_panel_bytes(dtype, dense.out, dense.in)) /
+    WeightFloats panels(static_cast<size_t>(panel_bytes(dtype, dense.out, dense.in)) /
                         sizeof(float));
-    pack_float_panels(dtype, reinterpret_cast<const std::byte*>(dense.weight.data()), dense.out,
-                      dense.in, reinterpret_cast<std::byte*>(panels.data()));
+    pack_panels(dtype, reinterpret_cast<const std::byte*>(dense.weight.data()), dense.out, dense.in,
+                reinterpret_cast<std::byte*>(panels.data()));
     dense.weight = std::move(panels);
     dense.weight_order = order;
     return;
@@ -67,19 +67,8 @@ void convert_dense(DenseWeights& dense, DType dtype, WeightOrder order) {
   dense.weight = {};
   dense.dtype = dtype;
   if (order == WeightOrder::kPanels) {
-    const int64_t bytes = takes_quant_panels(dtype) ? quant_panel_bytes(dtype, dense.out, dense.in)
-                          : takes_float_panels(dtype)
-                              ? float_panel_bytes(dtype, dense.out, dense.in)
-                              : bf16_panel_bytes(dense.out, dense.in);
-    PackedBytes panels(static_cast<size_t>(bytes));
-    if (takes_quant_panels(dtype)) {
-      pack_quant_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
-    } else if (takes_float_panels(dtype)) {
-      pack_float_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
-    } else {
-      pack_bf16_panels(reinterpret_cast<const uint16_t*>(dense.packed.data()), dense.out, dense.in,
-                       panels.data());
-    }
+    PackedBytes panels(static_cast<size_t>(panel_bytes(dtype, dense.out, dense.in)));
+    pack_panels(dtype, dense.packed.data(), dense.out, dense.in, panels.data());
     dense.packed = std::move(panels);
   }
   dense.weight_order = order;

@@ -147,6 +147,16 @@ constexpr int64_t quant_panel_bytes(DType dtype, int64_t out, int64_t in) {
 // (padding zero).
 void pack_quant_panels(DType dtype, const std::byte* ggml_rows, int64_t out, int64_t in,
                        std::byte* panels);
+
+// Any dtype's panels (not fp8): the bytes of a matrix (bf16_panel_bytes, float_panel_bytes or
+// quant_panel_bytes; of a single panel where out is kPanelRows, for bf16, f32 and f16, whose
+// panels lie one after another), and rows of row_bytes(dtype, in) bytes packed into them.
+constexpr int64_t panel_bytes(DType dtype, int64_t out, int64_t in) {
+  return dtype == DType::kBf16       ? bf16_panel_bytes(out, in)
+         : takes_float_panels(dtype) ? float_panel_bytes(dtype, out, in)
+                                     : quant_panel_bytes(dtype, out, in);
+}
+void pack_panels(DType dtype, const std::byte* rows, int64_t out, int64_t in, std::byte* panels);
 // Block k of row o in ggml's layout (row_bytes(dtype, 32) bytes).
 void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_t in, int64_t o,
                        int64_t k, std::byte* block);

@@ -129,11 +129,6 @@ void write_tile(const MatVecParams& p, int64_t first, int64_t spread, int64_t b,
   }
 }
 
-int64_t panel_bytes(DType dtype, int64_t in) {
-  return dtype == DType::kBf16 ? bf16_panel_elements(in) * 2
-                               : float_panel_elements(dtype, in) * dtype_bytes(dtype);
-}
-
 // y for panels [first, last): at one row of x four panels at a time (walk_rows's four runs; then
 // one); up to kPairTileMaxRows rows two panels a tile; from there each panel of a group in turn.
 // The rows of x go in tiles of at most kPairTileRows<D> or kTileRows<D> (the first from memory,
@@ -142,7 +137,7 @@ int64_t panel_bytes(DType dtype, int64_t in) {
 // (docs/kernels/dense-decode.md).
 template <DType D>
 void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
-  const int64_t stride = panel_bytes(D, p.in);
+  const int64_t stride = panel_bytes(D, kPanelRows, p.in);  // bytes a panel
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   auto tile = [&]<int R, int NB>(int64_t panel, int64_t spread, int64_t b) {

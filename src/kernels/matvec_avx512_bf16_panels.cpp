@@ -17,14 +17,7 @@ namespace {
 #include "kernels/matvec_rows.inc"
 #include "kernels/matvec_write_panels.inc"
 
-// Rows of x a products tile takes: four panels × six rows is 24 accumulators, with the four
-// panel loads and the broadcast 29 of the 32 registers.
-constexpr int kTileRows = 6;
-// From this many rows of x, the first tile of x of each group of four panels is two tiles of two
-// panels × twelve rows (24 accumulators each). The first tile reads the panels from memory: two
-// panels take 128 bytes a pair of inputs for 24 products where four take 256, nearer the pace one
-// thread's memory stream keeps up with. The rows after it find the panels in L2.
-constexpr int kFirstTileRows = 12;
+// The tiles: kTileRows and kFirstTileRows (matvec_write_panels.inc).
 // How far ahead the first tile's twelve-row tiles prefetch: 4 KiB (the six-row ones' 2 KiB
 // measured 1–6% slower at 16–32 rows on the Zen 5 VM, 8 KiB no faster: docs/kernels/
 // dense-decode.md).

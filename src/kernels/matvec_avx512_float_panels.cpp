@@ -15,12 +15,7 @@ namespace {
 #include "kernels/matvec_rows.inc"
 #include "kernels/matvec_write_panels.inc"
 
-// Rows of x a tile takes: four panels × six rows is 24 accumulators, with the four panel loads
-// and the broadcast 29 of the 32 registers.
-constexpr int kTileRows = 6;
-// From this many rows of x, the first tile of each group of four panels is two tiles of two
-// panels × twelve rows, which read the panels from memory (as matvec_bf16_panels' first tiles).
-constexpr int kFirstTileRows = 12;
+// The tiles: kTileRows and kFirstTileRows (matvec_write_panels.inc), as matvec_bf16_panels'.
 // How far ahead, in its own panel, a tile prefetches: the first tiles (the ones that read the
 // panels from memory) 4 KiB, a single row of x 2 KiB; the tiles after the first none.
 constexpr int64_t kFirstTileAheadBytes = 4096;
@@ -80,7 +75,7 @@ inline __attribute__((always_inline)) void products(const std::byte* w, int64_t 
 // rest in tiles of at most kTileRows (group_tiles).
 template <DType D>
 void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
-  const int64_t stride = float_panel_elements(D, p.in) * dtype_bytes(D);  // bytes a panel
+  const int64_t stride = panel_bytes(D, kPanelRows, p.in);  // bytes a panel
   const int64_t xs = p.x_stride > 0 ? p.x_stride : p.in;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   auto tile = [&]<int R, int NB>(int64_t panel, int64_t spread, int64_t b) {

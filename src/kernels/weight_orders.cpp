@@ -81,6 +81,16 @@ void pack_quant_panels(DType dtype, const std::byte* ggml_rows, int64_t out, int
   }
 }
 
+void pack_panels(DType dtype, const std::byte* rows, int64_t out, int64_t in, std::byte* panels) {
+  if (dtype == DType::kBf16) {
+    pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows), out, in, panels);
+  } else if (takes_float_panels(dtype)) {
+    pack_float_panels(dtype, rows, out, in, panels);
+  } else {
+    pack_quant_panels(dtype, rows, out, in, panels);  // refuses what has no panels
+  }
+}
+
 void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_t in, int64_t o,
                        int64_t k, std::byte* block) {
   require_quant_dtype(dtype, "quant_panel_block");

@@ -428,14 +428,8 @@ void expect_panels_match_rows(FastDecoder& decoder, std::mt19937& rng, DType dty
   const RandomProblem r = random_problem(rng, in, out, n, dtype);
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + r.name() + ", " +
                std::to_string(decoder.pool().size()) + " threads");
-  std::vector<std::byte> panels;
-  if (dtype == DType::kBf16) {
-    panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
-    pack_bf16_panels(reinterpret_cast<const uint16_t*>(r.rows.data()), out, in, panels.data());
-  } else {
-    panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
-    pack_float_panels(dtype, r.rows.data(), out, in, panels.data());
-  }
+  std::vector<std::byte> panels(static_cast<size_t>(panel_bytes(dtype, out, in)));
+  pack_panels(dtype, r.rows.data(), out, in, panels.data());
   std::vector<float> expected = r.untouched_y(), actual = expected, read_back = expected;
   MatVecParams p = r.params(panels.data(), WeightOrder::kPanels, read_back.data());
   matvec_reference(p);  // panels
@@ -448,6 +442,31 @@ void expect_panels_match_rows(FastDecoder& decoder, std::mt19937& rng, DType dty
   p.y = actual.data();
   decoder.run(p);
   expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
+}
+
+// expect_panels_match_rows over the panel kernels' cases: odd shapes (partial panels, odd widths,
+// one to three panels left after walk_rows's four runs), one row of x, 2..13 (the tiles of up to
+// six rows, and the AVX2 kernel's of two panels up to four), 11..40 (two-panel first tiles of
+// twelve, the tiles after the first sharing their rows), a NaN in row 1 (35 rows), wide inputs;
+// then on `crowded`'s five threads up to 129 rows.
+void expect_panels_match_rows_over_shapes(FastDecoder& decoder, FastDecoder& crowded,
+                                          std::mt19937& rng, DType dtype) {
+  for (int64_t in : {1, 2, 7, 64, 65, 513}) {
+    for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
+      for (int64_t n : {1, 2, 3, 5, 6, 7, 13})
+        expect_panels_match_rows(decoder, rng, dtype, in, out, n);
+    }
+    for (int64_t out : {17, 33, 200}) {
+      for (int64_t n : {11, 12, 16, 17, 26, 32, 33, 40}) {
+        expect_panels_match_rows(decoder, rng, dtype, in, out, n);
+      }
+    }
+  }
+  expect_panels_match_rows(decoder, rng, dtype, 2600, 40, 13);
+  expect_panels_match_rows(decoder, rng, dtype, 1100, 20, 35);
+  expect_panels_match_rows(decoder, rng, dtype, 1023, 65, 40);
+  for (int64_t n : {1, 2, 7, 16, 40, 129})
+    expect_panels_match_rows(crowded, rng, dtype, 300, 200, n);
 }
 
 // f32 and f16 panels move elements only: every element of odd shapes (a partial last panel, an
@@ -507,11 +526,8 @@ TEST(MatVecTest, FloatPanelsReadBackExactly) {
 
 // f32 and f16 panels through the decoder (the AVX-512 or AVX2 panel kernel where
 // fastest_weight_order says so, the reference elsewhere) against the reference on plain rows of the
-// same weights: odd shapes (partial panels, odd widths, one to three panels left after the
-// four-panel runs), strides, one row of x, 2..13 (six rows a tile, then the rest; from 12 rows the
-// first twelve, two panels a tile), 16..40 (the tiles after the first sharing their rows), bias, a
-// NaN in one row of x, and five threads; x stays f32, so only the order of the sums differs. The
-// reference reading panels equals it exactly. Kernels called directly refuse what they do not read.
+// same weights, over expect_panels_match_rows_over_shapes' cases; x stays f32, so only the order
+// of the sums differs. Kernels called directly refuse what they do not read.
 TEST(MatVecTest, FloatPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());
@@ -524,25 +540,8 @@ TEST(MatVecTest, FloatPanelsMatchTheReference) {
                 : fast.isa() == CpuIsa::kAvx2 ? "AVX2 kernel"
                                               : "AVX-512 kernel")
             << "\n";
-  FastDecoder* decoder = &fast;
-  const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
-    expect_panels_match_rows(*decoder, rng, dtype, in, out, n);
-  };
   for (DType dtype : {DType::kF32, DType::kF16}) {
-    for (int64_t in : {1, 2, 7, 64, 65, 513}) {
-      for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
-        for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) check(dtype, in, out, n);
-      }
-      for (int64_t out : {17, 33, 200}) {
-        for (int64_t n : {12, 16, 17, 26, 32, 33, 40}) check(dtype, in, out, n);
-      }
-    }
-    check(dtype, 2600, 40, 13);
-    check(dtype, 1100, 20, 35);  // a NaN in row 1
-    check(dtype, 1023, 65, 40);
-    decoder = &crowded;
-    for (int64_t n : {1, 2, 7, 16, 40, 129}) check(dtype, 300, 200, n);
-    decoder = &fast;
+    expect_panels_match_rows_over_shapes(fast, crowded, rng, dtype);
   }
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "the kernel needs AVX-512";
   std::vector<float> x(64), y(2);
@@ -561,34 +560,16 @@ TEST(MatVecTest, FloatPanelsMatchTheReference) {
 }
 
 // f32, f16 and bf16 panels through a decoder that runs AVX2 (matvec_avx2_panels, where the CPU
-// has AVX2) against the reference on plain rows of the same weights: odd shapes (partial panels,
-// odd widths: bf16's last pair and f16's last input alone), strides, one row of x (four panels a
-// tile), 2..40 (one panel × up to six rows, five for bf16, the rows after the first tile shared
-// evenly), bias, a NaN in one row of x, five threads; x stays f32. The kernel called directly
-// refuses what it does not read.
+// has AVX2) against the reference on plain rows, over expect_panels_match_rows_over_shapes' cases
+// (odd widths: bf16's last pair and f16's last input alone); x stays f32. The kernel called
+// directly refuses what it does not read.
 TEST(MatVecTest, Avx2PanelsMatchTheReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 + FMA + F16C on this CPU";
   std::mt19937 rng(47);
   FastDecoder fast(2, CpuIsa::kAvx2), crowded(5, CpuIsa::kAvx2);
-  FastDecoder* decoder = &fast;
-  const auto check = [&](DType dtype, int64_t in, int64_t out, int64_t n) {
-    ASSERT_EQ(fastest_weight_order(dtype, CpuIsa::kAvx2), WeightOrder::kPanels);
-    expect_panels_match_rows(*decoder, rng, dtype, in, out, n);
-  };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBf16}) {
-    for (int64_t in : {1, 2, 7, 64, 65, 513}) {
-      for (int64_t out : {1, 5, 16, 17, 33, 200, 256, 1000}) {
-        for (int64_t n : {1, 2, 3, 5, 6, 7, 13}) check(dtype, in, out, n);
-      }
-      for (int64_t out : {17, 33, 200}) {
-        for (int64_t n : {11, 16, 17, 26, 33, 40}) check(dtype, in, out, n);
-      }
-    }
-    check(dtype, 2600, 40, 13);
-    check(dtype, 1100, 20, 35);  // a NaN in row 1
-    decoder = &crowded;
-    for (int64_t n : {1, 2, 7, 16, 40}) check(dtype, 300, 200, n);
-    decoder = &fast;
+    ASSERT_EQ(fastest_weight_order(dtype, CpuIsa::kAvx2), WeightOrder::kPanels);
+    expect_panels_match_rows_over_shapes(fast, crowded, rng, dtype);
   }
   std::vector<float> x(64), y(2);
   const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
@@ -942,18 +923,9 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
       for (float& v : w) v = normal(rng);
       Product& p = products.emplace_back();
       p.weight = pack(w, out, in, dtype);
-      if (order == WeightOrder::kPanels && dtype == DType::kBf16) {
-        std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(out, in)));
-        pack_bf16_panels(reinterpret_cast<const uint16_t*>(p.weight.data()), out, in,
-                         panels.data());
-        p.weight = panels;
-      } else if (order == WeightOrder::kPanels && takes_float_panels(dtype)) {
-        std::vector<std::byte> panels(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
-        pack_float_panels(dtype, p.weight.data(), out, in, panels.data());
-        p.weight = panels;
-      } else if (order == WeightOrder::kPanels) {
-        std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
-        pack_quant_panels(dtype, p.weight.data(), out, in, panels.data());
+      if (order == WeightOrder::kPanels) {
+        std::vector<std::byte> panels(static_cast<size_t>(panel_bytes(dtype, out, in)));
+        pack_panels(dtype, p.weight.data(), out, in, panels.data());
         p.weight = panels;
       }
       p.bias.resize(static_cast<size_t>(out));

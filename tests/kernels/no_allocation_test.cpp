@@ -80,14 +80,8 @@ TEST(NoAllocationTest, DenseLayersAllocateNothingOnceWarm) {
       // and f32, f16 (and on AVX2 bf16) in the panels this decoder stores them in
       if (!takes_float_panels(dtype) && !(dtype == DType::kBf16 && isa == CpuIsa::kAvx2)) continue;
       if (fastest_weight_order(dtype, isa) != WeightOrder::kPanels) continue;
-      std::vector<std::byte> panels;
-      if (dtype == DType::kBf16) {
-        panels.resize(static_cast<size_t>(bf16_panel_bytes(out, in)));
-        pack_bf16_panels(reinterpret_cast<const uint16_t*>(rows.data()), out, in, panels.data());
-      } else {
-        panels.resize(static_cast<size_t>(float_panel_bytes(dtype, out, in)));
-        pack_float_panels(dtype, rows.data(), out, in, panels.data());
-      }
+      std::vector<std::byte> panels(static_cast<size_t>(panel_bytes(dtype, out, in)));
+      pack_panels(dtype, rows.data(), out, in, panels.data());
       p.weight = panels.data();
       p.weight_order = WeightOrder::kPanels;
       for (int64_t rows_of_x : {int64_t{1}, n}) {

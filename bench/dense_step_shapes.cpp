@@ -12,9 +12,10 @@
 // `--shared-vs-single`: the step as the decoder runs it (q, k and v in one call of
 // FastDecoder::run, up and gate in one: x prepared once for them) against every product in a
 // call of its own, alternating step by step at 1…64 rows; each one's median step and single ÷
-// shared. With `--rows-vs-panels` (f32 or f16; with KVLAB_CPU_ISA=avx2 also bf16): the weights
-// also as rows, the row kernel of the decoder's ISA over them (matvec_avx512, or matvec_avx2)
-// against its panel kernel over the panels (matvec_float_panels, or matvec_avx2_panels),
+// shared. With `--rows-vs-panels` (f32, f16, q8_0 or q4_0; with KVLAB_CPU_ISA=avx2 also bf16): the
+// weights also as rows, the row kernel of the decoder's ISA over them (matvec_avx512, or
+// matvec_avx2) against its panel kernel over the panels (matvec_float_panels or
+// matvec_quant_panels, or matvec_avx2_panels or matvec_avx2_quant_panels),
 // alternating step by step at 1…16 rows (or KVLAB_AB_ROWS); rows ÷ panels. Built with
 // -DKVLAB_AB_A=f_a -DKVLAB_AB_B=f_b (two builds of one kernel, renamed; bench/kernel_ab.sh makes
 // them), `--ab` does the same for those two at 1…64 rows (or KVLAB_AB_ROWS, e.g. 48,64,96,128):
@@ -103,11 +104,10 @@ int main(int argc, char** argv) {
 #endif
   if (threads < 1 || threads > 256 || (dtype == DType::kBf16 && dtype_arg != "bf16") ||
       (argc == 4 && !ab && !shared_vs_single && !rows_vs_panels &&
-       (!against_int8 || dtype == DType::kBf16)) ||
-      (rows_vs_panels && !takes_float_panels(dtype) && dtype != DType::kBf16)) {
+       (!against_int8 || dtype == DType::kBf16))) {
     std::fprintf(stderr,
                  "usage: %s THREADS (1..256) [DTYPE: bf16 | f32 | f16 | q8_0 | q4_0 "
-                 "[--expanded-vs-int8 | --shared-vs-single | --rows-vs-panels (f32, f16) | --ab "
+                 "[--expanded-vs-int8 | --shared-vs-single | --rows-vs-panels | --ab "
                  "(built with KVLAB_AB_A, KVLAB_AB_B)]]\n",
                  argv[0]);
     return 2;
@@ -198,10 +198,15 @@ int main(int argc, char** argv) {
     }
     const std::vector<int64_t> rows =
         std::getenv("KVLAB_AB_ROWS") ? ab_rows() : std::vector<int64_t>{1, 2, 4, 8, 16};
+    const bool quant = takes_quant_panels(dtype);
     if (isa == CpuIsa::kAvx2) {
-      alternate(matvec_avx2, matvec_avx2_panels, "rows", "panels", rows);
+      const Kernel panels = quant ? static_cast<Kernel>(matvec_avx2_quant_panels)
+                                  : static_cast<Kernel>(matvec_avx2_panels);
+      alternate(matvec_avx2, panels, "rows", "panels", rows);
     } else {
-      alternate(matvec_avx512, matvec_float_panels, "rows", "panels", rows);
+      const Kernel panels = quant ? static_cast<Kernel>(matvec_quant_panels)
+                                  : static_cast<Kernel>(matvec_float_panels);
+      alternate(matvec_avx512, panels, "rows", "panels", rows);
     }
     return 0;
   }

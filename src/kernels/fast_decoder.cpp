@@ -192,9 +192,8 @@ bool cpu_has_amx_int8() {
 
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa) {
   const bool avx512 = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
-  if ((dtype == DType::kQ8_0 || dtype == DType::kQ4_0) && avx512 && cpu_has_avx512_vnni()) {
-    return WeightOrder::kPanels;
-  }
+  // q8_0 and q4_0: the VNNI kernel's panels, or without VNNI the AVX2 kernel's
+  if (takes_quant_panels(dtype) && isa != CpuIsa::kScalar) return WeightOrder::kPanels;
   if (dtype == DType::kBf16 && avx512 && cpu_has_avx512_bf16()) return WeightOrder::kPanels;
   if (takes_float_panels(dtype) && avx512) return WeightOrder::kPanels;
   if ((takes_float_panels(dtype) || dtype == DType::kBf16) && isa == CpuIsa::kAvx2) {
@@ -241,7 +240,9 @@ void FastDecoder::run(const MatVecParams* products, int64_t count) {
       each([](const MatVecParams& p) { matvec_reference(p); });
     } else if (takes_quant_panels(params.weight_dtype)) {
       const int64_t tile_rows = quant_tile_min_rows(params.weight_dtype, isa_);
-      if (matvec_expands_quant_panels(params)) {
+      if (!matvec_runs_avx512(params.weight_dtype)) {
+        matvec_avx2_quant_panels(products, count, pool_, matvec_scratch_);
+      } else if (matvec_expands_quant_panels(params)) {
         matvec_amx_expanded_panels(products, count, pool_, matvec_scratch_);
       } else if (tile_rows > 0 && params.n >= tile_rows) {
         matvec_amx_quant_panels(products, count, pool_, matvec_scratch_);

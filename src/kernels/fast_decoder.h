@@ -57,12 +57,13 @@ PrefillPath prefill_path(CpuIsa isa = detect_cpu_isa());
 // token reads), f32 on the scalar reference.
 DType default_weight_dtype(CpuIsa isa = detect_cpu_isa());
 
-// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`. Where it
-// runs AVX-512 or AMX: q8_0 and q4_0 in panels where the CPU has AVX-512 VNNI (matvec_quant_panels;
-// with AMX int8, from quant_tile_min_rows rows, matvec_amx_quant_panels); bf16 in panels where the
-// CPU has AVX-512 BF16 (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows
-// matvec_amx_bf16_panels); f32 and f16 in panels (matvec_float_panels). Where it runs AVX2: f32,
-// f16 and bf16 in panels (matvec_avx2_panels). Rows elsewhere.
+// The order the dense layers' weights of `dtype` are stored in for a decoder on `isa`. q8_0 and
+// q4_0 in panels wherever it runs SIMD: matvec_quant_panels where the CPU has AVX-512 VNNI (with
+// AMX int8, from quant_tile_min_rows rows, matvec_amx_quant_panels), else
+// matvec_avx2_quant_panels. Where it runs AVX-512 or AMX: bf16 in panels where the CPU has AVX-512
+// BF16 (matvec_bf16_panels; with AMX from kAmxPanelMinRows rows matvec_amx_bf16_panels); f32 and
+// f16 in panels (matvec_float_panels). Where it runs AVX2: f32, f16 and bf16 in panels
+// (matvec_avx2_panels). Rows elsewhere.
 WeightOrder fastest_weight_order(DType dtype, CpuIsa isa = detect_cpu_isa());
 
 // The key order a cache of `layout` decodes fastest with on `isa`: element pairs where the layout
@@ -139,7 +140,8 @@ class FastDecoder {
   // matvec_runs_bf16_products says (AVX-512 BF16's kernel; with AMX, oneDNN's matmul from
   // kBf16GemmMinRows), the AVX-512 kernels where matvec_runs_avx512 says, else AVX2 (the scalar
   // reference on kScalar). q8_0 and q4_0 panels run matvec_quant_panels (matvec_amx_quant_panels
-  // from quant_tile_min_rows rows, matvec_amx_expanded_panels from quant_expand_min_rows rows),
+  // from quant_tile_min_rows rows, matvec_amx_expanded_panels from quant_expand_min_rows rows;
+  // without matvec_runs_avx512, matvec_avx2_quant_panels),
   // bf16 panels matvec_bf16_panels (with AMX, matvec_amx_bf16_panels from kAmxPanelMinRows rows),
   // where fastest_weight_order(dtype, isa()) says that order, else the scalar reference (weights
   // stored for another decoder's ISA).

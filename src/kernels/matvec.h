@@ -281,6 +281,17 @@ void matvec_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScr
 // params[0, count), products that share x (require_shared_x), in one job: x quantized once.
 void matvec_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
                          MatVecScratch& scratch);
+// AVX2 over q8_0 or q4_0 panels (matvec_avx2_quant_panels.cpp), for a CPU without AVX-512 VNNI:
+// x's rows rounded to q8_0; each 64-byte load of a panel two vectors of eight rows, each one
+// vpmaddubsw per row of x against four of x's bytes broadcast (q4_0: two, its low and high
+// nibbles), the unsigned operand the weights' magnitudes with x signed by the weights (q8_0) or
+// the nibbles with the sums started at −8 · Σ q_x (q4_0); scaled by d_w · d_x once per block. At
+// one row of x four panels a tile, up to four rows two panels, from five rows one panel × up to
+// five rows of x.
+void matvec_avx2_quant_panels(const MatVecParams& params, ThreadPool& pool, MatVecScratch& scratch);
+// params[0, count), products that share x (require_shared_x), in one job: x quantized once.
+void matvec_avx2_quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
+                              MatVecScratch& scratch);
 // AMX int8 over q8_0 or q4_0 panels (matvec_amx_quant_panels.cpp): x's rows rounded to q8_0 as
 // above, in blocks of 16 rows (the last padded with zero rows); each tile multiply (tdpbssd) takes
 // one block of 32 inputs of a panel (512 int8: q8_0's as stored, q4_0's unpacked 16 blocks at a

@@ -13,18 +13,18 @@ namespace {
 
 #include "kernels/matvec_panel_tiles.inc"
 #include "kernels/matvec_rows.inc"
+// after the two above, which it uses
+#include "kernels/matvec_avx2_panel_tiles.inc"
 
 // Rows of x a tile of one panel takes: its sixteen rows are two vectors of eight, so six rows of x
 // are 12 accumulators, with the panel's two loads and x's broadcast 15 of the 16 registers; bf16
 // five (its mask for the odd elements takes one more, and at six g++ spilled sums).
 template <DType D>
 constexpr int kTileRows = D == DType::kBf16 ? 5 : 6;
-// Rows of x a tile of two panels takes (up to kPairTileMaxRows rows of x, where the weights' two
-// streams from memory are the cost): f32 three, 12 sums; f16 and bf16 two (at three g++ spilled
-// f16's sums, which ran 0.6-0.7x).
+// Rows of x a tile of two panels takes (up to kPairTileMaxRows rows of x): f32 three, 12 sums; f16
+// and bf16 two (at three g++ spilled f16's sums, which ran 0.6-0.7x).
 template <DType D>
 constexpr int kPairTileRows = D == DType::kF32 ? 3 : 2;
-constexpr int64_t kPairTileMaxRows = 4;
 
 // How far ahead, in its own panel, the tiles that read the panels from memory (the first rows of
 // x) prefetch: 2 KiB, as the AVX-512 panel kernels' one row.
@@ -110,31 +110,8 @@ inline __attribute__((always_inline)) void products(const std::byte* w, int64_t 
     for (int r = 0; r < R; ++r) out[b][r][0] = acc[b][r][0], out[b][r][1] = acc[b][r][1];
 }
 
-// y[b + j][rows of panel (first + r · spread)] = acc[j][r] (+ bias), the last panel's padding
-// rows left out.
-template <int R, int NB>
-void write_tile(const MatVecParams& p, int64_t first, int64_t spread, int64_t b,
-                const __m256 (&acc)[NB][R][2]) {
-  const int64_t ys = p.y_stride > 0 ? p.y_stride : p.out;
-  for (int r = 0; r < R; ++r) {
-    const int64_t o = (first + r * spread) * kPanelRows;
-    const int64_t rows = std::min(kPanelRows, p.out - o);
-    for (int j = 0; j < NB; ++j) {
-      alignas(32) float sums[kPanelRows];
-      _mm256_store_ps(sums, acc[j][r][0]);
-      _mm256_store_ps(sums + 8, acc[j][r][1]);
-      float* y = p.y + (b + j) * ys + o;
-      for (int64_t k = 0; k < rows; ++k) y[k] = sums[k] + (p.bias != nullptr ? p.bias[o + k] : 0);
-    }
-  }
-}
-
-// y for panels [first, last): at one row of x four panels at a time (walk_rows's four runs; then
-// one); up to kPairTileMaxRows rows two panels a tile; from there each panel of a group in turn.
-// The rows of x go in tiles of at most kPairTileRows<D> or kTileRows<D> (the first from memory,
-// the rest from cache, sharing their rows evenly). Pairs measured 1.0-1.2x single panels at 2-4
-// rows of x and no faster above, where one panel × six rows loads less a multiply-add
-// (docs/kernels/dense-decode.md).
+// y for panels [first, last) in walk_panel_tiles's tiles: two panels × up to kPairTileRows<D> rows
+// of x, or one panel × up to kTileRows<D>.
 template <DType D>
 void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
   const int64_t stride = panel_bytes(D, kPanelRows, p.in);  // bytes a panel
@@ -150,29 +127,7 @@ void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
     }
     write_tile<R, NB>(p, panel, spread, b, acc);
   };
-  // the rows of x in tiles of RP panels from `panel` and at most kMost rows (the first from
-  // memory, the rest from cache, sharing their rows evenly)
-  const auto rows_in_tiles = [&]<int RP, int kMost>(int64_t panel, int64_t spread) {
-    for (int64_t b = 0; b < p.n;) {
-      const int64_t rows =
-          b == 0 ? std::min<int64_t>(p.n, kMost) : balanced_tile_rows(p.n - b, kMost);
-      with_tile_rows<kMost>(rows,
-                            [&]<int NB>() { tile.template operator()<RP, NB>(panel, spread, b); });
-      b += rows;
-    }
-  };
-  walk_rows(first, last, [&]<int R>(int64_t panel, int64_t spread) {
-    if (p.n == 1) {
-      tile.template operator()<R, 1>(panel, spread, 0);
-    } else if (R == 4 && p.n <= kPairTileMaxRows) {  // two runs a tile: two streams
-      rows_in_tiles.template operator()<2, kPairTileRows<D>>(panel, spread);
-      rows_in_tiles.template operator()<2, kPairTileRows<D>>(panel + 2 * spread, spread);
-    } else {
-      for (int r = 0; r < R; ++r) {
-        rows_in_tiles.template operator()<1, kTileRows<D>>(panel + r * spread, 1);
-      }
-    }
-  });
+  walk_panel_tiles<kPairTileRows<D>, kTileRows<D>>(p.n, first, last, tile);
 }
 
 }  // namespace

@@ -783,31 +783,34 @@ TEST(MatVecTest, QuantPanelsReadBackExactly) {
       "pack_quant_panels: dtype: must be q8_0 or q4_0, not f16");
 }
 
-// q8_0 and q4_0 panels through each of their kernels where the CPU has it (AVX-512 VNNI's, AMX
-// int8's and AMX's over panels expanded to bf16, at every batch; called directly) and through the
-// decoder (VNNI below quant_tile_min_rows, AMX int8 from it, expanded from quant_expand_min_rows,
-// where fastest_weight_order stores panels; the reference elsewhere). The int8 kernels against the
+// q8_0 and q4_0 panels through each of their kernels where the CPU has it (AVX2's, AVX-512
+// VNNI's, AMX int8's and AMX's over panels expanded to bf16, at every batch; called directly) and
+// through the decoder (AVX2 without VNNI; VNNI below quant_tile_min_rows, AMX int8 from it,
+// expanded from quant_expand_min_rows, where fastest_weight_order stores panels; the reference
+// elsewhere). The int8 kernels against the
 // reference on ggml's rows of the same weights; the expanded kernel against its twin: the
 // reference over bf16 rows of the weights as load_rows reads them (q · d), each rounded by
 // f32_to_bf16, times x rounded alike. Odd shapes (partial panels, partial last blocks, odd block
 // counts: the tiles' lone last block; q4_0's runs of 16 unpacked blocks, the last partial; the
 // expanded panels' lone last panel), strides, batches of 1..9 (the VNNI kernel's tiles of four
-// rows and two panels, two rows and four, the rest), of 16..40 (the tiles' blocks of 16 rows, in
-// twos for the bf16 tiles, the last padded), bias, a NaN in one row of x. The reference reading
-// panels equals it exactly.
+// rows and two panels, two rows and four, the rest; AVX2's of up to three rows), of 16..40 (the
+// tiles' blocks of 16 rows, in twos for the bf16 tiles, the last padded), bias, a NaN in one row of
+// x. The reference reading panels equals it exactly.
 TEST(MatVecTest, QuantPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());
   ThreadPool pool(2);
   ThreadPool crowded(5);  // five threads on this machine's cores, contending for x's rows
   MatVecScratch scratch;
+  const bool avx2 = cpu_supports(CpuIsa::kAvx2);
   const bool vnni = cpu_has_avx512_vnni();
   const bool amx = cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8();  // (asks for the tiles)
   const bool expands = amx && cpu_has_avx512_bf16();
   std::cout << "[ INFO     ] q8_0 / q4_0 panels on this CPU: "
-            << (expands ? "AVX-512 VNNI, AMX int8 and AMX bf16 (expanded) kernels"
-                : amx   ? "AVX-512 VNNI and AMX int8 kernels"
-                : vnni  ? "AVX-512 VNNI kernel"
+            << (expands ? "AVX2, AVX-512 VNNI, AMX int8 and AMX bf16 (expanded) kernels"
+                : amx   ? "AVX2, AVX-512 VNNI and AMX int8 kernels"
+                : vnni  ? "AVX2 and AVX-512 VNNI kernels"
+                : avx2  ? "AVX2 kernel"
                         : "the scalar reference")
             << "; the decoder stores them "
             << (fastest_weight_order(DType::kQ4_0) == WeightOrder::kPanels ? "in panels"
@@ -841,6 +844,8 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
                       : expect_reordered_matches(expected, read_back, actual, in, n, r.y_stride);
     };
     run(fast.matvec_expands_quant_panels(p), [&] { fast.run(p); });
+    if (avx2) run(false, [&] { matvec_avx2_quant_panels(p, pool, scratch); });
+    if (avx2 && n >= 16) run(false, [&] { matvec_avx2_quant_panels(p, crowded, scratch); });
     if (vnni) run(false, [&] { matvec_quant_panels(p, pool, scratch); });
     if (vnni && n >= 16) run(false, [&] { matvec_quant_panels(p, crowded, scratch); });
     if (amx) run(false, [&] { matvec_amx_quant_panels(p, pool, scratch); });
@@ -869,6 +874,12 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
   f16_panels.weight_order = WeightOrder::kPanels;
   MatVecParams bf16_panels = f16_panels;
   bf16_panels.weight_dtype = DType::kBf16;
+  if (avx2) {
+    EXPECT_EQ(thrown_message([&] { matvec_avx2_quant_panels(q8_rows, pool, scratch); }),
+              "matvec_avx2_quant_panels: weight_order: must be panels");
+    EXPECT_EQ(thrown_message([&] { matvec_avx2_quant_panels(bf16_panels, pool, scratch); }),
+              "matvec_avx2_quant_panels: weight_dtype: must be q8_0 or q4_0");
+  }
   if (vnni) {
     EXPECT_EQ(thrown_message([&] { matvec_quant_panels(q8_rows, pool, scratch); }),
               "matvec_quant_panels: weight_order: must be panels");
@@ -901,6 +912,7 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
   ThreadPool pool(2);
   MatVecScratch scratch;
   const bool bf16_kernel = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_bf16();
+  const bool avx2 = cpu_supports(CpuIsa::kAvx2);
   const bool vnni = cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni();
   const bool amx = cpu_supports(CpuIsa::kAmx);  // (asks for the tiles)
   const bool amx_int8 = amx && cpu_has_amx_int8();
@@ -975,6 +987,12 @@ TEST(MatVecTest, ProductsThatShareXMatchEachAlone) {
     if (panels && takes_float_panels(dtype)) {
       held_to_itself("matvec_float_panels", [&](const MatVecParams* m, int64_t count) {
         matvec_float_panels(m, count, pool, scratch);
+      });
+    }
+    if (panels && (quant || takes_float_panels(dtype) || bf16) && avx2) {
+      held_to_itself("the AVX2 panel kernel", [&](const MatVecParams* m, int64_t count) {
+        quant ? matvec_avx2_quant_panels(m, count, pool, scratch)
+              : matvec_avx2_panels(m, count, pool, scratch);
       });
     }
     if (panels && quant && vnni) {

@@ -25,9 +25,8 @@ StepCeilings measure_step_ceilings(int threads) {
   c.bf16_gmacs = bf16_gemm_native() ? peak_of(MacKind::kBf16) : 0.0;
   c.int8_block_gmacs = quant_tile_min_rows(DType::kQ8_0) > 0 ? peak_of(MacKind::kInt8Blocks) : 0.0;
   c.bf16_loaded_gmacs = peak_of(MacKind::kBf16Loaded);
-  const CpuIsa isa = detect_cpu_isa();
-  const bool vnni = (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && cpu_has_avx512_vnni();
-  c.int8_gmacs = vnni ? peak_of(MacKind::kInt8) : 0.0;
+  // vpdpbusd where the decoder runs the VNNI kernel, else AVX2's vpmaddubsw (the AVX2 kernel)
+  c.int8_gmacs = peak_of(MacKind::kInt8);
   return c;
 }
 
@@ -41,7 +40,8 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
     if (expand_rows > 0 && batch >= expand_rows) return bf16_gmacs;  // 0: not measured
     const int64_t rows = quant_tile_min_rows(weight_dtype);
     if (rows > 0 && batch >= rows) return int8_block_gmacs;
-    // the VNNI kernel runs panel weights; rows (no VNNI) run the AVX2 kernel
+    // panels run the VNNI kernel, or the AVX2 one (int8_gmacs is the peak of the decoder's ISA);
+    // rows, on the scalar reference, have no peak
     return fastest_weight_order(weight_dtype) != WeightOrder::kRows ? int8_gmacs : 0.0;
   }
   return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;

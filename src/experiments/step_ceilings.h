@@ -13,7 +13,9 @@ namespace kvlab {
 // run AMX's int8 tiles, from quant_tile_min_rows() sequences, of those at one block a multiply
 // (else 0); from quant_expand_min_rows() sequences they run bf16 tiles (expanded), at bf16's; below
 // those (and at every batch on an AVX-512 VNNI CPU without AMX) they run the VNNI kernels, at the
-// int8 dot products' peak (vpdpbusd, where the decoder runs AVX-512 and the CPU has VNNI; else 0).
+// int8 dot products' peak (vpdpbusd, where the decoder runs AVX-512 and the CPU has VNNI); without
+// VNNI the AVX2 kernel, at AVX2's int8 peak (vpmaddubsw with int16 sums, q4_0's inner loop; q8_0's
+// takes twice its multiplies a product).
 struct StepCeilings {
   double gb_per_s = 0;
   double f32_gmacs = 0;
@@ -25,8 +27,8 @@ struct StepCeilings {
   double bf16_loaded_gmacs = 0;
   // The peak a step over `batch` sequences multiplies `weight_dtype` weights at: the bf16 or
   // int8-block peak where those products run, the int8 dot products' where block weights run the
-  // VNNI kernels, f32's for the other float dtypes, 0 (no compute roofline) for block weights on
-  // the AVX2 kernel, whose loop is no probe's.
+  // VNNI or the AVX2 panel kernel, f32's for the other float dtypes, 0 (no compute roofline) for
+  // block weights in rows (the scalar reference).
   double product_gmacs(DType weight_dtype, int64_t batch) const;
 };
 

@@ -32,6 +32,7 @@ LoopChoice choose_loop(MacKind kind, bool cap_avx2) {
       if (avx512 && __builtin_cpu_supports("avx512vnni")) {
         return {mac_loop_int8_avx512, "avx512 vpdpbusd"};
       }
+      if (cpu_supports(CpuIsa::kAvx2)) return {mac_loop_int8_avx2, "avx2 vpmaddubsw, int16 sums"};
       return {};
     case MacKind::kBf16Loaded:
       if (avx512 && detect_cpu_isa() == CpuIsa::kAmx) {

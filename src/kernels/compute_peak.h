@@ -37,9 +37,10 @@ struct ComputePeak {
   double max() const;
 };
 
-// nullopt where this CPU has no instruction for the kind (bf16 needs AVX-512 BF16; int8
-// AVX-512 VNNI; int8 blocks a decoder whose q8_0 weights run AMX tiles; f32 AVX2+FMA). `cap_avx2`
-// measures with the AVX2 loop even where AVX-512 is there (as KVLAB_CPU_ISA=avx2 caps the kernels).
+// nullopt where this CPU has no instruction for the kind (bf16 needs AVX-512 BF16; int8 AVX-512
+// VNNI's vpdpbusd, else AVX2's vpmaddubsw; int8 blocks a decoder whose q8_0 weights run AMX tiles;
+// f32 AVX2+FMA). `cap_avx2` measures with the AVX2 loop even where AVX-512 is there (as
+// KVLAB_CPU_ISA=avx2 caps the kernels).
 std::optional<ComputePeak> measure_compute_peak(MacKind kind, ThreadPool& pool, int repeats,
                                                 bool cap_avx2 = false);
 
@@ -49,6 +50,7 @@ std::string cpu_model_name();
 // The register loops (compute_peak_avx2.cpp, compute_peak_avx512.cpp): `iterations` rounds of
 // their chains; return the multiply-adds done and fold the accumulators into *sink.
 int64_t mac_loop_f32_avx2(int64_t iterations, float* sink);
+int64_t mac_loop_int8_avx2(int64_t iterations, float* sink);
 int64_t mac_loop_f32_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_bf16_avx512(int64_t iterations, float* sink);
 int64_t mac_loop_int8_avx512(int64_t iterations, float* sink);

@@ -31,8 +31,8 @@ TEST(StepCeilingsTest, ProductPeakIsThePeakOfTheKernelTheDecoderRuns) {
         expected = c.bf16_gmacs;
       } else if (takes_quant_panels(dtype)) {
         const int64_t tile_rows = quant_tile_min_rows(dtype, decoder.isa());
-        // below the tiles, weights stored in panels run the VNNI kernel; in rows
-        // (no VNNI) the AVX2 kernel, which has no peak
+        // below the tiles, weights stored in panels run the VNNI or the AVX2 kernel; rows
+        // (the scalar reference) have no peak
         const double vnni = p.weight_order != WeightOrder::kRows ? c.int8_gmacs : 0.0;
         expected = tile_rows > 0 && batch >= tile_rows ? c.int8_block_gmacs : vnni;
       }

@@ -58,6 +58,35 @@ TEST(ComputePeakTest, Bf16LoadedTilesRunTheSameMultipliesWithLoads) {
   EXPECT_GT(loaded->median(), 0.0);
 }
 
+// The int8 peak is the instruction the q8_0 / q4_0 panel kernels are built of: vpdpbusd where the
+// decoder has AVX-512 VNNI, else AVX2's vpmaddubsw (as KVLAB_CPU_ISA=avx2 caps it, too), none
+// without AVX2. The AVX2 loop counts 32 multiply-adds a vpmaddubsw and, every operand 1, sums
+// exactly that many products, the rounds past the last whole eight included.
+TEST(ComputePeakTest, Int8PeakIsVnniOrElseAvx2) {
+  ThreadPool pool(1);
+  const std::optional<ComputePeak> peak = measure_compute_peak(MacKind::kInt8, pool, 1);
+  const std::optional<ComputePeak> capped = measure_compute_peak(MacKind::kInt8, pool, 1, true);
+  if (!cpu_supports(CpuIsa::kAvx2)) {
+    EXPECT_FALSE(peak.has_value());
+    EXPECT_FALSE(capped.has_value());
+    return;
+  }
+  ASSERT_TRUE(peak.has_value());
+  ASSERT_TRUE(capped.has_value());
+  EXPECT_EQ(peak->isa, cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni()
+                           ? "avx512 vpdpbusd"
+                           : "avx2 vpmaddubsw, int16 sums");
+  EXPECT_EQ(capped->isa, "avx2 vpmaddubsw, int16 sums");
+  for (int64_t rounds : {8, 21}) {
+    float sink = 0;
+    EXPECT_EQ(mac_loop_int8_avx2(rounds, &sink), rounds * 10 * 32);
+    EXPECT_EQ(sink, static_cast<float>(rounds * 10 * 32)) << rounds << " rounds";
+  }
+  std::cout << "[ INFO     ] int8 peak: " << peak->isa << ", " << peak->median()
+            << " G multiply-adds/s on one thread; AVX2's " << capped->median() << "\n";
+  EXPECT_GT(capped->median(), 0.0);
+}
+
 // The int8-blocks peak is AMX's int8 tile multiply at 32 inputs (one q8_0 block) where the q8_0
 // weights run it, and absent elsewhere; its loop counts 16 × 16 × 32 multiply-adds a multiply and
 // sums its products (every operand 1: 32 a sum, 10 rounds, into sums[0] and sums[255]).

@@ -29,6 +29,7 @@
 #include "kernels/matvec.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/process_memory.h"
+#include "kernels/thread_pool.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "nn/transformer.h"
@@ -194,19 +195,29 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   const int64_t q8_0_expand_rows = quant_expand_min_rows(DType::kQ8_0);
   const int64_t q4_0_expand_rows = quant_expand_min_rows(DType::kQ4_0);
   bool measured_ceilings = false;
+  // Each row's own ceilings, sampled after each of its timed generations: on a shared VM the
+  // bandwidth and the peaks move between minutes (its probe read 39 and 60 GB/s minutes apart),
+  // and a row held to ceilings measured before all the rows read 41–89% of its roofline in one
+  // run and 95–161% in the next (docs/kernels/dense-decode.md). The probe's pool and buffer are
+  // the run's; the probe also evicts the last-level cache between the generations.
+  std::optional<ThreadPool> probe_pool;
+  std::optional<BandwidthProbe> probe;
+  const bool cap_avx2 = detect_cpu_isa() == CpuIsa::kAvx2;  // the peaks of the decoder's ISA
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
     measured_ceilings = true;
     ceilings = measure_step_ceilings(threads);
+    probe_pool.emplace(threads);
+    probe.emplace(int64_t{1} << 30);
   };
   nlohmann::json rows = nlohmann::json::array();
   // rows whose weights and cache fit in the last-level cache, and the most bytes of those
   const int64_t llc_bytes = last_level_cache_bytes();
   int64_t rows_in_llc = 0, largest_in_llc = 0;
-  Table table({"attn", "weights", "batch", "precision", "keys", "prompt", "generated",
-               "prefill tok/s", "decode tok/s", "ms/step", "min–max ms", "roofline ms",
-               "of roofline", "dense ms", "attention ms", "other ms", "weight bytes",
-               "cache bytes"});
+  Table table({"attn",       "weights",      "batch",         "precision",    "keys",
+               "prompt",     "generated",    "prefill tok/s", "decode tok/s", "ms/step",
+               "min–max ms", "roofline ms",  "of roofline",   "GB/s",         "peak GMAC/s",
+               "dense ms",   "attention ms", "other ms",      "weight bytes", "cache bytes"});
   std::vector<int64_t> prompts = {b.prompt};
   if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
   std::string precision_used;
@@ -300,14 +311,24 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                 std::chrono::duration<double>(t2 - t1).count(), cache_bytes};
           };
           generation(nullptr);  // warm-up: caches, pages, the pool's threads
-          std::vector<double> prefill_s, decode_s;
+          std::vector<double> prefill_s, decode_s, gb_per_s, peak_gmacs_sampled;
+          const std::optional<MacKind> peak_kind = ceilings.product_kind(weight_dtype, batch);
           int64_t cache_bytes = 0;  // every sequence's cache at the end of a run
           for (int r = 0; r < b.repeats; ++r) {
             const auto [p, d, bytes] = generation(nullptr);
             prefill_s.push_back(p);
             decode_s.push_back(d);
             cache_bytes = bytes;
+            gb_per_s.push_back(probe->read_gb_per_s(*probe_pool));
+            if (peak_kind.has_value()) {
+              const std::optional<ComputePeak> peak =
+                  measure_compute_peak(*peak_kind, *probe_pool, 1, cap_avx2);
+              if (peak.has_value()) peak_gmacs_sampled.push_back(peak->median());
+            }
           }
+          const double row_gb_per_s = median_of(gb_per_s);
+          const double peak_gmacs =
+              peak_gmacs_sampled.empty() ? 0.0 : median_of(peak_gmacs_sampled);
           // where a step's time goes: one more generation with the kernels timed (not in the
           // medians: the clock reads cost a little)
           infer::StepProfile profile;
@@ -317,17 +338,16 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           const double steps = static_cast<double>(b.generate);
           const double ms_per_step = 1e3 * decode_median / steps;
           // the roofline: the weights once and every sequence's cache at the run's mean
-          // context per step at the measured bandwidth, or the step's dense multiply-adds
-          // (a weight's one per sequence) at the f32 peak, whichever is longer
+          // context per step at the row's bandwidth, or the step's dense multiply-adds (a
+          // weight's one per sequence) at the row's peak of their kind, whichever is longer
           const double mean_cache_bytes = static_cast<double>(cache_bytes) *
                                           (mean_prompt + steps / 2) /
                                           (mean_prompt + static_cast<double>(b.generate));
           const double memory_ms =
-              (static_cast<double>(weight_bytes) + mean_cache_bytes) / (ceilings.gb_per_s * 1e6);
+              (static_cast<double>(weight_bytes) + mean_cache_bytes) / (row_gb_per_s * 1e6);
           const double macs = static_cast<double>(batch) *
                               static_cast<double>(config.param_count().value() -
                                                   config.shape.vocab_size * config.shape.d_model);
-          const double peak_gmacs = ceilings.product_gmacs(weight_dtype, batch);
           const double compute_ms = peak_gmacs > 0 ? macs / (peak_gmacs * 1e6) : 0.0;
           const double roofline_ms = std::max(memory_ms, compute_ms);
           const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
@@ -360,6 +380,11 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"ms_per_step_max", 1e3 * max_of(decode_s) / steps},
                {"weight_bytes", weight_bytes},
                {"mean_cache_bytes", mean_cache_bytes},
+               {"bandwidth_gb_per_s", row_gb_per_s},
+               {"peak_gmacs",
+                peak_gmacs > 0 ? nlohmann::json(peak_gmacs) : nlohmann::json(nullptr)},
+               {"peak_kind", peak_kind.has_value() ? nlohmann::json(mac_kind_name(*peak_kind))
+                                                   : nlohmann::json(nullptr)},
                {"memory_roofline_ms", memory_ms},
                {"compute_roofline_ms",
                 compute_ms > 0 ? nlohmann::json(compute_ms) : nlohmann::json(nullptr)},
@@ -372,18 +397,26 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"fits_last_level_cache", fits_llc}});
           table.add_row(
               {is_checkpoint ? source : config.attn.to_string(),
-               std::string(dtype_name(weight_dtype)), std::to_string(batch), precision_used,
+               std::string(dtype_name(weight_dtype)),
+               std::to_string(batch),
+               precision_used,
                keys_used,
                b.ragged ? fmt::format("{}–{}", shortest_prompt, prompt) : std::to_string(prompt),
                std::to_string(b.generate),
                fmt::format("{:.0f}", static_cast<double>(prompt_tokens) / prefill_median),
-               fmt::format("{:.0f}", tokens_per_s), fmt::format("{:.3f}", ms_per_step),
+               fmt::format("{:.0f}", tokens_per_s),
+               fmt::format("{:.3f}", ms_per_step),
                fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
                            1e3 * max_of(decode_s) / steps),
                fmt::format("{:.3f}{}", roofline_ms, compute_ms > memory_ms ? " (c)" : ""),
-               format_percent(roofline_ms / ms_per_step), fmt::format("{:.3f}", dense_ms),
-               fmt::format("{:.3f}", attention_ms), fmt::format("{:.3f}", other_ms),
-               with_commas(weight_bytes), with_commas(cache_bytes)});
+               format_percent(roofline_ms / ms_per_step),
+               fmt::format("{:.1f}", row_gb_per_s),
+               peak_gmacs > 0 ? fmt::format("{:.1f}", peak_gmacs) : std::string("—"),
+               fmt::format("{:.3f}", dense_ms),
+               fmt::format("{:.3f}", attention_ms),
+               fmt::format("{:.3f}", other_ms),
+               with_commas(weight_bytes),
+               with_commas(cache_bytes)});
         }
       }
     }
@@ -432,10 +465,12 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "row's weight dtype, attention kernels), all the batch's sequences in one step; "
                "one warm-up generation, then the median of {} (min–max); roofline: the weights a "
                "step reads (weight bytes) and every sequence's cache at the mean context once per "
-               "step at {:.2f} GB/s (bench "
-               "memory's probe, measured now), or, where longer (c), one multiply-add per "
-               "weight and sequence at the f32 FMA peak of {:.1f} GMAC/s (float weight dtypes; "
-               "bf16 weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
+               "step at the row's read bandwidth (GB/s: bench memory's probe after each of its "
+               "timed generations, median; {:.2f} GB/s before the rows), or, where longer (c), "
+               "one multiply-add per weight and sequence at the row's peak of the products its "
+               "weights run (peak GMAC/s: bench compute's loop after each generation, median; "
+               "before the rows: the f32 FMA peak {:.1f} GMAC/s for float weight dtypes; bf16 "
+               "weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
                "dense / attention / other: one more generation with the kernels timed; keys: "
                "the cache's key order (--key-order){}\n\n",
                cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows,

@@ -30,21 +30,44 @@ StepCeilings measure_step_ceilings(int threads) {
   return c;
 }
 
-double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
+std::optional<MacKind> StepCeilings::product_kind(DType weight_dtype, int64_t batch) const {
   if (weight_dtype == DType::kBf16) {
     const int64_t rows = bf16_product_min_rows();
-    if (rows > 0 && batch >= rows && bf16_gmacs > 0) return bf16_gmacs;
+    if (rows > 0 && batch >= rows && bf16_gmacs > 0) return MacKind::kBf16;
   }
   if (takes_quant_panels(weight_dtype)) {
     const int64_t expand_rows = quant_expand_min_rows(weight_dtype);
-    if (expand_rows > 0 && batch >= expand_rows) return bf16_gmacs;  // 0: not measured
+    if (expand_rows > 0 && batch >= expand_rows) {
+      // bf16 tiles; without a measured bf16 peak none rather than the peak of another product
+      return bf16_gmacs > 0 ? std::optional<MacKind>(MacKind::kBf16) : std::nullopt;
+    }
     const int64_t rows = quant_tile_min_rows(weight_dtype);
-    if (rows > 0 && batch >= rows) return int8_block_gmacs;
+    if (rows > 0 && batch >= rows) return MacKind::kInt8Blocks;
     // panels run the VNNI kernel, or the AVX2 one (int8_gmacs is the peak of the decoder's ISA);
     // rows, on the scalar reference, have no peak
-    return fastest_weight_order(weight_dtype) != WeightOrder::kRows ? int8_gmacs : 0.0;
+    if (fastest_weight_order(weight_dtype) != WeightOrder::kRows) return MacKind::kInt8;
+    return std::nullopt;
   }
-  return is_element_dtype(weight_dtype) ? f32_gmacs : 0.0;
+  if (is_element_dtype(weight_dtype)) return MacKind::kF32;
+  return std::nullopt;
+}
+
+double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
+  const std::optional<MacKind> kind = product_kind(weight_dtype, batch);
+  if (!kind.has_value()) return 0.0;
+  switch (*kind) {
+    case MacKind::kF32:
+      return f32_gmacs;
+    case MacKind::kBf16:
+      return bf16_gmacs;
+    case MacKind::kInt8:
+      return int8_gmacs;
+    case MacKind::kInt8Blocks:
+      return int8_block_gmacs;
+    case MacKind::kBf16Loaded:
+      return bf16_loaded_gmacs;
+  }
+  return 0.0;
 }
 
 }  // namespace kvlab

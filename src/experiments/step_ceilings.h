@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "kernels/compute_peak.h"
 #include "spec/dtype.h"
 
 namespace kvlab {
@@ -25,10 +27,12 @@ struct StepCeilings {
   // Where the decoder runs AMX: bf16 tiles whose operands are loaded from L1 every round (bench
   // compute's "bf16 tiles loaded"): stated beside the roofline, not part of it (else 0).
   double bf16_loaded_gmacs = 0;
-  // The peak a step over `batch` sequences multiplies `weight_dtype` weights at: the bf16 or
-  // int8-block peak where those products run, the int8 dot products' where block weights run the
-  // VNNI or the AVX2 panel kernel, f32's for the other float dtypes, 0 (no compute roofline) for
-  // block weights in rows (the scalar reference).
+  // The multiply-adds a step over `batch` sequences multiplies `weight_dtype` weights with: bf16
+  // or int8 blocks where those products run (and their peak was measured), int8 dot products
+  // where block weights run the VNNI or the AVX2 panel kernel, f32 for the other float dtypes;
+  // nullopt (no compute roofline) for block weights in rows (the scalar reference).
+  std::optional<MacKind> product_kind(DType weight_dtype, int64_t batch) const;
+  // The measured peak of product_kind (0 where nullopt).
   double product_gmacs(DType weight_dtype, int64_t batch) const;
 };
 

@@ -1305,15 +1305,19 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
   EXPECT_GT(doc["rows"][0]["decode_tokens_per_s"].get<double>(), 0);
   for (const auto& row : doc["rows"]) {
     // medians of the repeats within their range; the memory roofline from the weights a step
-    // reads and the cache at the mean context, at the bandwidth measured in the run; the
-    // roofline the longer of it and the compute one
+    // reads and the cache at the mean context, at the bandwidth measured beside the row; the
+    // compute one at the peak measured beside it, of the kind its weights run (f32: one row of
+    // x against bf16 or f32 weights); the roofline the longer of the two
     EXPECT_EQ(row["batch"], 1);
     EXPECT_LE(row["ms_per_step_min"].get<double>(), row["ms_per_step"].get<double>());
     EXPECT_LE(row["ms_per_step"].get<double>(), row["ms_per_step_max"].get<double>());
     const double bytes = row["weight_bytes"].get<double>() + row["mean_cache_bytes"].get<double>();
+    EXPECT_GT(row["bandwidth_gb_per_s"].get<double>(), 0);
     EXPECT_NEAR(row["memory_roofline_ms"].get<double>(),
-                bytes / (doc["bandwidth_gb_per_s"].get<double>() * 1e6),
+                bytes / (row["bandwidth_gb_per_s"].get<double>() * 1e6),
                 1e-9 * row["memory_roofline_ms"].get<double>());
+    EXPECT_EQ(row["peak_kind"], "f32");  // bf16 weights at one row widen to f32
+    EXPECT_EQ(row["compute_roofline_ms"].is_null(), row["peak_gmacs"].is_null());
     const double compute =
         row["compute_roofline_ms"].is_null() ? 0.0 : row["compute_roofline_ms"].get<double>();
     EXPECT_DOUBLE_EQ(row["roofline_ms"].get<double>(),
@@ -1348,6 +1352,14 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
                 q8_bytes = drows[4]["weight_bytes"];
   EXPECT_EQ(f32_bytes - bf16_bytes, 2 * elements);
   EXPECT_EQ(bf16_bytes - q8_bytes, 2 * elements - elements / 32 * 34);
+  // q8_0 at 1 and 3 rows: the int8 dot products' peak (VNNI's, or AVX2's), none on the scalar
+  // reference; the f32 rows at f32's
+  for (size_t i : {4u, 5u}) {
+    EXPECT_TRUE(drows[i]["peak_kind"].is_null() || drows[i]["peak_kind"] == "int8")
+        << drows[i]["peak_kind"];
+  }
+  EXPECT_EQ(drows[0]["peak_kind"], "f32");
+  EXPECT_EQ(drows[1]["peak_kind"], "f32");
   // each row says whether its weights and cache fit in the last-level cache the CPU reports (the
   // roofline at the memory's bandwidth is then not their ceiling), and the table's text says so
   // under the table where any row does

@@ -900,6 +900,82 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
   }
 }
 
+// The quants at their extremes, which no random weights reach: q8_0 weights of −128 (ggml's
+// quantizer never writes it, a file may hold it) and 127 against x's ±127, a pair of products up
+// to 2 · 128 · 127 = 32,512, where an int16 sum of pairs saturates if the kernel's bound is off;
+// q4_0 nibbles of 15 (and 0) against x's ±127, a block's eight pairs of 15 · 127 summed in int16 up
+// to 30,480. Every panel kernel this CPU has, and the decoder, against the reference on ggml's
+// rows.
+TEST(MatVecTest, QuantPanelsTakeTheExtremeQuants) {
+  constexpr int64_t kIn = 96, kOut = 20, kN = 3;  // three blocks, a partial panel
+  const auto block = [](std::vector<std::byte>& rows, uint16_t scale) {
+    rows.push_back(static_cast<std::byte>(scale & 0xFF));
+    rows.push_back(static_cast<std::byte>(scale >> 8));
+  };
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const bool q8 = dtype == DType::kQ8_0;
+    // weight (o, i): q8_0 127 where i % 4 < 2, else −128 (pairs of each: a kernel that offset
+    // the weights to 0..255 against x's ±127 would pass int16); q4_0 nibble 15 (q = 7) there,
+    // else 0 (q = −8); scale 1, or 0.5 in odd rows
+    const auto quant = [&](int64_t i) { return i % 4 < 2 ? (q8 ? 127 : 15) : (q8 ? -128 : 0); };
+    std::vector<std::byte> rows;
+    for (int64_t o = 0; o < kOut; ++o) {
+      for (int64_t k = 0; k < kIn / kQuantBlockElements; ++k) {
+        block(rows, o % 2 == 1 ? 0x3800 : 0x3C00);
+        const int64_t first = k * kQuantBlockElements;
+        if (q8) {
+          for (int64_t e = 0; e < kQuantBlockElements; ++e) {
+            rows.push_back(static_cast<std::byte>(static_cast<int8_t>(quant(first + e))));
+          }
+        } else {
+          for (int64_t e = 0; e < kQuantBlockElements / 2; ++e) {
+            rows.push_back(static_cast<std::byte>(quant(first + e) | quant(first + e + 16) << 4));
+          }
+        }
+      }
+    }
+    // x: row 0 the weights' signs (every product positive: q8_0's pairs at their largest), row 1
+    // the opposite, row 2 all 1 (q4_0's nibbles against +127: its int16 sums at their largest)
+    std::vector<float> x(static_cast<size_t>(kN * kIn));
+    for (int64_t i = 0; i < kIn; ++i) {
+      const float sign = quant(i) > (q8 ? 0 : 7) ? 1.0f : -1.0f;
+      x[static_cast<size_t>(i)] = sign;
+      x[static_cast<size_t>(kIn + i)] = -sign;
+      x[static_cast<size_t>(2 * kIn + i)] = 1.0f;
+    }
+    std::vector<float> expected(static_cast<size_t>(kN * kOut));
+    MatVecParams p{rows.data(), nullptr, x.data(), expected.data(), kN, kIn, kOut, 0, 0, dtype};
+    matvec_reference(p);
+    std::vector<std::byte> panels(static_cast<size_t>(quant_panel_bytes(dtype, kOut, kIn)));
+    pack_quant_panels(dtype, rows.data(), kOut, kIn, panels.data());
+    p.weight = panels.data();
+    p.weight_order = WeightOrder::kPanels;
+    ThreadPool pool(2);
+    MatVecScratch scratch;
+    FastDecoder fast(2, detect_cpu_isa());
+    const auto check = [&](const char* kernel, auto&& run) {
+      std::vector<float> actual(expected.size(), -777.0f);
+      p.y = actual.data();
+      run();
+      for (size_t i = 0; i < actual.size(); ++i) {
+        // exact integer sums scaled by powers of two: only the f32 adds of the blocks round
+        ASSERT_NEAR(actual[i], expected[i], 1e-5 * std::abs(expected[i])) << kernel << " " << i;
+      }
+    };
+    if (fastest_weight_order(dtype) == WeightOrder::kPanels) check("decoder", [&] { fast.run(p); });
+    if (cpu_supports(CpuIsa::kAvx2)) {
+      check("matvec_avx2_quant_panels", [&] { matvec_avx2_quant_panels(p, pool, scratch); });
+    }
+    if (cpu_supports(CpuIsa::kAvx512) && cpu_has_avx512_vnni()) {
+      check("matvec_quant_panels", [&] { matvec_quant_panels(p, pool, scratch); });
+    }
+    if (cpu_supports(CpuIsa::kAmx) && cpu_has_amx_int8()) {
+      check("matvec_amx_quant_panels", [&] { matvec_amx_quant_panels(p, pool, scratch); });
+    }
+  }
+}
+
 // Products that share x (q, k and v; up and gate) in one call of the decoder, x prepared once and
 // every product's panels in one pool job: each product's y bit for bit what it is alone, through
 // the decoder and the panel kernels called directly, over odd widths, partial panels, biases,

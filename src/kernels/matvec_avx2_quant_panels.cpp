@@ -206,13 +206,8 @@ void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
   const auto quantize_row = [&](int64_t b) {
     int8_t* row = xq + b * blocks * kQB;
     quantize_q8_0_row(p.x + b * x_stride, p.in, row, xs + b * blocks);
-    if constexpr (D == DType::kQ4_0) {  // the nibbles are the weights + 8
-      for (int64_t k = 0; k < blocks; ++k) {
-        int32_t sum = 0;
-        for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
-        xbias[b * blocks + k] = -8 * sum;
-      }
-    }
+    // q4_0: the nibbles are the weights + 8
+    if constexpr (D == DType::kQ4_0) block_corrections(row, blocks, 8, xbias + b * blocks);
   };
   for_each_panel_task(params, count, pool, p.n >= 2,
                       [&](const MatVecParams& product, int64_t first, int64_t last) {

@@ -79,12 +79,7 @@ void quant_panels(const MatVecParams* params, int64_t count, ThreadPool& pool,
     quantize_q8_0_row_avx512(p.x + b * x_stride, p.in, row, kQB, xs + b * blocks, 1);
     // q8_0: the weights + 128 are vpdpbusd's unsigned operand, so the sums start at −128 · Σ q_x;
     // q4_0: the nibbles (the weights + 8), at −8 · Σ q_x
-    constexpr int32_t offset = D == DType::kQ8_0 ? 128 : 8;
-    for (int64_t k = 0; k < blocks; ++k) {
-      int32_t sum = 0;
-      for (int64_t e = 0; e < kQB; ++e) sum += row[k * kQB + e];
-      xbias[b * blocks + k] = -offset * sum;
-    }
+    block_corrections(row, blocks, D == DType::kQ8_0 ? 128 : 8, xbias + b * blocks);
   };
   const ProductPanels products(params, count);
   // whole runs of four panels

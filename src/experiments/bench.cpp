@@ -195,20 +195,13 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   const int64_t q8_0_expand_rows = quant_expand_min_rows(DType::kQ8_0);
   const int64_t q4_0_expand_rows = quant_expand_min_rows(DType::kQ4_0);
   bool measured_ceilings = false;
-  // Each row's own ceilings, sampled after each of its timed generations: on a shared VM the
-  // bandwidth and the peaks move between minutes (its probe read 39 and 60 GB/s minutes apart),
-  // and a row held to ceilings measured before all the rows read 41–89% of its roofline in one
-  // run and 95–161% in the next (docs/kernels/dense-decode.md). The probe's pool and buffer are
-  // the run's; the probe also evicts the last-level cache between the generations.
-  std::optional<ThreadPool> probe_pool;
-  std::optional<BandwidthProbe> probe;
-  const bool cap_avx2 = detect_cpu_isa() == CpuIsa::kAvx2;  // the peaks of the decoder's ISA
+  // each row's own ceilings, sampled after each of its timed generations
+  std::optional<CeilingSampler> sampler;
   const auto measure_ceilings = [&] {
     if (measured_ceilings) return;
     measured_ceilings = true;
     ceilings = measure_step_ceilings(threads);
-    probe_pool.emplace(threads);
-    probe.emplace(int64_t{1} << 30);
+    sampler.emplace(threads);
   };
   nlohmann::json rows = nlohmann::json::array();
   // rows whose weights and cache fit in the last-level cache, and the most bytes of those
@@ -311,24 +304,19 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                 std::chrono::duration<double>(t2 - t1).count(), cache_bytes};
           };
           generation(nullptr);  // warm-up: caches, pages, the pool's threads
-          std::vector<double> prefill_s, decode_s, gb_per_s, peak_gmacs_sampled;
+          std::vector<double> prefill_s, decode_s;
           const std::optional<MacKind> peak_kind = ceilings.product_kind(weight_dtype, batch);
+          sampler->reset();
           int64_t cache_bytes = 0;  // every sequence's cache at the end of a run
           for (int r = 0; r < b.repeats; ++r) {
             const auto [p, d, bytes] = generation(nullptr);
             prefill_s.push_back(p);
             decode_s.push_back(d);
             cache_bytes = bytes;
-            gb_per_s.push_back(probe->read_gb_per_s(*probe_pool));
-            if (peak_kind.has_value()) {
-              const std::optional<ComputePeak> peak =
-                  measure_compute_peak(*peak_kind, *probe_pool, 1, cap_avx2);
-              if (peak.has_value()) peak_gmacs_sampled.push_back(peak->median());
-            }
+            sampler->sample(peak_kind);
           }
-          const double row_gb_per_s = median_of(gb_per_s);
-          const double peak_gmacs =
-              peak_gmacs_sampled.empty() ? 0.0 : median_of(peak_gmacs_sampled);
+          const double row_gb_per_s = sampler->gb_per_s();
+          const double peak_gmacs = sampler->gmacs();
           // where a step's time goes: one more generation with the kernels timed (not in the
           // medians: the clock reads cost a little)
           infer::StepProfile profile;

@@ -428,6 +428,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
       preset.output_len, format_bytes(budget_bytes, ByteUnits::kIec), preset.budget_mha_requests,
       preset.requests, threads, dtype_name(weight_dtype));
   const StepCeilings ceilings = measure_step_ceilings(threads);
+  CeilingSampler sampler(threads);
   const double gb_per_s = ceilings.gb_per_s, f32_gmacs = ceilings.f32_gmacs,
                bf16_gmacs = ceilings.bf16_gmacs;
   out << fmt::format(
@@ -481,9 +482,13 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     if (!saturated) return interrupted(out);
     const LoadLevel& sat = *saturated;
     saturation.push_back(sat);
+    // the variant's own ceilings, sampled just after its saturated run (three samples)
+    const std::optional<MacKind> peak_kind = ceilings.product_kind(weight_dtype, sat.peak_running);
+    sampler.reset();
+    for (int s = 0; s < 3; ++s) sampler.sample(peak_kind);
     // the roofline at the batch it ran: per generated token, the weights ÷ the batch and its own
-    // cache at the mean context read at the measured bandwidth, or its share of the request's
-    // multiply-adds (ModelConfig's count) at the peak of the products the step runs
+    // cache at the mean context read at the variant's bandwidth, or its share of the request's
+    // multiply-adds (ModelConfig's count) at its peak of the products the step runs
     const double batch = static_cast<double>(std::max<int64_t>(1, sat.peak_running));
     const double weight_bytes =
         static_cast<double>(engine.generator().decode_model().weights().bytes_read_per_token());
@@ -491,7 +496,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
         static_cast<double>(preset.prompt_len) + static_cast<double>(preset.output_len) / 2;
     const double memory_s =
         (weight_bytes / batch + static_cast<double>(budget.bytes_per_token) * mean_context) /
-        (gb_per_s * 1e9);
+        (sampler.gb_per_s() * 1e9);
     // the spec's count: the prompt's prefill (the output head over every prompt token, as the
     // seed's Table 6 counts it), then each generated token at its context
     Exact request_macs = configs[v].prefill_macs(preset.prompt_len).total;
@@ -500,7 +505,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     }
     const double macs =
         static_cast<double>(request_macs.value()) / static_cast<double>(preset.output_len);
-    const double peak_gmacs = ceilings.product_gmacs(weight_dtype, sat.peak_running);
+    const double peak_gmacs = sampler.gmacs();
     const double compute_s = peak_gmacs > 0 ? macs / (peak_gmacs * 1e9) : 0.0;
     const double roofline = 1.0 / std::max(memory_s, compute_s);
     rows.push_back({{"label", variants[v].label},
@@ -515,6 +520,8 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                     {"saturation_tpot_ms", percentiles_json(sat.tpot_ms)},
                     {"preemptions", sat.preemptions},
                     {"roofline_output_throughput", roofline},
+                    {"bandwidth_gb_per_s", sampler.gb_per_s()},
+                    {"peak_gmacs", peak_gmacs > 0 ? json(peak_gmacs) : json(nullptr)},
                     {"prompt_steps_s", sat.prompt_steps_s},
                     {"decode_steps_s", sat.decode_steps_s},
                     {"decode_steps", sat.decode_steps},
@@ -596,6 +603,9 @@ std::string render_serve_report(const json& results, const std::string& dir) {
                "preemptions"});
   std::vector<std::string> labels;
   Series held{"sequences its bytes hold", {}}, ran{"sequences it ran at once", {}};
+  // results from before each variant sampled its own ceilings hold the run's alone
+  bool per_variant = true;
+  for (const json& r : results.at("rows")) per_variant = per_variant && r.contains("peak_gmacs");
   for (const json& r : results.at("rows")) {
     const std::string label = r.at("label").get<std::string>();
     labels.push_back(label);
@@ -655,9 +665,11 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           "length the budget's bytes hold (pages rounded down); ran at once: the most running "
           "sequences the engine had, with {} requests arriving at once (saturation: req/s, "
           "tok/s); roofline: per generated token, the weights ÷ that batch and its own cache "
-          "at the mean context at {} GB/s, or its share of the prompt's and output's "
-          "dense multiply-adds at {} GMAC/s (f32) or {} (bf16 products, from 16 "
-          "sequences), whichever is longer (bound); prompt steps: the saturated run's step time in "
+          "at the mean context at the read bandwidth, or its share of the prompt's and output's "
+          "dense multiply-adds at the peak of the products its weights run, whichever is longer "
+          "(bound); the bandwidth and the peak: {} (before the variants: {} GB/s, {} GMAC/s f32, "
+          "{} GMAC/s bf16); prompt "
+          "steps: the saturated run's step time in "
           "steps that ran prompt tokens (the rest: steps of decode tokens alone, their mean "
           "time and batch); TTFT and TPOT at a fixed {:.2f} requests/s "
           "(half the slowest variant's saturated rate, Poisson arrivals); preemptions: "
@@ -670,6 +682,9 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           with_commas(c.at("budget_bytes").get<int64_t>()), c.at("page_size").get<int64_t>(),
           number(c.at("max_num_seqs"), "{:.0f}"), number(c.at("threads"), "{:.0f}"),
           c.at("cpu").get<std::string>(), c.at("requests").get<int64_t>(),
+          per_variant ? "each variant's own, sampled just after its saturated run (medians of "
+                        "three; the JSON rows' bandwidth_gb_per_s and peak_gmacs)"
+                      : "the run's, measured once before the variants where known",
           number(c.at("bandwidth_gb_per_s"), "{:.2f}"), number(c.at("f32_peak_gmacs"), "{:.1f}"),
           number(c.at("bf16_peak_gmacs"), "{:.1f}"), c.at("fixed_rate").get<double>()) +
       table.to_markdown() +

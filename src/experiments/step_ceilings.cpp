@@ -8,6 +8,7 @@
 #include "kernels/gemm.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/thread_pool.h"
+#include "report/statistics.h"
 
 namespace kvlab {
 
@@ -69,5 +70,23 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
   }
   return 0.0;
 }
+
+CeilingSampler::CeilingSampler(int threads)
+    : pool_(threads), probe_(int64_t{1} << 30), cap_avx2_(detect_cpu_isa() == CpuIsa::kAvx2) {}
+
+void CeilingSampler::reset() {
+  gb_per_s_.clear();
+  gmacs_.clear();
+}
+
+void CeilingSampler::sample(std::optional<MacKind> kind) {
+  gb_per_s_.push_back(probe_.read_gb_per_s(pool_));
+  if (!kind.has_value()) return;
+  const std::optional<ComputePeak> peak = measure_compute_peak(*kind, pool_, 1, cap_avx2_);
+  if (peak.has_value()) gmacs_.push_back(peak->median());
+}
+
+double CeilingSampler::gb_per_s() const { return gb_per_s_.empty() ? 0.0 : median_of(gb_per_s_); }
+double CeilingSampler::gmacs() const { return gmacs_.empty() ? 0.0 : median_of(gmacs_); }
 
 }  // namespace kvlab

@@ -2,8 +2,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "kernels/compute_peak.h"
+#include "kernels/memory_bandwidth.h"
+#include "kernels/thread_pool.h"
 #include "spec/dtype.h"
 
 namespace kvlab {
@@ -38,5 +41,29 @@ struct StepCeilings {
 
 // Takes seconds: call it once a run, after the run's inputs are known to fit.
 StepCeilings measure_step_ceilings(int threads);
+
+// A row's own ceilings, sampled beside its runs. On a shared VM the bandwidth and the peaks move
+// between minutes, and rows held to ceilings measured once before them all read 41–89% of their
+// roofline in one run and 95–161% in the next (docs/kernels/dense-decode.md). A sample is one read
+// of a 1 GiB buffer (bench memory's probe, on a pool of its own; it also evicts the last-level
+// cache) and, given a kind, one round of bench compute's loop of the decoder's ISA; a row's
+// ceilings are the medians of its samples.
+class CeilingSampler {
+ public:
+  explicit CeilingSampler(int threads);
+  // Forgets the samples (a new row).
+  void reset();
+  // One sample: the bandwidth, and the peak of `kind` where given (and this CPU has its loop).
+  void sample(std::optional<MacKind> kind);
+  // Medians of the samples since reset(); 0 where there are none.
+  double gb_per_s() const;
+  double gmacs() const;
+
+ private:
+  ThreadPool pool_;
+  BandwidthProbe probe_;
+  bool cap_avx2_;
+  std::vector<double> gb_per_s_, gmacs_;
+};
 
 }  // namespace kvlab

@@ -1006,6 +1006,15 @@ TEST(CliCompareTest, ServeSuiteSmokeRun) {
     EXPECT_NEAR(row["output_throughput"].get<double>(),
                 32 * row["request_throughput"].get<double>(), 1e-6);
     EXPECT_GT(row["roofline_output_throughput"].get<double>(), 0);
+    // the variant's own ceilings, sampled after its saturated run: the roofline is never past
+    // its bytes at its bandwidth (per token: the weights ÷ the batch and the cache at the mean
+    // context, so at least the cache's own bytes)
+    const double gb_per_s = row["bandwidth_gb_per_s"].get<double>();
+    EXPECT_GT(gb_per_s, 0);
+    EXPECT_LE(row["roofline_output_throughput"].get<double>(),
+              gb_per_s * 1e9 / (row["cache_bytes_per_token"].get<double>() * (64 + 32 / 2.0)) *
+                  (1 + 1e-9));
+    EXPECT_TRUE(row["peak_gmacs"].is_null() || row["peak_gmacs"].get<double>() > 0);
     // each request's first token comes from a step that ran its prompt; the other 31 from steps
     // of decode tokens alone or beside another request's prompt
     EXPECT_GT(row["prompt_steps_s"].get<double>(), 0);
@@ -1018,6 +1027,7 @@ TEST(CliCompareTest, ServeSuiteSmokeRun) {
   EXPECT_EQ(results["loads"].size(), 4u * 4u);  // four offered loads a variant
   const std::string md = slurp(dir + "/results.md");
   EXPECT_TRUE(contains(md, "| gva:2,dr=16 q8_0 ")) << md;
+  EXPECT_TRUE(contains(md, "each variant's own, sampled just after its saturated run")) << md;
   for (const char* plot : {"/throughput_vs_load.svg", "/concurrency.svg"}) {
     EXPECT_EQ(kvlab::testing::svg_problem(slurp(dir + plot)), "") << plot;
   }

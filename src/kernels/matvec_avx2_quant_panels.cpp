@@ -43,10 +43,10 @@ inline __m256i x_quad(const int8_t* block, int64_t v) {
 // sums; a 64-byte load of a panel is its two halves, eight rows each, one vector each:
 // - q8_0: each half a vpmaddubsw per row of x of the weights' magnitudes (unsigned) against x's
 //   four bytes broadcast, signed by the weights (vpsignb), then vpmaddwd into 32-bit sums. No
-//   product pair passes 2 · 128 · 127, inside int16.
+//   pair of products passes 2 · 128 · 127 = 32,512, inside int16.
 // - q4_0: the nibbles (the weights + 8, unsigned) against x's bytes, low and high, summed in int16
-//   for the whole block (eight pairs of at most 15 · 127: 30,480), then vpmaddwd; the sums start at
-//   x's block correction, −8 · Σ q_x.
+//   for the whole block (eight sums of two products of at most 15 · 127: 30,480), then vpmaddwd;
+//   the sums start at x's block correction, −8 · Σ q_x.
 // kPrefetch: each line of a panel prefetched kAheadBytes ahead.
 template <DType D, int R, int NB, bool kPrefetch>
 inline __attribute__((always_inline)) void products(const std::byte* w, int64_t panel_stride,

@@ -469,6 +469,27 @@ void expect_panels_match_rows_over_shapes(FastDecoder& decoder, FastDecoder& cro
     expect_panels_match_rows(crowded, rng, dtype, 300, 200, n);
 }
 
+// A panel kernel called directly refuses what it does not read, naming the field: weights of its
+// own `dtype` in rows, and panels of `other`, a dtype it does not take (`dtype_rule`: what the
+// message says it must be). The refusals come before any weight is read.
+using PanelKernel = void (*)(const MatVecParams&, ThreadPool&, MatVecScratch&);
+void expect_refuses_other_layouts(const std::string& name, PanelKernel kernel, DType dtype,
+                                  DType other, const std::string& dtype_rule) {
+  SCOPED_TRACE(name);
+  std::vector<float> x(64), y(2);
+  const std::vector<std::byte> rows = pack(x, 1, 64, dtype);
+  std::vector<std::byte> panels(static_cast<size_t>(panel_bytes(other, kPanelRows, 64)));
+  MatVecParams in_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, dtype};
+  MatVecParams other_panels{panels.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, other};
+  other_panels.weight_order = WeightOrder::kPanels;
+  ThreadPool pool(1);
+  MatVecScratch scratch;
+  EXPECT_EQ(thrown_message([&] { kernel(in_rows, pool, scratch); }),
+            name + ": weight_order: must be panels");
+  EXPECT_EQ(thrown_message([&] { kernel(other_panels, pool, scratch); }),
+            name + ": weight_dtype: must be " + dtype_rule);
+}
+
 // f32 and f16 panels move elements only: every element of odd shapes (a partial last panel, an
 // odd input width: f16's inputs padded to even) reads back at float_panel_index, the padding is
 // zero, and the order is not rows'.
@@ -544,19 +565,8 @@ TEST(MatVecTest, FloatPanelsMatchTheReference) {
     expect_panels_match_rows_over_shapes(fast, crowded, rng, dtype);
   }
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "the kernel needs AVX-512";
-  std::vector<float> x(64), y(2);
-  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
-  MatVecParams f32_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kF32};
-  std::vector<std::byte> panels(static_cast<size_t>(bf16_panel_bytes(1, 64)));
-  MatVecParams bf16_panels{panels.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0,
-                           DType::kBf16};
-  bf16_panels.weight_order = WeightOrder::kPanels;
-  ThreadPool pool(1);
-  MatVecScratch scratch;
-  EXPECT_EQ(thrown_message([&] { matvec_float_panels(f32_rows, pool, scratch); }),
-            "matvec_float_panels: weight_order: must be panels");
-  EXPECT_EQ(thrown_message([&] { matvec_float_panels(bf16_panels, pool, scratch); }),
-            "matvec_float_panels: weight_dtype: must be f32 or f16");
+  expect_refuses_other_layouts("matvec_float_panels", matvec_float_panels, DType::kF32,
+                               DType::kBf16, "f32 or f16");
 }
 
 // f32, f16 and bf16 panels through a decoder that runs AVX2 (matvec_avx2_panels, where the CPU
@@ -571,18 +581,8 @@ TEST(MatVecTest, Avx2PanelsMatchTheReference) {
     ASSERT_EQ(fastest_weight_order(dtype, CpuIsa::kAvx2), WeightOrder::kPanels);
     expect_panels_match_rows_over_shapes(fast, crowded, rng, dtype);
   }
-  std::vector<float> x(64), y(2);
-  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kF32);
-  MatVecParams f32_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kF32};
-  MatVecParams q8_panels = f32_rows;
-  q8_panels.weight_dtype = DType::kQ8_0;
-  q8_panels.weight_order = WeightOrder::kPanels;
-  ThreadPool pool(1);
-  MatVecScratch scratch;
-  EXPECT_EQ(thrown_message([&] { matvec_avx2_panels(f32_rows, pool, scratch); }),
-            "matvec_avx2_panels: weight_order: must be panels");
-  EXPECT_EQ(thrown_message([&] { matvec_avx2_panels(q8_panels, pool, scratch); }),
-            "matvec_avx2_panels: weight_dtype: must be f32, f16 or bf16");
+  expect_refuses_other_layouts("matvec_avx2_panels", matvec_avx2_panels, DType::kF32, DType::kQ8_0,
+                               "f32, f16 or bf16");
 }
 
 // bf16 panels through the decoder (AVX-512 BF16's panel kernel where fastest_weight_order says
@@ -866,38 +866,13 @@ TEST(MatVecTest, QuantPanelsMatchTheReference) {
     check(dtype, 11001, 20, 3);  // the same, with a NaN in row 1
   }
   // every kernel called directly refuses a layout it does not read, naming the field
-  std::vector<float> x(64), y(2);
-  const std::vector<std::byte> rows = pack(x, 1, 64, DType::kQ8_0);
-  MatVecParams q8_rows{rows.data(), nullptr, x.data(), y.data(), 2, 64, 1, 0, 0, DType::kQ8_0};
-  MatVecParams f16_panels = q8_rows;
-  f16_panels.weight_dtype = DType::kF16;
-  f16_panels.weight_order = WeightOrder::kPanels;
-  MatVecParams bf16_panels = f16_panels;
-  bf16_panels.weight_dtype = DType::kBf16;
-  if (avx2) {
-    EXPECT_EQ(thrown_message([&] { matvec_avx2_quant_panels(q8_rows, pool, scratch); }),
-              "matvec_avx2_quant_panels: weight_order: must be panels");
-    EXPECT_EQ(thrown_message([&] { matvec_avx2_quant_panels(bf16_panels, pool, scratch); }),
-              "matvec_avx2_quant_panels: weight_dtype: must be q8_0 or q4_0");
-  }
-  if (vnni) {
-    EXPECT_EQ(thrown_message([&] { matvec_quant_panels(q8_rows, pool, scratch); }),
-              "matvec_quant_panels: weight_order: must be panels");
-    EXPECT_EQ(thrown_message([&] { matvec_quant_panels(bf16_panels, pool, scratch); }),
-              "matvec_quant_panels: weight_dtype: must be q8_0 or q4_0");
-  }
-  if (amx) {
-    EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(q8_rows, pool, scratch); }),
-              "matvec_amx_quant_panels: weight_order: must be panels");
-    EXPECT_EQ(thrown_message([&] { matvec_amx_quant_panels(bf16_panels, pool, scratch); }),
-              "matvec_amx_quant_panels: weight_dtype: must be q8_0 or q4_0");
-  }
-  if (expands) {
-    EXPECT_EQ(thrown_message([&] { matvec_amx_expanded_panels(q8_rows, pool, scratch); }),
-              "matvec_amx_expanded_panels: weight_order: must be panels");
-    EXPECT_EQ(thrown_message([&] { matvec_amx_expanded_panels(bf16_panels, pool, scratch); }),
-              "matvec_amx_expanded_panels: weight_dtype: must be q8_0 or q4_0");
-  }
+  const auto refuses = [](const char* name, PanelKernel kernel) {
+    expect_refuses_other_layouts(name, kernel, DType::kQ8_0, DType::kBf16, "q8_0 or q4_0");
+  };
+  if (avx2) refuses("matvec_avx2_quant_panels", matvec_avx2_quant_panels);
+  if (vnni) refuses("matvec_quant_panels", matvec_quant_panels);
+  if (amx) refuses("matvec_amx_quant_panels", matvec_amx_quant_panels);
+  if (expands) refuses("matvec_amx_expanded_panels", matvec_amx_expanded_panels);
 }
 
 // The quants at their extremes, which no random weights reach: q8_0 weights of −128 (ggml's

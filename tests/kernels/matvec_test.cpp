@@ -787,15 +787,15 @@ TEST(MatVecTest, QuantPanelsReadBackExactly) {
 // VNNI's, AMX int8's and AMX's over panels expanded to bf16, at every batch; called directly) and
 // through the decoder (AVX2 without VNNI; VNNI below quant_tile_min_rows, AMX int8 from it,
 // expanded from quant_expand_min_rows, where fastest_weight_order stores panels; the reference
-// elsewhere). The int8 kernels against the
-// reference on ggml's rows of the same weights; the expanded kernel against its twin: the
-// reference over bf16 rows of the weights as load_rows reads them (q · d), each rounded by
-// f32_to_bf16, times x rounded alike. Odd shapes (partial panels, partial last blocks, odd block
-// counts: the tiles' lone last block; q4_0's runs of 16 unpacked blocks, the last partial; the
-// expanded panels' lone last panel), strides, batches of 1..9 (the VNNI kernel's tiles of four
-// rows and two panels, two rows and four, the rest; AVX2's of up to three rows), of 16..40 (the
-// tiles' blocks of 16 rows, in twos for the bf16 tiles, the last padded), bias, a NaN in one row of
-// x. The reference reading panels equals it exactly.
+// elsewhere). The int8 kernels against the reference on ggml's rows of the same weights; the
+// expanded kernel against its twin: the reference over bf16 rows of the weights as load_rows
+// reads them (q · d), each rounded by f32_to_bf16, times x rounded alike. Odd shapes (partial
+// panels, partial last blocks, odd block counts: the tiles' lone last block; q4_0's runs of 16
+// unpacked blocks, the last partial; the expanded panels' lone last panel), strides, batches of
+// 1..9 (the VNNI kernel's tiles of four rows and two panels, two rows and four, the rest; AVX2's
+// four panels at one row, two panels up to four rows, then one panel × up to five), of 16..40
+// (the tiles' blocks of 16 rows, in twos for the bf16 tiles, the last padded), bias, a NaN in one
+// row of x. The reference reading panels equals it exactly.
 TEST(MatVecTest, QuantPanelsMatchTheReference) {
   std::mt19937 rng(41);
   FastDecoder fast(2, detect_cpu_isa());

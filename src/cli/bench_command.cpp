@@ -175,10 +175,14 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   generate
       ->add_option("--batch", b.decode_batch,
                    "Sequences decoded together in one step, a row each (comma list, e.g. "
-                   "1,4,16,64): the weights are read once a step for all of them")
+                   "1,4,16,64): the weights are read once a step for all of them. Each row's "
+                   "tokens/s is also given against the first batch size's, in the same rounds")
       ->delimiter(',')
       ->capture_default_str();
-  generate->add_option("--repeats", b.repeats, "Timed generations per row after one warm-up")
+  generate
+      ->add_option("--repeats", b.repeats,
+                   "Timed generations per row after one warm-up, in rounds: each round runs "
+                   "every --batch size once, in turn")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   generate

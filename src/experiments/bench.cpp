@@ -66,6 +66,20 @@ ModelConfig bench_model(const BenchModelOptions& b, const std::string& attn, int
   }
 }
 
+// One batch size of a bench generate row: its sequences and prompts, and what its timed
+// generations measured.
+struct BatchRun {
+  int64_t batch = 0;
+  std::vector<int32_t> seqs;
+  std::vector<int64_t> next;                  // each sequence's next token
+  std::vector<std::vector<int64_t>> prompts;  // each sequence's (--ragged: some shorter)
+  int64_t prompt_tokens = 0, shortest_prompt = 0;
+  std::optional<MacKind> peak_kind;         // the products its dense layers run (StepCeilings)
+  std::vector<double> prefill_s, decode_s;  // a timed generation's each, in round order
+  int64_t cache_bytes = 0;                  // every sequence's cache at a generation's end
+  CeilingSamples ceilings;
+};
+
 // Peak resident memory since the last reset, in bytes (Linux: VmHWM, reset through
 // /proc/self/clear_refs); -1 where the kernel does not allow the reset.
 bool reset_peak_memory() {
@@ -207,10 +221,11 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   // rows whose weights and cache fit in the last-level cache, and the most bytes of those
   const int64_t llc_bytes = last_level_cache_bytes();
   int64_t rows_in_llc = 0, largest_in_llc = 0;
-  Table table({"attn",       "weights",      "batch",         "precision",    "keys",
-               "prompt",     "generated",    "prefill tok/s", "decode tok/s", "ms/step",
-               "min–max ms", "roofline ms",  "of roofline",   "GB/s",         "peak GMAC/s",
-               "dense ms",   "attention ms", "other ms",      "weight bytes", "cache bytes"});
+  Table table({"attn",        "weights",    "batch",         "precision",    "keys",
+               "prompt",      "generated",  "prefill tok/s", "decode tok/s", "vs first batch",
+               "ms/step",     "min–max ms", "roofline ms",   "of roofline",  "GB/s",
+               "peak GMAC/s", "dense ms",   "attention ms",  "other ms",     "weight bytes",
+               "cache bytes"});
   std::vector<int64_t> prompts = {b.prompt};
   if (b.long_prompt > 0) prompts.push_back(b.long_prompt);
   std::string precision_used;
@@ -260,71 +275,89 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
           tokens[i] = static_cast<int64_t>(i * 7 % static_cast<size_t>(config.shape.vocab_size));
         }
         std::vector<float> logits(static_cast<size_t>(max_batch * gen.vocab_size()));
+        // each batch size's sequences and prompts, then its generations in turns with the others'
+        std::vector<BatchRun> runs;
         for (int64_t batch : b.decode_batch) {
-          std::vector<int32_t> seqs(static_cast<size_t>(batch));
-          std::vector<int64_t> next(static_cast<size_t>(batch));
-          std::vector<std::vector<int64_t>> batch_prompts(static_cast<size_t>(batch), tokens);
-          int64_t prompt_tokens = 0, shortest_prompt = prompt;  // over the batch's sequences
+          BatchRun& run = runs.emplace_back();
+          run.batch = batch;
+          run.seqs.resize(static_cast<size_t>(batch));
+          run.next.resize(static_cast<size_t>(batch));
+          run.prompts.assign(static_cast<size_t>(batch), tokens);
+          run.shortest_prompt = prompt;
           for (int64_t s = 0; s < batch; ++s) {
-            std::vector<int64_t>& own = batch_prompts[static_cast<size_t>(s)];
+            std::vector<int64_t>& own = run.prompts[static_cast<size_t>(s)];
             if (b.ragged) own.resize(static_cast<size_t>(prompt - s % ((prompt + 1) / 2)));
-            prompt_tokens += static_cast<int64_t>(own.size());
-            shortest_prompt = std::min(shortest_prompt, static_cast<int64_t>(own.size()));
+            run.prompt_tokens += static_cast<int64_t>(own.size());
+            run.shortest_prompt = std::min(run.shortest_prompt, static_cast<int64_t>(own.size()));
           }
+          run.peak_kind = ceilings.product_kind(weight_dtype, batch);
+        }
+        // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
+        // through the raw decode step (allocation-free), those steps timed into `profile` where
+        // given (not the prefill, though it runs through the same step); returns
+        // {prefill s, decode s, every sequence's cache bytes at the end}
+        auto generation = [&](BatchRun& run, infer::StepProfile* profile) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int64_t s = 0; s < run.batch; ++s) {
+            run.seqs[static_cast<size_t>(s)] = gen.add_sequence();
+            const torch::Tensor prompt_logits =
+                gen.feed(run.seqs[static_cast<size_t>(s)], run.prompts[static_cast<size_t>(s)]);
+            run.next[static_cast<size_t>(s)] =
+                infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
+          }
+          const auto t1 = std::chrono::steady_clock::now();
+          decode.set_profile(profile);
+          for (int64_t i = 0; i < b.generate; ++i) {
+            gen.step(run.seqs.data(), run.next.data(), run.batch, logits.data());
+            for (int64_t s = 0; s < run.batch; ++s) {
+              run.next[static_cast<size_t>(s)] =
+                  infer::greedy_token(logits.data() + s * gen.vocab_size(), gen.vocab_size());
+            }
+          }
+          const auto t2 = std::chrono::steady_clock::now();
+          decode.set_profile(nullptr);
+          const int64_t cache_bytes = gen.cache().bytes_in_use();
+          for (int32_t seq : run.seqs) gen.free_sequence(seq);
+          return std::tuple<double, double, int64_t>{std::chrono::duration<double>(t1 - t0).count(),
+                                                     std::chrono::duration<double>(t2 - t1).count(),
+                                                     cache_bytes};
+        };
+        for (BatchRun& run : runs) generation(run, nullptr);  // warm-up: caches, pages, the pool
+        // rounds of one generation of every batch size in turn, each followed by a sample of its
+        // ceilings: the rows' medians, and the ratios between them, come from the same minutes
+        for (int r = 0; r < b.repeats; ++r) {
+          for (BatchRun& run : runs) {
+            const auto [p, d, bytes] = generation(run, nullptr);
+            run.prefill_s.push_back(p);
+            run.decode_s.push_back(d);
+            run.cache_bytes = bytes;
+            sampler->sample(run.peak_kind, run.ceilings);
+          }
+        }
+        for (BatchRun& run : runs) {
+          const int64_t batch = run.batch, prompt_tokens = run.prompt_tokens;
+          const int64_t cache_bytes = run.cache_bytes;
+          const std::vector<double>& decode_s = run.decode_s;
           const double mean_prompt =
               static_cast<double>(prompt_tokens) / static_cast<double>(batch);
-          // one generation: `batch` prompts prefilled, then `generate` greedy steps of all of them
-          // through the raw decode step (allocation-free), those steps timed into `profile` where
-          // given (not the prefill, though it runs through the same step); returns
-          // {prefill s, decode s}
-          auto generation = [&](infer::StepProfile* profile) {
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int64_t s = 0; s < batch; ++s) {
-              seqs[static_cast<size_t>(s)] = gen.add_sequence();
-              const torch::Tensor prompt_logits =
-                  gen.feed(seqs[static_cast<size_t>(s)], batch_prompts[static_cast<size_t>(s)]);
-              next[static_cast<size_t>(s)] =
-                  infer::greedy_token(prompt_logits.data_ptr<float>(), gen.vocab_size());
-            }
-            const auto t1 = std::chrono::steady_clock::now();
-            decode.set_profile(profile);
-            for (int64_t i = 0; i < b.generate; ++i) {
-              gen.step(seqs.data(), next.data(), batch, logits.data());
-              for (int64_t s = 0; s < batch; ++s) {
-                next[static_cast<size_t>(s)] =
-                    infer::greedy_token(logits.data() + s * gen.vocab_size(), gen.vocab_size());
-              }
-            }
-            const auto t2 = std::chrono::steady_clock::now();
-            decode.set_profile(nullptr);
-            const int64_t cache_bytes = gen.cache().bytes_in_use();
-            for (int32_t seq : seqs) gen.free_sequence(seq);
-            return std::tuple<double, double, int64_t>{
-                std::chrono::duration<double>(t1 - t0).count(),
-                std::chrono::duration<double>(t2 - t1).count(), cache_bytes};
-          };
-          generation(nullptr);  // warm-up: caches, pages, the pool's threads
-          std::vector<double> prefill_s, decode_s;
-          const std::optional<MacKind> peak_kind = ceilings.product_kind(weight_dtype, batch);
-          sampler->reset();
-          int64_t cache_bytes = 0;  // every sequence's cache at the end of a run
-          for (int r = 0; r < b.repeats; ++r) {
-            const auto [p, d, bytes] = generation(nullptr);
-            prefill_s.push_back(p);
-            decode_s.push_back(d);
-            cache_bytes = bytes;
-            sampler->sample(peak_kind);
-          }
-          const double row_gb_per_s = sampler->gb_per_s();
-          const double peak_gmacs = sampler->gmacs();
+          const std::optional<MacKind> peak_kind = run.peak_kind;
+          const double row_gb_per_s = run.ceilings.gb_per_s();
+          const double peak_gmacs = run.ceilings.gmacs();
           // where a step's time goes: one more generation with the kernels timed (not in the
           // medians: the clock reads cost a little)
           infer::StepProfile profile;
-          generation(&profile);
-          const double prefill_median = median_of(prefill_s);
+          generation(run, &profile);
+          const double prefill_median = median_of(run.prefill_s);
           const double decode_median = median_of(decode_s);
           const double steps = static_cast<double>(b.generate);
           const double ms_per_step = 1e3 * decode_median / steps;
+          // tokens/s against the first batch size's in the same round, the median over rounds
+          std::vector<double> round_ratios;
+          for (size_t r = 0; r < decode_s.size(); ++r) {
+            round_ratios.push_back(static_cast<double>(batch) * runs.front().decode_s[r] /
+                                   (static_cast<double>(runs.front().batch) * decode_s[r]));
+          }
+          const double vs_first_batch = median_of(round_ratios);
           // the roofline: the weights once and every sequence's cache at the run's mean
           // context per step at the row's bandwidth, or the step's dense multiply-adds (a
           // weight's one per sequence) at the row's peak of their kind, whichever is longer
@@ -363,6 +396,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"repeats", b.repeats},
                {"prefill_tokens_per_s", static_cast<double>(prompt_tokens) / prefill_median},
                {"decode_tokens_per_s", tokens_per_s},
+               {"first_batch", runs.front().batch},
+               {"tokens_per_s_vs_first_batch", vs_first_batch},
                {"ms_per_step", ms_per_step},
                {"ms_per_step_min", 1e3 * min_of(decode_s) / steps},
                {"ms_per_step_max", 1e3 * max_of(decode_s) / steps},
@@ -383,28 +418,29 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"profile_other_ms", other_ms},
                {"cache_bytes", cache_bytes},
                {"fits_last_level_cache", fits_llc}});
-          table.add_row(
-              {is_checkpoint ? source : config.attn.to_string(),
-               std::string(dtype_name(weight_dtype)),
-               std::to_string(batch),
-               precision_used,
-               keys_used,
-               b.ragged ? fmt::format("{}–{}", shortest_prompt, prompt) : std::to_string(prompt),
-               std::to_string(b.generate),
-               fmt::format("{:.0f}", static_cast<double>(prompt_tokens) / prefill_median),
-               fmt::format("{:.0f}", tokens_per_s),
-               fmt::format("{:.3f}", ms_per_step),
-               fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
-                           1e3 * max_of(decode_s) / steps),
-               fmt::format("{:.3f}{}", roofline_ms, compute_ms > memory_ms ? " (c)" : ""),
-               format_percent(roofline_ms / ms_per_step),
-               fmt::format("{:.1f}", row_gb_per_s),
-               peak_gmacs > 0 ? fmt::format("{:.1f}", peak_gmacs) : std::string("—"),
-               fmt::format("{:.3f}", dense_ms),
-               fmt::format("{:.3f}", attention_ms),
-               fmt::format("{:.3f}", other_ms),
-               with_commas(weight_bytes),
-               with_commas(cache_bytes)});
+          table.add_row({is_checkpoint ? source : config.attn.to_string(),
+                         std::string(dtype_name(weight_dtype)),
+                         std::to_string(batch),
+                         precision_used,
+                         keys_used,
+                         b.ragged ? fmt::format("{}–{}", run.shortest_prompt, prompt)
+                                  : std::to_string(prompt),
+                         std::to_string(b.generate),
+                         fmt::format("{:.0f}", static_cast<double>(prompt_tokens) / prefill_median),
+                         fmt::format("{:.0f}", tokens_per_s),
+                         fmt::format("{:.2f}×", vs_first_batch),
+                         fmt::format("{:.3f}", ms_per_step),
+                         fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
+                                     1e3 * max_of(decode_s) / steps),
+                         fmt::format("{:.3f}{}", roofline_ms, compute_ms > memory_ms ? " (c)" : ""),
+                         format_percent(roofline_ms / ms_per_step),
+                         fmt::format("{:.1f}", row_gb_per_s),
+                         peak_gmacs > 0 ? fmt::format("{:.1f}", peak_gmacs) : std::string("—"),
+                         fmt::format("{:.3f}", dense_ms),
+                         fmt::format("{:.3f}", attention_ms),
+                         fmt::format("{:.3f}", other_ms),
+                         with_commas(weight_bytes),
+                         with_commas(cache_bytes)});
         }
       }
     }
@@ -446,7 +482,10 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "cached row once for all of them ({}) (prefill tok/s: the batch's "
                "prompts one after another), decode through the same step (dense layers in the "
                "row's weight dtype, attention kernels), all the batch's sequences in one step; "
-               "one warm-up generation, then the median of {} (min–max); roofline: the weights a "
+               "one warm-up generation of each batch size, then {} rounds of one generation of "
+               "each in turn, and each row the median of its rounds (min–max); vs first batch: "
+               "tokens/s ÷ the first --batch's in the same round, median over the rounds; "
+               "roofline: the weights a "
                "step reads (weight bytes) and every sequence's cache at the mean context once per "
                "step at the row's read bandwidth (GB/s: bench memory's probe after each of its "
                "timed generations, median; {:.2f} GB/s before the rows), or, where longer (c), "

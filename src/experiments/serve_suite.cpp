@@ -484,8 +484,8 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     saturation.push_back(sat);
     // the variant's own ceilings, sampled just after its saturated run (three samples)
     const std::optional<MacKind> peak_kind = ceilings.product_kind(weight_dtype, sat.peak_running);
-    sampler.reset();
-    for (int s = 0; s < 3; ++s) sampler.sample(peak_kind);
+    CeilingSamples own;
+    for (int s = 0; s < 3; ++s) sampler.sample(peak_kind, own);
     // the roofline at the batch it ran: per generated token, the weights ÷ the batch and its own
     // cache at the mean context read at the variant's bandwidth, or its share of the request's
     // multiply-adds (ModelConfig's count) at its peak of the products the step runs
@@ -496,7 +496,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
         static_cast<double>(preset.prompt_len) + static_cast<double>(preset.output_len) / 2;
     const double memory_s =
         (weight_bytes / batch + static_cast<double>(budget.bytes_per_token) * mean_context) /
-        (sampler.gb_per_s() * 1e9);
+        (own.gb_per_s() * 1e9);
     // the spec's count: the prompt's prefill (the output head over every prompt token, as the
     // seed's Table 6 counts it), then each generated token at its context
     Exact request_macs = configs[v].prefill_macs(preset.prompt_len).total;
@@ -505,7 +505,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     }
     const double macs =
         static_cast<double>(request_macs.value()) / static_cast<double>(preset.output_len);
-    const double peak_gmacs = sampler.gmacs();
+    const double peak_gmacs = own.gmacs();
     const double compute_s = peak_gmacs > 0 ? macs / (peak_gmacs * 1e9) : 0.0;
     const double roofline = 1.0 / std::max(memory_s, compute_s);
     rows.push_back({{"label", variants[v].label},
@@ -520,7 +520,7 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
                     {"saturation_tpot_ms", percentiles_json(sat.tpot_ms)},
                     {"preemptions", sat.preemptions},
                     {"roofline_output_throughput", roofline},
-                    {"bandwidth_gb_per_s", sampler.gb_per_s()},
+                    {"bandwidth_gb_per_s", own.gb_per_s()},
                     {"peak_gmacs", peak_gmacs > 0 ? json(peak_gmacs) : json(nullptr)},
                     {"prompt_steps_s", sat.prompt_steps_s},
                     {"decode_steps_s", sat.decode_steps_s},

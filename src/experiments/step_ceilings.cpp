@@ -74,19 +74,18 @@ double StepCeilings::product_gmacs(DType weight_dtype, int64_t batch) const {
 CeilingSampler::CeilingSampler(int threads)
     : pool_(threads), probe_(int64_t{1} << 30), cap_avx2_(detect_cpu_isa() == CpuIsa::kAvx2) {}
 
-void CeilingSampler::reset() {
-  gb_per_s_.clear();
-  gmacs_.clear();
-}
-
-void CeilingSampler::sample(std::optional<MacKind> kind) {
-  gb_per_s_.push_back(probe_.read_gb_per_s(pool_));
+void CeilingSampler::sample(std::optional<MacKind> kind, CeilingSamples& row) {
+  row.gb_per_s_samples.push_back(probe_.read_gb_per_s(pool_));
   if (!kind.has_value()) return;
   const std::optional<ComputePeak> peak = measure_compute_peak(*kind, pool_, 1, cap_avx2_);
-  if (peak.has_value()) gmacs_.push_back(peak->median());
+  if (peak.has_value()) row.gmacs_samples.push_back(peak->median());
 }
 
-double CeilingSampler::gb_per_s() const { return gb_per_s_.empty() ? 0.0 : median_of(gb_per_s_); }
-double CeilingSampler::gmacs() const { return gmacs_.empty() ? 0.0 : median_of(gmacs_); }
+double CeilingSamples::gb_per_s() const {
+  return gb_per_s_samples.empty() ? 0.0 : median_of(gb_per_s_samples);
+}
+double CeilingSamples::gmacs() const {
+  return gmacs_samples.empty() ? 0.0 : median_of(gmacs_samples);
+}
 
 }  // namespace kvlab

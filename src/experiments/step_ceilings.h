@@ -42,6 +42,14 @@ struct StepCeilings {
 // Takes seconds: call it once a run, after the run's inputs are known to fit.
 StepCeilings measure_step_ceilings(int threads);
 
+// One row's samples of its ceilings (CeilingSampler::sample adds to them), and their medians
+// (0 where there are none).
+struct CeilingSamples {
+  std::vector<double> gb_per_s_samples, gmacs_samples;
+  double gb_per_s() const;
+  double gmacs() const;
+};
+
 // A row's own ceilings, sampled beside its runs. On a shared VM the bandwidth and the peaks move
 // between minutes, and rows held to ceilings measured once before them all read 41–89% of their
 // roofline in one run and 95–161% in the next (docs/kernels/dense-decode.md). A sample is one read
@@ -51,19 +59,14 @@ StepCeilings measure_step_ceilings(int threads);
 class CeilingSampler {
  public:
   explicit CeilingSampler(int threads);
-  // Forgets the samples (a new row).
-  void reset();
-  // One sample: the bandwidth, and the peak of `kind` where given (and this CPU has its loop).
-  void sample(std::optional<MacKind> kind);
-  // Medians of the samples since reset(); 0 where there are none.
-  double gb_per_s() const;
-  double gmacs() const;
+  // One sample into `row`: the bandwidth, and the peak of `kind` where given (and this CPU has
+  // its loop).
+  void sample(std::optional<MacKind> kind, CeilingSamples& row);
 
  private:
   ThreadPool pool_;
   BandwidthProbe probe_;
   bool cap_avx2_;
-  std::vector<double> gb_per_s_, gmacs_;
 };
 
 }  // namespace kvlab

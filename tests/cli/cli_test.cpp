@@ -1355,6 +1355,16 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
   EXPECT_EQ(drows[1]["ragged"], true);
   EXPECT_DOUBLE_EQ(drows[0]["mean_prompt"].get<double>(), 8.0);
   EXPECT_DOUBLE_EQ(drows[1]["mean_prompt"].get<double>(), 7.0);
+  // each row's tokens/s against the first batch size's of its weight dtype, round by round (one
+  // round here: the ratio of the two rows' tokens/s)
+  for (size_t i = 0; i < drows.size(); ++i) {
+    EXPECT_EQ(drows[i]["first_batch"], 1);
+    const double first = drows[i - i % 2]["decode_tokens_per_s"].get<double>();
+    EXPECT_NEAR(drows[i]["tokens_per_s_vs_first_batch"].get<double>(),
+                drows[i]["decode_tokens_per_s"].get<double>() / first, 1e-9)
+        << i;
+  }
+  EXPECT_EQ(drows[0]["tokens_per_s_vs_first_batch"].get<double>(), 1.0);
   // the matrices' elements, written out: q 32×32, k and v 16×32 (2 groups of 8), o 32×32, gate
   // and up 128×32, down 32×128, the tied LM head 256×32; norms and the embedding row stay f32
   const int64_t elements = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 128 * 32 + 256 * 32;

@@ -78,6 +78,7 @@ struct BatchRun {
   std::vector<double> prefill_s, decode_s;  // a timed generation's each, in round order
   int64_t cache_bytes = 0;                  // every sequence's cache at a generation's end
   CeilingSamples ceilings;
+  double roofline_ms = 0;  // a step's, once its row is computed
 };
 
 // Peak resident memory since the last reset, in bytes (Linux: VmHWM, reset through
@@ -371,6 +372,11 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                                                   config.shape.vocab_size * config.shape.d_model);
           const double compute_ms = peak_gmacs > 0 ? macs / (peak_gmacs * 1e6) : 0.0;
           const double roofline_ms = std::max(memory_ms, compute_ms);
+          run.roofline_ms = roofline_ms;
+          // the same ratio as the rooflines give it: what vs_first_batch can reach
+          const double roofline_vs_first_batch =
+              static_cast<double>(batch) * runs.front().roofline_ms /
+              (static_cast<double>(runs.front().batch) * roofline_ms);
           const double per_step = static_cast<double>(std::max<int64_t>(1, profile.steps));
           const double dense_ms = profile.dense_us / per_step / 1e3;
           const double attention_ms = profile.attention_us / per_step / 1e3;
@@ -398,6 +404,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                {"decode_tokens_per_s", tokens_per_s},
                {"first_batch", runs.front().batch},
                {"tokens_per_s_vs_first_batch", vs_first_batch},
+               {"roofline_vs_first_batch", roofline_vs_first_batch},
                {"ms_per_step", ms_per_step},
                {"ms_per_step_min", 1e3 * min_of(decode_s) / steps},
                {"ms_per_step_max", 1e3 * max_of(decode_s) / steps},
@@ -428,7 +435,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                          std::to_string(b.generate),
                          fmt::format("{:.0f}", static_cast<double>(prompt_tokens) / prefill_median),
                          fmt::format("{:.0f}", tokens_per_s),
-                         fmt::format("{:.2f}×", vs_first_batch),
+                         fmt::format("{:.2f}× ({:.1f}×)", vs_first_batch, roofline_vs_first_batch),
                          fmt::format("{:.3f}", ms_per_step),
                          fmt::format("{:.3f}–{:.3f}", 1e3 * min_of(decode_s) / steps,
                                      1e3 * max_of(decode_s) / steps),
@@ -484,7 +491,8 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                "row's weight dtype, attention kernels), all the batch's sequences in one step; "
                "one warm-up generation of each batch size, then {} rounds of one generation of "
                "each in turn, and each row the median of its rounds (min–max); vs first batch: "
-               "tokens/s ÷ the first --batch's in the same round, median over the rounds; "
+               "tokens/s ÷ the first --batch's in the same round, median over the rounds (in "
+               "brackets: the same ratio of their rooflines, what it can reach); "
                "roofline: the weights a "
                "step reads (weight bytes) and every sequence's cache at the mean context once per "
                "step at the row's read bandwidth (GB/s: bench memory's probe after each of its "

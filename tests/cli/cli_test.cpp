@@ -1365,6 +1365,15 @@ TEST(CliBenchTest, PrefillAndGenerateBenchmarks) {
         << i;
   }
   EXPECT_EQ(drows[0]["tokens_per_s_vs_first_batch"].get<double>(), 1.0);
+  // and the ratio the rooflines allow: batch × the first row's roofline ÷ its own
+  for (size_t i = 0; i < drows.size(); ++i) {
+    const nlohmann::json& first = drows[i - i % 2];
+    EXPECT_NEAR(drows[i]["roofline_vs_first_batch"].get<double>(),
+                drows[i]["batch"].get<double>() * first["roofline_ms"].get<double>() /
+                    drows[i]["roofline_ms"].get<double>(),
+                1e-9)
+        << i;
+  }
   // the matrices' elements, written out: q 32×32, k and v 16×32 (2 groups of 8), o 32×32, gate
   // and up 128×32, down 32×128, the tied LM head 256×32; norms and the embedding row stay f32
   const int64_t elements = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 128 * 32 + 256 * 32;

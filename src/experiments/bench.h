@@ -86,7 +86,7 @@ struct BenchModelOptions {
   bool ragged = false;
   std::string cache_dtype = "bf16";
   int threads = 0;
-  int repeats = 5;                 // generate: timed generations after one warm-up
+  int repeats = 5;  // generate: rounds of timed generations (each --batch once) after a warm-up
   std::string precision = "auto";  // generate: attention arithmetic of the decode step
   // generate: the key stream's order, auto (fastest_key_order) | rows | pairs (where the
   // cache takes it; rows elsewhere)

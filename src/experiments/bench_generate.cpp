@@ -49,6 +49,74 @@ struct BatchRun {
   double roofline_ms = 0;  // a step's, once its row is computed
 };
 
+// The text table's header: the CPU, the models, how the rows were timed, and the ceilings before
+// the rows.
+std::string generate_header(const BenchModelOptions& b, const StepCeilings& ceilings, DType dtype,
+                            int threads) {
+  const int64_t bf16_rows = bf16_product_min_rows();            // 0: never
+  const int64_t q8_0_rows = quant_tile_min_rows(DType::kQ8_0);  // 0: never
+  const int64_t q4_0_rows = quant_tile_min_rows(DType::kQ4_0);
+  const int64_t q8_0_expand_rows = quant_expand_min_rows(DType::kQ8_0);
+  const int64_t q4_0_expand_rows = quant_expand_min_rows(DType::kQ4_0);
+  // bench compute's int8 loop of the decoder's ISA: vpdpbusd (VNNI) or vpmaddubsw (AVX2)
+  const std::string int8_dot_products =
+      ceilings.int8_gmacs > 0
+          ? fmt::format(
+                "the int8 panel kernels' products (bench compute's int8 loop, vpdpbusd or "
+                "AVX2's vpmaddubsw): their peak, {:.1f} GMAC/s",
+                ceilings.int8_gmacs)
+          : std::string("none");
+  std::string models;
+  if (!b.attn.empty()) {
+    models = fmt::format("random weights: {} layers, D {}, {} heads", b.layers, b.d_model, b.heads);
+  }
+  if (!b.checkpoints.empty()) {
+    models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
+  }
+  return fmt::format(
+      "bench generate: {}; {}; {} cache, {} threads; each prompt runs through the raw "
+      "step, up to {} of its tokens as the rows of one, their attention reading each "
+      "cached row once for all of them ({}) (prefill tok/s: the batch's "
+      "prompts one after another), decode through the same step (dense layers in the "
+      "row's weight dtype, attention kernels), all the batch's sequences in one step; "
+      "one warm-up generation of each batch size, then {} rounds of one generation of "
+      "each in turn, and each row the median of its rounds (min–max); vs first batch: "
+      "tokens/s ÷ the first --batch's in the same round, median over the rounds (in "
+      "brackets: the same ratio of their rooflines, what it can reach); "
+      "roofline: the weights a "
+      "step reads (weight bytes) and every sequence's cache at the mean context once per "
+      "step at the row's read bandwidth (GB/s: bench memory's probe after each of its "
+      "timed generations, median; {:.2f} GB/s before the rows), or, where longer (c), "
+      "one multiply-add per weight and sequence at the row's peak of the products its "
+      "weights run (peak GMAC/s: bench compute's loop after each generation, median; "
+      "before the rows: the f32 FMA peak {:.1f} GMAC/s for float weight dtypes; bf16 "
+      "weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
+      "dense / attention / other: one more generation with the kernels timed; keys: "
+      "the cache's key order (--key-order){}\n\n",
+      cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows,
+      detect_cpu_isa() == CpuIsa::kScalar ? "the scalar reference row by row"
+                                          : prefill_path_name(prefill_path()),
+      b.repeats, ceilings.gb_per_s, ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
+      q8_0_rows > 0 ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
+                                  "tiles a block of 32 inputs a multiply: their peak, "
+                                  "{:.1f} GMAC/s{}; q8_0/q4_0 weights otherwise: {}",
+                                  q8_0_rows, q4_0_rows, ceilings.int8_block_gmacs,
+                                  q8_0_expand_rows > 0
+                                      ? fmt::format("; q8_0 from batch {}, q4_0 from {} expanded "
+                                                    "to bf16 and run bf16 tiles: bf16's peak",
+                                                    q8_0_expand_rows, q4_0_expand_rows)
+                                      : std::string(),
+                                  int8_dot_products)
+                    : "; q8_0/q4_0 weights: " + int8_dot_products,
+      ceilings.bf16_loaded_gmacs > 0
+          ? fmt::format("; bf16 tiles with their operands loaded from L1, as the "
+                        "products load them: {:.1f} GMAC/s now (not a roofline: the "
+                        "state of this CPU's tile unit, which some VMs halve or "
+                        "quarter at times)",
+                        ceilings.bf16_loaded_gmacs)
+          : std::string());
+}
+
 }  // namespace
 
 int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
@@ -85,11 +153,6 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
   // (StepCeilings::product_gmacs). Measured once the first row's memory is known to fit (the
   // probes take seconds).
   StepCeilings ceilings;
-  const int64_t bf16_rows = bf16_product_min_rows();            // 0: never
-  const int64_t q8_0_rows = quant_tile_min_rows(DType::kQ8_0);  // 0: never
-  const int64_t q4_0_rows = quant_tile_min_rows(DType::kQ4_0);
-  const int64_t q8_0_expand_rows = quant_expand_min_rows(DType::kQ8_0);
-  const int64_t q4_0_expand_rows = quant_expand_min_rows(DType::kQ4_0);
   bool measured_ceilings = false;
   // each row's own ceilings, sampled after each of its timed generations
   std::optional<CeilingSampler> sampler;
@@ -334,14 +397,6 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
     }
   }
   measure_ceilings();  // (no row: the header still states them)
-  // bench compute's int8 loop of the decoder's ISA: vpdpbusd (VNNI) or vpmaddubsw (AVX2)
-  const std::string int8_dot_products =
-      ceilings.int8_gmacs > 0
-          ? fmt::format(
-                "the int8 panel kernels' products (bench compute's int8 loop, vpdpbusd or "
-                "AVX2's vpmaddubsw): their peak, {:.1f} GMAC/s",
-                ceilings.int8_gmacs)
-          : std::string("none");
   if (b.format == "json") {
     out << nlohmann::json{{"bandwidth_gb_per_s", ceilings.gb_per_s},
                           {"f32_peak_gmacs", ceilings.f32_gmacs},
@@ -356,58 +411,7 @@ int run_bench_generate(const BenchModelOptions& b, std::ostream& out) {
                .dump(2)
         << "\n";
   } else {
-    std::string models;
-    if (!b.attn.empty()) {
-      models =
-          fmt::format("random weights: {} layers, D {}, {} heads", b.layers, b.d_model, b.heads);
-    }
-    if (!b.checkpoints.empty()) {
-      models += std::string(models.empty() ? "" : "; ") + "checkpoints: their own shapes";
-    }
-    out << fmt::format(
-               "bench generate: {}; {}; {} cache, {} threads; each prompt runs through the raw "
-               "step, up to {} of its tokens as the rows of one, their attention reading each "
-               "cached row once for all of them ({}) (prefill tok/s: the batch's "
-               "prompts one after another), decode through the same step (dense layers in the "
-               "row's weight dtype, attention kernels), all the batch's sequences in one step; "
-               "one warm-up generation of each batch size, then {} rounds of one generation of "
-               "each in turn, and each row the median of its rounds (min–max); vs first batch: "
-               "tokens/s ÷ the first --batch's in the same round, median over the rounds (in "
-               "brackets: the same ratio of their rooflines, what it can reach); "
-               "roofline: the weights a "
-               "step reads (weight bytes) and every sequence's cache at the mean context once per "
-               "step at the row's read bandwidth (GB/s: bench memory's probe after each of its "
-               "timed generations, median; {:.2f} GB/s before the rows), or, where longer (c), "
-               "one multiply-add per weight and sequence at the row's peak of the products its "
-               "weights run (peak GMAC/s: bench compute's loop after each generation, median; "
-               "before the rows: the f32 FMA peak {:.1f} GMAC/s for float weight dtypes; bf16 "
-               "weights from batch {} run bf16 products: their peak, {:.1f} GMAC/s{}); "
-               "dense / attention / other: one more generation with the kernels timed; keys: "
-               "the cache's key order (--key-order){}\n\n",
-               cpu_model_name(), models, dtype_name(dtype), threads, infer::kPrefillRows,
-               detect_cpu_isa() == CpuIsa::kScalar ? "the scalar reference row by row"
-                                                   : prefill_path_name(prefill_path()),
-               b.repeats, ceilings.gb_per_s, ceilings.f32_gmacs, bf16_rows, ceilings.bf16_gmacs,
-               q8_0_rows > 0
-                   ? fmt::format("; q8_0 weights from batch {}, q4_0 from {} run AMX int8 "
-                                 "tiles a block of 32 inputs a multiply: their peak, "
-                                 "{:.1f} GMAC/s{}; q8_0/q4_0 weights otherwise: {}",
-                                 q8_0_rows, q4_0_rows, ceilings.int8_block_gmacs,
-                                 q8_0_expand_rows > 0
-                                     ? fmt::format("; q8_0 from batch {}, q4_0 from {} expanded "
-                                                   "to bf16 and run bf16 tiles: bf16's peak",
-                                                   q8_0_expand_rows, q4_0_expand_rows)
-                                     : std::string(),
-                                 int8_dot_products)
-                   : "; q8_0/q4_0 weights: " + int8_dot_products,
-               ceilings.bf16_loaded_gmacs > 0
-                   ? fmt::format("; bf16 tiles with their operands loaded from L1, as the "
-                                 "products load them: {:.1f} GMAC/s now (not a roofline: the "
-                                 "state of this CPU's tile unit, which some VMs halve or "
-                                 "quarter at times)",
-                                 ceilings.bf16_loaded_gmacs)
-                   : std::string())
-        << table.to_markdown();
+    out << generate_header(b, ceilings, dtype, threads) << table.to_markdown();
     if (rows_in_llc > 0) {
       out << fmt::format(
           "\nWeights and cache of at most {} bytes a step ({} of these rows) fit in the {} MiB of "

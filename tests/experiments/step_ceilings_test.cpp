@@ -49,5 +49,20 @@ TEST(StepCeilingsTest, ProductPeakIsThePeakOfTheKernelTheDecoderRuns) {
   }
 }
 
+// A row's ceilings are the medians of its own samples (bench generate's rows, the serve suite's
+// variants), 0 where it has none (a kind without a loop on this CPU).
+TEST(StepCeilingsTest, RowCeilingsAreTheMediansOfTheirSamples) {
+  CeilingSamples row;
+  EXPECT_EQ(row.gb_per_s(), 0.0);
+  EXPECT_EQ(row.gmacs(), 0.0);
+  row.gb_per_s_samples = {61.0, 28.0, 73.0};
+  row.gmacs_samples = {838.0, 535.0, 801.0, 790.0, 612.0};
+  EXPECT_EQ(row.gb_per_s(), 61.0);
+  EXPECT_EQ(row.gmacs(), 790.0);
+  row.gmacs_samples.clear();  // bandwidth sampled, no peak
+  EXPECT_EQ(row.gmacs(), 0.0);
+  EXPECT_EQ(row.gb_per_s(), 61.0);
+}
+
 }  // namespace
 }  // namespace kvlab

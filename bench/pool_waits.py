@@ -3,7 +3,9 @@
 step split into the kernels' own work and its waits on the pool (the caller in ThreadPool::run for
 the last items of a job, a worker in ThreadPool::work for the next job), the caller's waits by the
 product that was running. This VM has no performance counters, so the clock samples
-(`-e cpu-clock`) are what there is. Not part of the build or the tests; after `make build`:
+(`-e cpu-clock`) are what there is, and they can go missing on one thread: on the Zen 5 VM they put
+a fifth of the caller's step on waiting where in-process clocks measured 6-8% (docs/kernels/
+dense-decode.md, twenty-second session). Check a large wait against clocks before acting on it. Not part of the build or the tests; after `make build`:
 
   perf record -e cpu-clock -F 2000 --call-graph dwarf,32768 -o /tmp/step.data -- \\
       build/bin/kvlab bench generate --attn gqa:4 --layers 16 --d-model 1024 --heads 16 \\

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "experiments/eval_decode.h"
+#include "kernels/decode_attention.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "report/units.h"
@@ -59,6 +60,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "The decode step's dense-layer matrices: f32 | bf16 | f16 | q8_0 | q4_0 | auto "
                   "(bf16 where the decoder has SIMD kernels, else f32), for prompts and decoding "
                   "alike")
+      ->capture_default_str();
+  cmd->add_option("--attn-precision", o.attn_precision,
+                  "Attention arithmetic of the cached decode: f32, bf16 (bf16 caches, AVX-512 "
+                  "BF16), int8 (q8_0/q4_0 caches: the query rounded to q8_0, integer dot "
+                  "products) or auto (int8 on q8_0/q4_0 caches, else bf16 where the CPU has it)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads (0: all cores)")
       ->check(CLI::Range(0, 4096))
@@ -160,6 +166,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   engine_options.prefix_caching = !o.no_prefix_cache;
   engine_options.cache_dtype = dtype;
   engine_options.weight_dtype = weight_dtype;
+  engine_options.attn_precision = o.attn_precision;
   engine_options.threads = threads;
   std::string model_name = o.served_model_name;
   if (model_name.empty()) {
@@ -175,8 +182,11 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
   for (const std::string& line : serve::describe_kv_budget(budget)) startup.push_back(line);
   serve::Engine engine(std::move(model), engine_options);
   const int64_t weight_bytes = engine.generator().decode_model().weights().bytes_read_per_token();
+  const std::string precision =
+      attn_precision_name(engine.generator().decode_model().attn_precision());
   startup.push_back("weights " + std::string(dtype_name(weight_dtype)) + ": " +
-                    format_bytes(weight_bytes, ByteUnits::kIec) + " read by a decode step");
+                    format_bytes(weight_bytes, ByteUnits::kIec) +
+                    " read by a decode step; attention arithmetic " + precision);
 
   serve::ServerOptions server_options;
   server_options.host = o.host;
@@ -198,6 +208,7 @@ int run_serve(const ServeOptions& o, const std::atomic<bool>& stop, std::ostream
       {"cache_dtype", std::string(dtype_name(dtype))},
       {"weight_dtype", std::string(dtype_name(weight_dtype))},
       {"weight_bytes", weight_bytes},
+      {"attn_precision", precision},
       {"bytes_per_token", budget.bytes_per_token},
       {"page_size", budget.page_size},
       {"pages", engine_options.n_pages},

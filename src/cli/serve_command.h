@@ -18,6 +18,7 @@ struct ServeOptions {
   bool no_prefix_cache = false;
   std::string cache_dtype = "bf16";
   std::string weight_dtype = "auto";
+  std::string attn_precision = "auto";
   int threads = 0;
   std::string served_model_name;
   std::string api_key;

@@ -21,6 +21,7 @@
 #include "experiments/step_ceilings.h"
 #include "io/atomic_file.h"
 #include "kernels/compute_peak.h"
+#include "kernels/decode_attention.h"
 #include "kernels/fast_decoder.h"
 #include "kernels/matvec.h"
 #include "nn/checkpoint.h"
@@ -72,6 +73,7 @@ std::vector<ServeVariant> default_serve_variants() {
           {"gqa:2", "gqa:2"},
           {"mqa", "mqa"},
           {"q-gqa:2", "q-gqa:2"},
+          {"q-kv", "q-kv"},
           {"gva:2,dr=16", "gva:2,dr=16"},
           {"gva:2,dr=0", "gva:2,dr=0"},
           {"gta:2,dr=16", "gta:2,dr=16"},
@@ -511,6 +513,8 @@ int run_compare_serve(const CompareOptions& o, const std::atomic<bool>* stop, st
     rows.push_back({{"label", variants[v].label},
                     {"attn", configs[v].attn.to_string()},
                     {"cache_dtype", dtype_name(variants[v].cache_dtype)},
+                    {"attn_precision",
+                     attn_precision_name(engine.generator().decode_model().attn_precision())},
                     {"cache_bytes_per_token", budget.bytes_per_token},
                     {"max_concurrency", budget.max_concurrency},
                     {"peak_running", sat.peak_running},

@@ -24,6 +24,10 @@ struct EngineOptions {
   bool prefix_caching = true;
   DType cache_dtype = DType::kBf16;
   DType weight_dtype = DType::kF32;  // the decode step's dense layers (see Generator)
+  // The cached decode's attention arithmetic, as generate's --attn-precision: "auto" is int8 on
+  // q8_0/q4_0 caches (the only SIMD kernels that read them; f32 reads them with the scalar
+  // reference) and bf16 where the decoder supports it, else f32
+  std::string attn_precision = "auto";
   int threads = 1;
 };
 

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "infer/text_generation.h"
 #include "nn/nn_test_util.h"
+#include "spec/spec_error.h"
 
 namespace kvlab::serve {
 namespace {
@@ -31,9 +33,12 @@ struct Submitted {
   RequestSampling sampling;
 };
 
-// What generate_text_tokens makes of the request alone, with the engine's cache dtype.
-std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r, DType dtype) {
+// What generate_text_tokens makes of the request alone, with the engine's cache dtype and
+// attention arithmetic.
+std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r, DType dtype,
+                           const std::string& precision) {
   infer::TextGenerationOptions o;
+  o.attn_precision = precision;
   o.max_tokens = r.limits.max_tokens;
   o.sampling = r.sampling.sampling;
   o.seed = r.sampling.seed;
@@ -42,9 +47,10 @@ std::vector<int64_t> alone(const nn::TransformerModel& model, const Submitted& r
   return {result.tokens.begin(), result.tokens.end()};
 }
 
-void run_load(const char* attn, PosScheme pos, bool prefix_caching, DType dtype = DType::kF32) {
+void run_load(const char* attn, PosScheme pos, bool prefix_caching, DType dtype = DType::kF32,
+              const std::string& precision = "auto") {
   SCOPED_TRACE(std::string(attn) + (prefix_caching ? ", prefix caching, " : ", ") +
-               std::string(dtype_name(dtype)));
+               std::string(dtype_name(dtype)) + ", " + precision);
   const nn::TransformerModel model = engine_model(attn, pos);
   EngineOptions o;
   o.n_pages = 6;  // 96 tokens: fewer than the requests below hold at once
@@ -52,6 +58,7 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching, DType dtype 
   o.max_batch_tokens = 24;
   o.prefix_caching = prefix_caching;
   o.cache_dtype = dtype;
+  o.attn_precision = precision;
   Engine engine(model, o);
   std::mt19937_64 rng(7);
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -90,7 +97,7 @@ void run_load(const char* attn, PosScheme pos, bool prefix_caching, DType dtype 
     for (const TokenEvent& e : result.events) out[e.id].push_back(e.token);
   }
   for (const auto& [id, r] : requests) {
-    EXPECT_EQ(out[id], alone(model, r, dtype)) << "request " << id;
+    EXPECT_EQ(out[id], alone(model, r, dtype, precision)) << "request " << id;
   }
   EXPECT_GT(preemptions, 0);
   if (prefix_caching) {
@@ -127,7 +134,39 @@ TEST(EngineTest, EachRequestGetsWhatItGetsAloneUnderLoad) {
   run_load("mla", PosScheme::kRope, true);
   // rounded cache rows: prompts read back what decode will read, in the engine as alone
   run_load("gqa:2", PosScheme::kRope, true, DType::kBf16);
+  run_load("gqa:2", PosScheme::kRope, true, DType::kBf16, "f32");
   run_load("gva:2,dr=4", PosScheme::kRope, true, DType::kQ8_0);
+}
+
+// The engine's attention arithmetic by default is generate's "auto": int8 on q8_0/q4_0 caches,
+// whose only SIMD kernels are int8 (f32 would read them with the scalar reference), bf16 on a
+// bf16 cache where the CPU has it; one the cache cannot take is refused naming the flag.
+TEST(EngineTest, AttentionArithmeticIsAutoUnlessGiven) {
+  const nn::TransformerModel model = engine_model("gqa:2", PosScheme::kRope);
+  const auto precision_of = [&](DType cache, const std::string& asked) {
+    EngineOptions o;
+    o.n_pages = 8;
+    o.cache_dtype = cache;
+    o.attn_precision = asked;
+    const Engine engine(model, o);
+    return engine.generator().decode_model().attn_precision();
+  };
+  EXPECT_EQ(precision_of(DType::kQ8_0, "auto"), AttnPrecision::kInt8);
+  EXPECT_EQ(precision_of(DType::kQ4_0, "auto"), AttnPrecision::kInt8);
+  const Engine probe(model, EngineOptions{.n_pages = 8});
+  const bool bf16 = probe.generator().decode_model().supports_bf16_precision();
+  EXPECT_EQ(precision_of(DType::kBf16, "auto"), bf16 ? AttnPrecision::kBf16 : AttnPrecision::kF32);
+  EXPECT_EQ(precision_of(DType::kQ8_0, "f32"), AttnPrecision::kF32);
+  for (const auto& [cache, asked] :
+       {std::pair{DType::kBf16, "int8"}, std::pair{DType::kF32, "bf16"},
+        std::pair{DType::kBf16, "f64"}}) {
+    try {
+      precision_of(cache, asked);
+      ADD_FAILURE() << asked << " arithmetic on a " << dtype_name(cache) << " cache was accepted";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.field(), "attn-precision") << e.what();
+    }
+  }
 }
 
 TEST(EngineTest, LinearAttentionServesWithoutPrefixCaching) {

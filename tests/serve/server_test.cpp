@@ -140,10 +140,10 @@ class ServerEnvironment : public ::testing::Environment {
     ASSERT_EQ(train.exit_code, 0) << train.err;
     fixture = new Fixture;
     for (const std::string prompt : {"in the beginning", "and darkness was", "the earth"}) {
-      const ProcessResult gen =
-          kvlab({"generate", "--checkpoint", work_dir() + "/run", "--prompt", prompt,
-                 "--max-tokens", "40", "--cache-dtype", "bf16", "--threads", "1"},
-                server_binary());  // the servers' build: its rounding
+      const ProcessResult gen = kvlab(
+          {"generate", "--checkpoint", work_dir() + "/run", "--prompt", prompt, "--max-tokens",
+           "40", "--cache-dtype", "bf16", "--attn-precision", "auto", "--threads", "1"},
+          server_binary());  // the servers' build and attention arithmetic: its rounding
       ASSERT_EQ(gen.exit_code, 0) << gen.err;
       ASSERT_EQ(gen.out.size(), 41u) << gen.out;  // 40 bytes and a newline
       fixture->expected[prompt] = gen.out.substr(0, 40);

@@ -492,6 +492,8 @@ std::vector<HostileCase> cases() {
       "serve --checkpoint {ckpt} --port 0 --kv-cache-memory 1MiB --host 203.0.113.9", "port");
   add("Serve_cache_dtype", serve + "--cache-dtype q3", "cache-dtype");
   add("Serve_weight_dtype", serve + "--weight-dtype f8", "weight-dtype");
+  add("Serve_attn_precision", serve + "--attn-precision f64", "attn-precision");
+  add("Serve_attn_precision_int8_bf16_cache", serve + "--attn-precision int8", "attn-precision");
   add("Serve_chat_template", serve + "--chat-template vicuna", "chat-template");
   add("Serve_max_body_tiny", serve + "--max-body 10", "max-body");
   add("Serve_max_model_len_negative", serve + "--max-model-len -5", "--max-model-len");

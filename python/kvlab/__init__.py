@@ -96,6 +96,7 @@ class Generator:
         self.checkpoint = str(checkpoint)
         self._weight_dtype = weight_dtype
         self._cache_dtype = cache_dtype
+        self._precision = precision
         self._threads = threads
         self._text = _kvlab.TextGenerator(self.checkpoint, cache_dtype, weight_dtype, rope_dtype,
                                           precision, use_cache, threads)
@@ -119,17 +120,21 @@ class Generator:
     def decoder(self, max_tokens=2048, max_seqs=8):
         """A Decoder over the same checkpoint and settings, for loops of one's own."""
         return Decoder(self.checkpoint, self._cache_dtype, self._weight_dtype, max_tokens,
-                       max_seqs, self._threads)
+                       max_seqs, self._threads, self._precision)
 
 
 class Decoder(_kvlab.DecodeSession):
     """The decode runtime's paged cache and batched steps: add_sequence() -> id,
     feed(seq, tokens) -> logits of the last token [V], step(seqs, tokens) -> logits [n, V] (one
-    token for each sequence, read from the cache), free_sequence(seq)."""
+    token for each sequence, read from the cache), free_sequence(seq). precision: the attention
+    arithmetic, as `kvlab generate --attn-precision` (f32, bf16, int8 or auto: int8 on q8_0/q4_0
+    caches, whose f32 decode is the scalar reference; bf16 on bf16 caches where the CPU has it);
+    the .precision property says which runs."""
 
     def __init__(self, checkpoint, cache_dtype="f32", weight_dtype="auto", max_tokens=2048,
-                 max_seqs=8, threads=0):
-        super().__init__(str(checkpoint), cache_dtype, weight_dtype, max_tokens, max_seqs, threads)
+                 max_seqs=8, threads=0, precision="f32"):
+        super().__init__(str(checkpoint), cache_dtype, weight_dtype, max_tokens, max_seqs, threads,
+                         precision)
 
 
 from . import nn, ops  # noqa: E402  (after _kvlab and torch)

@@ -49,6 +49,31 @@ def test_decoder_steps_are_the_generators_tokens(tiny_checkpoints):
         decoder.step([seqs[1]], [5])
 
 
+def test_decoder_precision_is_generates(tiny_checkpoints):
+    """Decoder's precision as kvlab generate's --attn-precision: auto runs int8 on a q8_0 cache
+    (its only SIMD kernel), and the decoder then steps the tokens Generator(precision="auto")
+    generates; f32 stays the default; a precision the cache cannot take is refused."""
+    folder = tiny_checkpoints("gqa:2")
+    generator = kvlab.Generator(folder, cache_dtype="q8_0", weight_dtype="f32", precision="auto",
+                                threads=1)
+    decoder = generator.decoder(max_tokens=64, max_seqs=2)
+    assert decoder.precision == "int8"
+    prompt = generator.encode("In the beginning")
+    expected = generator.generate_tokens("In the beginning", max_tokens=10)
+    seq = decoder.add_sequence()
+    got = [int(decoder.feed(seq, prompt).argmax())]
+    for _ in range(9):
+        got.append(int(decoder.step([seq], [got[-1]])[0].argmax()))
+    assert got == expected
+    assert kvlab.Decoder(folder, cache_dtype="q8_0", threads=1).precision == "f32"
+    with pytest.raises(ValueError, match="precision"):
+        kvlab.Decoder(folder, cache_dtype="bf16", precision="int8")
+    with pytest.raises(ValueError, match="precision"):
+        kvlab.Decoder(folder, cache_dtype="f32", precision="bf16")
+    with pytest.raises(ValueError, match="precision"):
+        kvlab.Decoder(folder, precision="f64")
+
+
 def test_bad_input_names_the_field(tiny_checkpoints, tmp_path):
     folder = tiny_checkpoints("gqa:2")
     generator = kvlab.Generator(folder)

@@ -5,6 +5,7 @@
 #include "cli/text_generator.h"
 #include "experiments/eval_decode.h"
 #include "infer/generator.h"
+#include "kernels/attn_precision.h"
 #include "nn/checkpoint.h"
 #include "nn/threads.h"
 #include "python/bindings.h"
@@ -22,7 +23,8 @@ namespace {
 class DecodeSession {
  public:
   DecodeSession(const std::string& checkpoint, const std::string& cache_dtype,
-                const std::string& weight_dtype, int64_t max_tokens, int64_t max_seqs, int threads)
+                const std::string& weight_dtype, int64_t max_tokens, int64_t max_seqs, int threads,
+                const std::string& precision)
       : max_seqs_(max_seqs) {
     if (max_tokens < 1) throw SpecError("max_tokens", "must be >= 1");
     if (max_seqs < 1) throw SpecError("max_seqs", "must be >= 1");
@@ -33,6 +35,17 @@ class DecodeSession {
                    [&] { return model->config().cache_bytes(max_tokens, max_seqs); });
     generator_.emplace(model, dtype, max_tokens, max_seqs, nn::set_threads(threads), std::nullopt,
                        std::nullopt, 0, weights);
+    // as generate's --attn-precision (kvlab generate, the serving engine)
+    if (precision == "bf16" && dtype != DType::kBf16) {
+      throw SpecError("precision", "bf16 arithmetic runs on bf16 caches: cache_dtype=\"bf16\"");
+    }
+    infer::DecodeModel& decode = generator_->decode_model();
+    try {
+      decode.set_attn_precision(
+          resolve_attn_precision(precision, decode.supports_bf16_precision(), dtype));
+    } catch (const SpecError& e) {
+      throw SpecError("precision", e.what());
+    }
   }
 
   int32_t add_sequence() {
@@ -80,6 +93,9 @@ class DecodeSession {
     return generator_->step(seqs, tokens);  // [n, V]
   }
   int64_t vocab_size() const { return generator_->vocab_size(); }
+  std::string precision() const {
+    return attn_precision_name(generator_->decode_model().attn_precision());
+  }
 
  private:
   void check_live(int32_t seq) const {
@@ -165,15 +181,17 @@ void bind_generator(py::module_& m) {
   py::class_<DecodeSession>(m, "DecodeSession",
                             "The decode runtime's paged cache and batched steps (infer::Generator)")
       .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t,
-                    int>(),
+                    int, const std::string&>(),
            py::arg("checkpoint"), py::arg("cache_dtype"), py::arg("weight_dtype"),
-           py::arg("max_tokens"), py::arg("max_seqs"), py::arg("threads"))
+           py::arg("max_tokens"), py::arg("max_seqs"), py::arg("threads"),
+           py::arg("precision") = "f32")
       .def("add_sequence", &DecodeSession::add_sequence)
       .def("free_sequence", &DecodeSession::free_sequence, py::arg("seq"))
       .def("length", &DecodeSession::length, py::arg("seq"))
       .def("feed", &DecodeSession::feed, py::arg("seq"), py::arg("tokens"))
       .def("step", &DecodeSession::step, py::arg("seqs"), py::arg("tokens"))
-      .def_property_readonly("vocab_size", &DecodeSession::vocab_size);
+      .def_property_readonly("vocab_size", &DecodeSession::vocab_size)
+      .def_property_readonly("precision", &DecodeSession::precision);
 }
 
 }  // namespace kvlab::python

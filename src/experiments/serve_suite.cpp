@@ -1,6 +1,7 @@
 // `kvlab compare --suite serve`: how many sequences each attention variant's cache holds at one KV
 // memory budget, and the throughput and latency the serving engine gives with them.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -299,6 +300,7 @@ int run_compare_serve_url(const CompareOptions& o, const ServePreset& preset,
   json row = {{"label", label},
               {"attn", info["attn"]},
               {"cache_dtype", info.value("cache_dtype", "?")},
+              {"attn_precision", info.value("attn_precision", "?")},
               {"cache_bytes_per_token", field("bytes_per_token")},
               {"max_concurrency", field("max_concurrency")},
               {"peak_running", peak_running(sat)},
@@ -610,6 +612,18 @@ std::string render_serve_report(const json& results, const std::string& dir) {
   // results from before each variant sampled its own ceilings hold the run's alone
   bool per_variant = true;
   for (const json& r : results.at("rows")) per_variant = per_variant && r.contains("peak_gmacs");
+  // the attention arithmetic each cache dtype ran ("not recorded" in results from before it was)
+  std::vector<std::string> arithmetic;
+  for (const json& r : results.at("rows")) {
+    const std::string each =
+        r.contains("attn_precision")
+            ? fmt::format("{} on {} caches", r.at("attn_precision").get<std::string>(),
+                          r.value("cache_dtype", "?"))
+            : std::string("not recorded");
+    if (std::find(arithmetic.begin(), arithmetic.end(), each) == arithmetic.end()) {
+      arithmetic.push_back(each);
+    }
+  }
   for (const json& r : results.at("rows")) {
     const std::string label = r.at("label").get<std::string>();
     labels.push_back(label);
@@ -663,7 +677,8 @@ std::string render_serve_report(const json& results, const std::string& dir) {
   const std::string md =
       fmt::format(
           "# kvlab compare --suite serve ({} preset)\n\n"
-          "{}, {} layers, d {}, {} heads, {} weights; requests of {} prompt + {} "
+          "{}, {} layers, d {}, {} heads, {} weights; attention arithmetic {}; requests of {} "
+          "prompt + {} "
           "generated tokens (max model length {}); KV budget {} bytes in pages of {} tokens; "
           "at most {} sequences a step; {} threads on {}. Holds: requests of the max model "
           "length the budget's bytes hold (pages rounded down); ran at once: the most running "
@@ -681,7 +696,8 @@ std::string render_serve_report(const json& results, const std::string& dir) {
           results.value("preset", "?"), sentence_start(results.value("weights", "random weights")),
           number(c.at("layers"), "{:.0f}"), number(c.at("d_model"), "{:.0f}"),
           number(c.at("heads"), "{:.0f}"), c.at("weight_dtype").get<std::string>(),
-          c.at("prompt_len").get<int64_t>(), c.at("output_len").get<int64_t>(),
+          fmt::format("{}", fmt::join(arithmetic, ", ")), c.at("prompt_len").get<int64_t>(),
+          c.at("output_len").get<int64_t>(),
           c.at("prompt_len").get<int64_t>() + c.at("output_len").get<int64_t>(),
           with_commas(c.at("budget_bytes").get<int64_t>()), c.at("page_size").get<int64_t>(),
           number(c.at("max_num_seqs"), "{:.0f}"), number(c.at("threads"), "{:.0f}"),

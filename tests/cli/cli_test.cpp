@@ -988,6 +988,10 @@ TEST(CliCompareTest, ServeSuiteSmokeRun) {
   const int64_t budget = 4 * model_len * layers * (8 * 64 * 2);
   EXPECT_EQ(c["budget_bytes"], budget);
   ASSERT_EQ(results["rows"].size(), 4u);  // two variants, then each with a q8_0 cache
+  // the engine's default arithmetic: int8 on the q8_0 caches (their SIMD kernels), and the
+  // report says so
+  for (size_t v : {2u, 3u}) EXPECT_EQ(results["rows"][v]["attn_precision"], "int8");
+  EXPECT_TRUE(contains(slurp(dir + "/results.md"), "int8 on q8_0 caches"));
   // bytes per token of every layer: gqa:2 2 × (32 + 32) bf16; gva:2,dr=16 2 × 32 + 16 bf16;
   // q8_0 blocks of 32 are 34 bytes (gqa:2's four rows of 32 a layer)
   const int64_t per_token[] = {layers * 2 * 64 * 2, layers * (2 * 32 + 16) * 2, layers * 4 * 34};

@@ -51,14 +51,8 @@ TextGenerationResult generate_text_tokens(nn::TransformerModel model,
   Generator gen(model, options.cache_dtype, total, 1, options.threads, options.rope_dtype,
                 std::nullopt, 0, options.weight_dtype);
   result.weight_bytes = gen.decode_model().weights().bytes_read_per_token();
-  const AttnPrecision precision = resolve_attn_precision(
-      options.attn_precision, gen.decode_model().supports_bf16_precision(), options.cache_dtype);
-  if (precision == AttnPrecision::kBf16 && options.cache_dtype != DType::kBf16 &&
-      options.attn_precision == "bf16") {
-    throw SpecError("attn-precision",
-                    "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");
-  }
-  gen.decode_model().set_attn_precision(precision);
+  gen.decode_model().set_attn_precision(resolve_decode_attn_precision(
+      options.attn_precision, gen.decode_model().supports_bf16_precision(), options.cache_dtype));
   const int32_t seq = gen.add_sequence();
   result.setup_s = seconds_since(start);
   if (options.max_tokens == 0) return result;

@@ -33,4 +33,13 @@ AttnPrecision resolve_attn_precision(const std::string& text, bool bf16_supporte
   return precision;
 }
 
+AttnPrecision resolve_decode_attn_precision(const std::string& text, bool bf16_supported,
+                                            DType cache_dtype) {
+  if (text == "bf16" && cache_dtype != DType::kBf16) {
+    throw SpecError("attn-precision",
+                    "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");
+  }
+  return resolve_attn_precision(text, bf16_supported, cache_dtype);
+}
+
 }  // namespace kvlab

@@ -13,4 +13,10 @@ namespace kvlab {
 AttnPrecision resolve_attn_precision(const std::string& text, bool bf16_supported,
                                      DType cache_dtype = DType::kBf16);
 
+// resolve_attn_precision for one decode over a cache of `cache_dtype`, as `kvlab generate`, the
+// serving engine and Python's Decoder take it: "bf16" asked of a cache other than bf16 is refused
+// too (bf16 arithmetic reads bf16 rows; "auto" chooses another instead).
+AttnPrecision resolve_decode_attn_precision(const std::string& text, bool bf16_supported,
+                                            DType cache_dtype);
+
 }  // namespace kvlab

@@ -36,16 +36,9 @@ class DecodeSession {
     generator_.emplace(model, dtype, max_tokens, max_seqs, nn::set_threads(threads), std::nullopt,
                        std::nullopt, 0, weights);
     // as generate's --attn-precision (kvlab generate, the serving engine)
-    if (precision == "bf16" && dtype != DType::kBf16) {
-      throw SpecError("precision", "bf16 arithmetic runs on bf16 caches: cache_dtype=\"bf16\"");
-    }
     infer::DecodeModel& decode = generator_->decode_model();
-    try {
-      decode.set_attn_precision(
-          resolve_attn_precision(precision, decode.supports_bf16_precision(), dtype));
-    } catch (const SpecError& e) {
-      throw SpecError("precision", e.what());
-    }
+    decode.set_attn_precision(
+        resolve_decode_attn_precision(precision, decode.supports_bf16_precision(), dtype));
   }
 
   int32_t add_sequence() {

@@ -44,11 +44,7 @@ Engine::Engine(nn::TransformerModel model, const EngineOptions& options)
       scheduler_(scheduler_config(generator_, options, model_len(model, options))) {
   generator_.cache().use_external_pages();
   infer::DecodeModel& decode = generator_.decode_model();
-  if (options.attn_precision == "bf16" && options.cache_dtype != DType::kBf16) {
-    throw SpecError("attn-precision",
-                    "bf16 arithmetic runs on bf16 caches: add --cache-dtype bf16");
-  }
-  decode.set_attn_precision(resolve_attn_precision(
+  decode.set_attn_precision(resolve_decode_attn_precision(
       options.attn_precision, decode.supports_bf16_precision(), options.cache_dtype));
   logits_.resize(static_cast<size_t>(options.max_num_seqs * generator_.vocab_size()));
 }

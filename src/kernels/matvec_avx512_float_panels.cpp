@@ -17,9 +17,10 @@ namespace {
 
 // The tiles: kTileRows and kFirstTileRows (matvec_write_panels.inc), as matvec_bf16_panels'.
 // How far ahead, in its own panel, a tile prefetches: the first tiles (the ones that read the
-// panels from memory) 4 KiB, a single row of x 2 KiB; the tiles after the first none.
+// panels from memory) 4 KiB, a single row of x 1 KiB (2 KiB measured 3–11% slower for f32, up to
+// 8% for f16: docs/kernels/dense-decode.md); the tiles after the first none.
 constexpr int64_t kFirstTileAheadBytes = 4096;
-constexpr int64_t kOneRowAheadBytes = 2048;
+constexpr int64_t kOneRowAheadBytes = 1024;
 
 // The sixteen rows' elements of one input of a panel, as f32.
 template <DType D>

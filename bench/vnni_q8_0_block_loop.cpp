@@ -27,6 +27,7 @@
 namespace kvlab {
 namespace {
 
+#include "kernels/matvec_write_panels.inc"  // the tile's prefetch distances
 #include "kernels/quant_panel_tile.inc"
 
 }  // namespace

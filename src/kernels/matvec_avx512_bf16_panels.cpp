@@ -22,11 +22,10 @@ namespace {
 // measured 1–6% slower at 16–32 rows on the Zen 5 VM, 8 KiB no faster: docs/kernels/
 // dense-decode.md).
 constexpr int64_t kFirstTileAheadElements = 2048;
-// How far ahead, in its own panel, a tile prefetches: 2 KiB; at one row of x 1 KiB. At one row
-// the row kernels' 4 KiB (matvec_rows.inc) ran 0.76× the widening row kernel's rate here, 2 KiB
-// 0.88–0.98×, and 2 KiB 0.90–0.99× 1 KiB's (docs/kernels/dense-decode.md).
+// How far ahead, in its own panel, a tile prefetches: 2 KiB; at most kFewRows rows of x (one row
+// in f32 included) kFewRowsAheadBytes (matvec_write_panels.inc).
 constexpr int64_t kAheadElements = 1024;
-constexpr int64_t kOneRowAheadElements = 512;
+constexpr int64_t kFewRowsAheadElements = kFewRowsAheadBytes / 2;
 
 // acc[r] = W_panel(r) · x for one row of x in f32, R panels panel_stride elements apart: each
 // 64-byte load is one pair of inputs for sixteen rows, widened to f32 as its even elements (the
@@ -52,8 +51,8 @@ inline __attribute__((always_inline)) void one_row(const uint16_t* w, int64_t pa
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + r * panel_stride + j * 2 * kPanelRows;
-      _mm_prefetch(reinterpret_cast<const char*>(p + kOneRowAheadElements), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + kOneRowAheadElements + 2 * kPanelRows),
+      _mm_prefetch(reinterpret_cast<const char*>(p + kFewRowsAheadElements), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + kFewRowsAheadElements + 2 * kPanelRows),
                    _MM_HINT_T0);
       pair(r, p, x0, x1);
       pair(r, p + 2 * kPanelRows, x2, x3);
@@ -86,7 +85,9 @@ inline __attribute__((always_inline)) void products(const uint16_t* w, int64_t p
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + r * panel_stride + j * 2 * kPanelRows;
       if constexpr (kPrefetch) {
-        const int64_t ahead = NB == kFirstTileRows ? kFirstTileAheadElements : kAheadElements;
+        const int64_t ahead = NB == kFirstTileRows ? kFirstTileAheadElements
+                              : NB <= kFewRows     ? kFewRowsAheadElements
+                                                   : kAheadElements;
         _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
       }
       wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));

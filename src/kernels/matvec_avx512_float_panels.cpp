@@ -17,10 +17,9 @@ namespace {
 
 // The tiles: kTileRows and kFirstTileRows (matvec_write_panels.inc), as matvec_bf16_panels'.
 // How far ahead, in its own panel, a tile prefetches: the first tiles (the ones that read the
-// panels from memory) 4 KiB, a single row of x 1 KiB (2 KiB measured 3–11% slower for f32, up to
-// 8% for f16: docs/kernels/dense-decode.md); the tiles after the first none.
+// panels from memory) 4 KiB, or kFewRowsAheadBytes at most kFewRows rows of x
+// (matvec_write_panels.inc); the tiles after the first none.
 constexpr int64_t kFirstTileAheadBytes = 4096;
-constexpr int64_t kOneRowAheadBytes = 1024;
 
 // The sixteen rows' elements of one input of a panel, as f32.
 template <DType D>
@@ -85,8 +84,8 @@ void panel_range(const MatVecParams& p, int64_t first, int64_t last) {
     const float* x = p.x + b * xs;
     if (b > 0) {
       products<D, R, NB, 0>(w, spread * stride, p.in, x, xs, acc);
-    } else if (p.n == 1) {
-      products<D, R, NB, kOneRowAheadBytes>(w, spread * stride, p.in, x, xs, acc);
+    } else if (p.n <= kFewRows) {
+      products<D, R, NB, kFewRowsAheadBytes>(w, spread * stride, p.in, x, xs, acc);
     } else {
       products<D, R, NB, kFirstTileAheadBytes>(w, spread * stride, p.in, x, xs, acc);
     }

@@ -58,8 +58,9 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
   memory
       ->add_option("--streams", m.streams,
                    "Parts of its slice each thread reads side by side: 1, 2, 4 or 8 (1: one "
-                   "contiguous read), or 0: the faster of 1 and 4, the ceiling the decode "
-                   "benchmarks use")
+                   "contiguous read), or 0: the fastest of 1, 4, and 4 with each line "
+                   "prefetched 1 KiB ahead (as the dense kernels read their weights), the "
+                   "ceiling the decode benchmarks use")
       ->capture_default_str();
   memory->add_option("--format", m.format, "table | json")->capture_default_str();
   CLI::App* compute = bench->add_subcommand(

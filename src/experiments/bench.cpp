@@ -159,18 +159,27 @@ int run_bench_memory(const BenchMemoryOptions& m, std::ostream& out) {
   if (!probe_takes_streams(m.streams)) throw SpecError("streams", "must be 0, 1, 2, 4 or 8");
   const BandwidthResult r = measure_read_bandwidth(m.mib << 20, threads, m.repeats, m.streams);
   if (m.format == "json") {
-    out << nlohmann::json{{"bytes", r.bytes},        {"threads", r.threads},
-                          {"streams", r.streams},    {"gb_per_s_median", r.median()},
-                          {"gb_per_s_min", r.min()}, {"gb_per_s_max", r.max()},
+    out << nlohmann::json{{"bytes", r.bytes},
+                          {"threads", r.threads},
+                          {"streams", r.streams},
+                          {"prefetch_bytes", r.prefetch_bytes},
+                          {"gb_per_s_median", r.median()},
+                          {"gb_per_s_min", r.min()},
+                          {"gb_per_s_max", r.max()},
                           {"gb_per_s", r.gb_per_s}}
                .dump(2)
         << "\n";
   } else {
     out << fmt::format(
         "read bandwidth: {:.2f} GB/s median (min {:.2f}, max {:.2f}; {} passes over "
-        "{} MiB, {} threads, {} streams each{}; GB = 10^9 B)\n",
+        "{} MiB, {} threads, {} streams each{}{}; GB = 10^9 B)\n",
         r.median(), r.min(), r.max(), r.gb_per_s.size(), m.mib, r.threads, r.streams,
-        m.streams == kCeilingStreams ? ", the faster of 1 and 4" : "");
+        r.prefetch_bytes > 0 ? fmt::format(", each line prefetched {} B ahead", r.prefetch_bytes)
+                             : "",
+        m.streams == kCeilingStreams
+            ? fmt::format(", the fastest of 1 stream, 4, and 4 prefetched {} B ahead",
+                          kProbeAheadBytes)
+            : "");
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,8 +23,9 @@ constexpr int64_t kLineWords = 8;  // 64-byte cache lines
 // The sum of n words read as S equal parts side by side, a line of each in turn (each part its
 // own accumulators, so the loads stay independent); the words past the parts' whole lines are
 // read after. With AVX2 a line is two 32-byte loads: the probe must not be limited by its own
-// instructions (plain scalar code measured below the bandwidth it was to measure).
-template <int S>
+// instructions (plain scalar code measured below the bandwidth it was to measure). kAheadBytes >
+// 0: each line of a part prefetched that far ahead in it, as the panel kernels prefetch.
+template <int S, int64_t kAheadBytes>
 __attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* data, int64_t n) {
   const int64_t part = n / S / kLineWords * kLineWords;
   __m256i low[S], high[S];
@@ -31,6 +33,9 @@ __attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* data, in
   for (int64_t i = 0; i < part; i += kLineWords) {
     for (int s = 0; s < S; ++s) {
       const auto* line = reinterpret_cast<const __m256i*>(data + s * part + i);
+      if constexpr (kAheadBytes > 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(line) + kAheadBytes, _MM_HINT_T0);
+      }
       low[s] = _mm256_add_epi64(low[s], _mm256_loadu_si256(line));
       high[s] = _mm256_add_epi64(high[s], _mm256_loadu_si256(line + 1));
     }
@@ -45,12 +50,15 @@ __attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* data, in
   return total;
 }
 
-template <int S>
+template <int S, int64_t kAheadBytes>
 uint64_t sum_words_plain(const uint64_t* data, int64_t n) {
   const int64_t part = n / S / kLineWords * kLineWords;
   uint64_t sums[S] = {};
   for (int64_t i = 0; i < part; i += kLineWords) {
     for (int s = 0; s < S; ++s) {
+      if constexpr (kAheadBytes > 0) {
+        __builtin_prefetch(reinterpret_cast<const char*>(data + s * part + i) + kAheadBytes);
+      }
       for (int64_t w = 0; w < kLineWords; ++w) sums[s] += data[s * part + i + w];
     }
   }
@@ -60,25 +68,30 @@ uint64_t sum_words_plain(const uint64_t* data, int64_t n) {
   return total;
 }
 
-template <int S>
+template <int S, int64_t kAheadBytes>
 uint64_t sum_words(const uint64_t* data, int64_t n) {
-  return __builtin_cpu_supports("avx2") ? sum_words_avx2<S>(data, n) : sum_words_plain<S>(data, n);
+  return __builtin_cpu_supports("avx2") ? sum_words_avx2<S, kAheadBytes>(data, n)
+                                        : sum_words_plain<S, kAheadBytes>(data, n);
 }
 
+template <int64_t kAheadBytes>
 uint64_t sum_words(const uint64_t* data, int64_t n, int streams) {
   switch (streams) {
     case 1:
-      return sum_words<1>(data, n);
+      return sum_words<1, kAheadBytes>(data, n);
     case 2:
-      return sum_words<2>(data, n);
+      return sum_words<2, kAheadBytes>(data, n);
     case 4:
-      return sum_words<4>(data, n);
+      return sum_words<4, kAheadBytes>(data, n);
     case 8:
-      return sum_words<8>(data, n);
+      return sum_words<8, kAheadBytes>(data, n);
     default:
       throw std::invalid_argument("bandwidth: streams must be 1, 2, 4 or 8");
   }
 }
+
+// The patterns the ceiling reads, the fastest taken.
+constexpr ReadPattern kCeilingPatterns[] = {{1, false}, {4, false}, {4, true}};
 
 }  // namespace
 
@@ -106,7 +119,19 @@ double BandwidthProbe::read_gb_per_s(ThreadPool& pool, int streams) {
   if (!probe_takes_streams(streams)) {
     throw std::invalid_argument("bandwidth: streams must be 1, 2, 4 or 8");
   }
-  if (streams == kCeilingStreams) return std::max(read_gb_per_s(pool, 1), read_gb_per_s(pool, 4));
+  if (streams != kCeilingStreams) return read_gb_per_s(pool, ReadPattern{streams, false});
+  double fastest = 0;
+  for (const ReadPattern& pattern : kCeilingPatterns) {
+    fastest = std::max(fastest, read_gb_per_s(pool, pattern));
+  }
+  return fastest;
+}
+
+double BandwidthProbe::read_gb_per_s(ThreadPool& pool, ReadPattern pattern) {
+  const int streams = pattern.streams;
+  if (!probe_takes_streams(streams) || streams == kCeilingStreams) {
+    throw std::invalid_argument("bandwidth: a pattern's streams must be 1, 2, 4 or 8");
+  }
   const int64_t parts = pool.size();
   std::vector<uint64_t>& sums = sums_;
   if (static_cast<int64_t>(sums.size()) < parts) sums.resize(static_cast<size_t>(parts));
@@ -115,7 +140,9 @@ double BandwidthProbe::read_gb_per_s(ThreadPool& pool, int streams) {
   pool.parallel_for(parts, [&](int64_t t) {
     const int64_t begin = t * slice;
     const int64_t n = t == parts - 1 ? words_ - begin : slice;
-    sums[static_cast<size_t>(t)] = sum_words(buffer_.get() + begin, n, streams);
+    sums[static_cast<size_t>(t)] =
+        pattern.prefetch ? sum_words<kProbeAheadBytes>(buffer_.get() + begin, n, streams)
+                         : sum_words<0>(buffer_.get() + begin, n, streams);
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -132,14 +159,17 @@ BandwidthResult measure_read_bandwidth(int64_t bytes, int threads, int repeats, 
   }
   BandwidthProbe probe(bytes);
   ThreadPool pool(threads);
-  // the ceiling: both patterns, their passes alternating (the machine drifts), the faster median
-  const std::vector<int> patterns =
-      streams == kCeilingStreams ? std::vector<int>{1, 4} : std::vector<int>{streams};
+  // the ceiling: every pattern, their passes alternating (the machine drifts), the fastest median
+  const std::vector<ReadPattern> patterns =
+      streams == kCeilingStreams
+          ? std::vector<ReadPattern>(std::begin(kCeilingPatterns), std::end(kCeilingPatterns))
+          : std::vector<ReadPattern>{{streams, false}};
   std::vector<BandwidthResult> results(patterns.size());
   for (size_t i = 0; i < patterns.size(); ++i) {
     results[i].bytes = probe.bytes();
     results[i].threads = threads;
-    results[i].streams = patterns[i];
+    results[i].streams = patterns[i].streams;
+    results[i].prefetch_bytes = patterns[i].prefetch ? kProbeAheadBytes : 0;
     probe.read_gb_per_s(pool, patterns[i]);  // warm-up
   }
   for (int r = 0; r < repeats; ++r) {

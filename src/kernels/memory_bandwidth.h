@@ -14,15 +14,26 @@ namespace kvlab {
 // side, a cache line of each in turn: the hardware prefetchers keep more lines in flight for
 // several streams than for one (on a Zen 5 VM four streams a thread measured faster than one
 // with two threads, and no faster with one: docs/kernels/dense-decode.md); the decode kernels
-// read their weights in four runs (walk_rows). kCeilingStreams: both one and four streams, the
-// faster taken, the ceiling.
+// read their weights in four runs (walk_rows). kCeilingStreams: one stream, four, and four with
+// each line prefetched kProbeAheadBytes ahead (as the panel kernels prefetch their weights; on
+// the Zen 5 VM that read 7–19% faster than four streams alone, and the kernels' batch-1 steps
+// had passed the plain reads), the fastest taken: the ceiling.
 constexpr int kCeilingStreams = 0;
 bool probe_takes_streams(int streams);  // 1, 2, 4, 8, or kCeilingStreams
+constexpr int64_t kProbeAheadBytes = 1024;
+
+// How the probe reads a thread's slice: `streams` parts side by side (1, 2, 4 or 8), each line
+// prefetched kProbeAheadBytes ahead or not.
+struct ReadPattern {
+  int streams = 4;
+  bool prefetch = false;
+};
 
 struct BandwidthResult {
   int64_t bytes = 0;
   int threads = 0;
-  int streams = 0;               // of the pattern measured (for the ceiling: the faster one)
+  int streams = 0;               // of the pattern measured (for the ceiling: the fastest one)
+  int64_t prefetch_bytes = 0;    // how far ahead that pattern prefetched (0: it did not)
   std::vector<double> gb_per_s;  // one per repeat, in run order
   double median() const;
   double min() const;
@@ -46,9 +57,10 @@ class BandwidthProbe {
  public:
   explicit BandwidthProbe(int64_t bytes);
   // One streaming read of the whole buffer, split over the pool's threads (each reading
-  // `streams` parts side by side), in GB/s (10^9 B/s); for kCeilingStreams one read with one
-  // stream and one with four, the faster.
+  // `streams` parts side by side), in GB/s (10^9 B/s); for kCeilingStreams one read of each of
+  // the ceiling's patterns, the fastest.
   double read_gb_per_s(ThreadPool& pool, int streams = kCeilingStreams);
+  double read_gb_per_s(ThreadPool& pool, ReadPattern pattern);
   int64_t bytes() const { return words_ * 8; }
 
  private:

@@ -1091,11 +1091,20 @@ TEST(CliBenchTest, MemoryAndDecodeBenchmarksReportGigabytesPerSecond) {
   ASSERT_EQ(memory.exit_code, 0) << memory.err;
   EXPECT_GT(nlohmann::json::parse(memory.out)["gb_per_s_median"].get<double>(), 0);
   const int streams = nlohmann::json::parse(memory.out)["streams"].get<int>();
-  EXPECT_TRUE(streams == 1 || streams == 4) << streams;  // the faster pattern, named
-  // the probe checks its own sum: an odd buffer (words past the streams' whole lines) read fully
+  const int64_t ahead = nlohmann::json::parse(memory.out)["prefetch_bytes"].get<int64_t>();
+  // the fastest of the ceiling's patterns, named: one stream, four, four prefetched 1 KiB ahead
+  EXPECT_TRUE((streams == 1 && ahead == 0) || (streams == 4 && (ahead == 0 || ahead == 1024)))
+      << streams << " streams, " << ahead << " B ahead";
+  // the probe checks its own sum: an odd buffer (words past the streams' whole lines) read fully,
+  // by one pattern and by every pattern of the ceiling (the prefetching one's reads run past the
+  // slices' ends)
   const RunResult one = run_kvlab("bench memory --mib 1 --repeats 1 --threads 3 --streams 8");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_TRUE(contains(one.out, "8 streams each")) << one.out;
+  const RunResult every = run_kvlab("bench memory --mib 1 --repeats 1 --threads 3");
+  ASSERT_EQ(every.exit_code, 0) << every.err;
+  EXPECT_TRUE(contains(every.out, "the fastest of 1 stream, 4, and 4 prefetched 1024 B ahead"))
+      << every.out;
   const RunResult three = run_kvlab("bench memory --streams 3");
   EXPECT_EQ(three.exit_code, 2);
   EXPECT_TRUE(contains(three.err, "streams")) << three.err;

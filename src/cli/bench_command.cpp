@@ -1,5 +1,7 @@
 #include "cli/bench_command.h"
 
+#include <string>
+
 namespace kvlab {
 
 BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemoryOptions& m,
@@ -59,8 +61,10 @@ BenchCommands add_bench_commands(CLI::App& app, BenchTrainOptions& o, BenchMemor
       ->add_option("--streams", m.streams,
                    "Parts of its slice each thread reads side by side: 1, 2, 4 or 8 (1: one "
                    "contiguous read), or 0: the fastest of 1, 4, and 4 with each line "
-                   "prefetched 1 KiB ahead (as the dense kernels read their weights), the "
-                   "ceiling the decode benchmarks use")
+                   "prefetched " +
+                       std::to_string(kProbeAheadBytes) +
+                       " B ahead (as the dense kernels read their weights), the ceiling the "
+                       "decode benchmarks use")
       ->capture_default_str();
   memory->add_option("--format", m.format, "table | json")->capture_default_str();
   CLI::App* compute = bench->add_subcommand(

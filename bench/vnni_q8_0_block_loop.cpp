@@ -37,8 +37,10 @@ namespace {
 
 constexpr int kRows = 6, kPanels = 2;  // the kernel's q8_0 tile
 constexpr int64_t kBlocks = 16;        // 512 inputs: two panels of 8 KiB, in L1 with x
-alignas(64) uint8_t weights[kPanels * kBlocks * 512];
-alignas(64) uint16_t weight_scales[kPanels * kBlocks * 16];  // f16
+// two panels of 512 inputs as the kernel lays them out (QuantPanelLayout: quants and scales
+// together), 8.5 KiB each
+constexpr kvlab::QuantPanelLayout layout(kvlab::DType::kQ8_0, kBlocks * 32);
+alignas(64) uint8_t weights[kPanels * (kBlocks / 2) * (2 * 512 + 64)];
 alignas(64) uint8_t x[kRows * kBlocks * 32];
 alignas(64) float x_scales[kRows * kBlocks];
 alignas(64) int32_t x_bias[kRows * kBlocks];
@@ -58,11 +60,10 @@ constexpr const char* kNames[] = {"as the kernel", "no xor (weights stored flipp
 
 template <class Parts>
 __attribute__((noinline)) void pass(__m512 (&acc)[kRows][kPanels]) {
-  // the kernel's panel layout with spread 1: panel j's quants and scales kBlocks blocks apart
+  // the kernel's panel layout with spread 1: panel j after panel j - 1
   kvlab::tile_blocks<kvlab::DType::kQ8_0, kRows, kPanels, Parts>(
-      reinterpret_cast<const std::byte*>(weights),
-      reinterpret_cast<const std::byte*>(weight_scales), 1, kBlocks, x, kBlocks * 32, x_scales,
-      x_bias, kBlocks, acc);
+      reinterpret_cast<const std::byte*>(weights), 1, layout, x, kBlocks * 32, x_scales, x_bias,
+      kBlocks, acc);
 }
 
 // the best of five timings of `passes` passes, in G multiply-adds/s
@@ -107,9 +108,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  static_assert(sizeof weights == kPanels * layout.panel_bytes());
   for (auto& w : weights) w = static_cast<uint8_t>(std::rand());
+  for (int64_t j = 0; j < kPanels; ++j) {
+    for (int64_t k = 0; k < kBlocks; ++k) {
+      uint8_t* scales = weights + j * layout.panel_bytes() + layout.scales(k);
+      for (int r = 0; r < 16; ++r) {  // f16 0.0625, little-endian
+        scales[2 * r] = 0x00;
+        scales[2 * r + 1] = 0x2C;
+      }
+    }
+  }
   for (auto& q : x) q = static_cast<uint8_t>(std::rand());
-  for (auto& s : weight_scales) s = 0x2C00;  // f16 0.0625
   for (auto& s : x_scales) s = 0.01f;
   for (auto& s : x_bias) s = -128 * 32;
   std::printf(

@@ -110,18 +110,20 @@ void pack_float_panels(DType dtype, const std::byte* rows, int64_t out, int64_t 
                        std::byte* panels);
 
 // q8_0 and q4_0 panels (WeightOrder::kPanels for block weights): output rows in panels of
-// kPanelRows, the last padded with zero rows (quants 0, scale 0); first every panel's quants,
-// then every panel's scales, so each panel's quants start on a whole 256 bytes and the matrix is
-// as many bytes as its padded rows in ggml's blocks. Panel p's quants, at
-// quant_panel_quants(dtype, in, p), block k (inputs 32k..32k+31) of its sixteen rows at
-// k · quant_panel_block_bytes(dtype), ggml's bytes unchanged:
+// kPanelRows, the last padded with zero rows (quants 0, scale 0), one panel after another,
+// QuantPanelLayout::panel_bytes() each (a whole number of 64-byte lines). Within a panel the
+// blocks go in pairs: blocks 2g and 2g + 1's quants (quant_panel_block_bytes each), then their
+// scales (32 bytes a block: the sixteen rows' f16 scales, in row order); an odd count's last block
+// alone, its quants, its scales and 32 zero bytes. So a panel is one stream through memory, its
+// scales a line after every 1 KiB (q8_0) or 512 bytes (q4_0) of quants: with every panel's scales
+// in a stream of their own, after every panel's quants, the VNNI kernel's step at one and two rows
+// of x took 5-17% longer (docs/kernels/dense-decode.md). A block's quants, ggml's bytes unchanged:
 // - q8_0, 512 bytes: byte 64 · v + 4 · r + e is element 4v + e of row r — the order of an AMX
 //   int8 B tile (8 rows of 16 outputs × 4 inputs) and of a vpdpbusd operand for sixteen outputs.
 // - q4_0, 256 bytes: byte 64 · v + 4 · r + e (v < 4) is ggml's byte 4v + e of row r's block:
 //   element 4v + e in its low nibble, element 16 + 4v + e in its high one; so the low nibbles of
 //   a 64-byte load are chunk v of the q8_0 order and the high nibbles chunk v + 4.
-// Its scales, at quant_panel_scales(dtype, out, in, p): for block k the sixteen rows' f16 scales
-// at 32 · k. Pure data movement: ggml's blocks read back exactly (quant_panel_block).
+// Pure data movement: ggml's blocks read back exactly (quant_panel_block).
 constexpr int64_t kQ8PanelBlockBytes = kQuantBlockElements * kPanelRows;  // 512 quants
 constexpr int64_t kQ8PanelScaleBytes = 2 * kPanelRows;                    // 16 f16 scales
 constexpr int64_t q8_0_blocks(int64_t in) {
@@ -133,15 +135,37 @@ constexpr bool takes_quant_panels(DType dtype) {
 constexpr int64_t quant_panel_block_bytes(DType dtype) {
   return dtype == DType::kQ4_0 ? kQ8PanelBlockBytes / 2 : kQ8PanelBlockBytes;
 }
-constexpr int64_t quant_panel_quants(DType dtype, int64_t in, int64_t panel) {
-  return panel * q8_0_blocks(in) * quant_panel_block_bytes(dtype);
-}
-constexpr int64_t quant_panel_scales(DType dtype, int64_t out, int64_t in, int64_t panel) {
-  return quant_panel_quants(dtype, in, panel_count(out)) +
-         panel * q8_0_blocks(in) * kQ8PanelScaleBytes;
+
+// Where the blocks of a matrix's q8_0 or q4_0 panels lie: byte offsets from the start of a panel.
+struct QuantPanelLayout {
+  int64_t block_bytes = 0;  // quant_panel_block_bytes
+  int64_t blocks = 0;       // a row's: q8_0_blocks(in)
+
+  constexpr QuantPanelLayout(DType dtype, int64_t in)
+      : block_bytes(quant_panel_block_bytes(dtype)), blocks(q8_0_blocks(in)) {}
+  // a pair of blocks: their quants, then their scales
+  constexpr int64_t pair_bytes() const { return 2 * (block_bytes + kQ8PanelScaleBytes); }
+  // block k closes a line-aligned run: the second of a pair, or an odd count's last block (which
+  // its scales and 32 zero bytes make a whole line)
+  constexpr bool ends_pair(int64_t k) const { return k % 2 == 1 || k + 1 == blocks; }
+  constexpr int64_t panel_bytes() const {
+    return (blocks + 1) / 2 * pair_bytes() - blocks % 2 * block_bytes;
+  }
+  constexpr int64_t quants(int64_t k) const { return k / 2 * pair_bytes() + k % 2 * block_bytes; }
+  constexpr int64_t scales(int64_t k) const {
+    const int64_t quants_in_pair = k % 2 == 0 && k + 1 == blocks ? 1 : 2;
+    return k / 2 * pair_bytes() + quants_in_pair * block_bytes + k % 2 * kQ8PanelScaleBytes;
+  }
+  // bytes from block k's quants to the next block's (past the last block: the next panel's)
+  constexpr int64_t span(int64_t k) const {
+    return ends_pair(k) ? block_bytes + 2 * kQ8PanelScaleBytes : block_bytes;
+  }
+};
+constexpr int64_t quant_panel_start(DType dtype, int64_t in, int64_t panel) {
+  return panel * QuantPanelLayout(dtype, in).panel_bytes();
 }
 constexpr int64_t quant_panel_bytes(DType dtype, int64_t out, int64_t in) {
-  return quant_panel_scales(dtype, out, in, panel_count(out));
+  return quant_panel_start(dtype, in, panel_count(out));
 }
 // ggml's q8_0 or q4_0 rows [out][in] -> quant_panel_bytes(dtype, out, in) bytes of panels
 // (padding zero).

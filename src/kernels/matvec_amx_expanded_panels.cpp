@@ -92,17 +92,17 @@ inline void expand_q4_0_block(const std::byte* quants, const std::byte* scales, 
 }
 
 // Block k of panel `panel` of p's q8_0 or q4_0 weights -> chunk k of its bf16 panel order
-// (pack_bf16_panels) at `out`, each weight bf16(q · d); the quants 4 KiB ahead into L1 (past the
-// panel's end: the next panel's, which follow it).
+// (pack_bf16_panels) at `out`, each weight bf16(q · d); the panel's lines up to the next block's
+// quants (the scales' too) 4 KiB ahead into L1 (past the panel's end: the next panel's, which
+// follows it).
 inline __attribute__((always_inline)) void expand_block(const MatVecParams& p, int64_t panel,
                                                         int64_t k, uint16_t* out) {
-  const auto* weight = static_cast<const std::byte*>(p.weight);
   const DType dtype = p.weight_dtype;
-  const int64_t block_bytes = quant_panel_block_bytes(dtype);
-  const std::byte* block = weight + quant_panel_quants(dtype, p.in, panel) + k * block_bytes;
-  const std::byte* scales =
-      weight + quant_panel_scales(dtype, p.out, p.in, panel) + k * kQ8PanelScaleBytes;
-  for (int64_t line = 0; line < block_bytes; line += 64) {
+  const QuantPanelLayout layout(dtype, p.in);
+  const std::byte* start = static_cast<const std::byte*>(p.weight) + panel * layout.panel_bytes();
+  const std::byte* block = start + layout.quants(k);
+  const std::byte* scales = start + layout.scales(k);
+  for (int64_t line = 0; line < layout.span(k); line += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(block + kAheadBytes + line), _MM_HINT_T0);
   }
   dtype == DType::kQ8_0 ? expand_q8_0_block(block, scales, out)

@@ -58,11 +58,10 @@ inline __attribute__((always_inline)) void scale_into(const int32_t* sums, __m51
   }
 }
 
-// kBlocks blocks of a panel's quants (512 bytes each) kAheadBytes past `wk` into L1 and
-// kAheadL2Bytes past it into L2 (past the panel's end: the next panel's quants, which follow it).
-template <int kBlocks>
+// kLines lines of a panel from `wk` on, kAheadBytes past into L1 and kAheadL2Bytes past into L2
+// (past the panel's end: the next panel's, which follows it).
+template <int kLines>
 inline __attribute__((always_inline)) void prefetch_ahead(const std::byte* wk) {
-  constexpr int kLines = kBlocks * kQ8PanelBlockBytes / 64;
   const auto* ahead = reinterpret_cast<const char*>(wk + kAheadBytes);
 #pragma GCC unroll 16
   for (int line = 0; line < kLines; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
@@ -110,13 +109,32 @@ inline __attribute__((always_inline)) void multiply_into_set(const int8_t* x0, c
   }
 }
 
-// Blocks k and k + 1 (k + 1 < blocks) of a block of 16 rows of x (its tiles from xk) times the
-// panel's (from wk) into sums set kSet.
-template <int kSet>
-inline __attribute__((always_inline)) void multiply_pair(const std::byte* wk, const int8_t* xk,
-                                                         bool prefetch) {
-  if (prefetch) prefetch_ahead<2>(wk);
-  multiply_into_set<kSet, false>(xk, xk + kXTileBytes, wk, wk + kQ8PanelBlockBytes);
+// Where blocks_times_rows and blocks_times_two_row_blocks find block k's quants (in the q8_0
+// order, 512 bytes) and scales, and what they prefetch: a q8_0 panel's own (QuantPanelLayout), its
+// lines from the first pass over it.
+struct PanelBlocks {
+  const std::byte* panel;
+  QuantPanelLayout layout;
+  const std::byte* quants(int64_t k) const { return panel + layout.quants(k); }
+  const std::byte* scales(int64_t k) const { return panel + layout.scales(k); }
+  // blocks k and k + 1 (k even): their quants and scales, one run of 17 lines
+  void prefetch_pair(int64_t k) const {
+    prefetch_ahead<(2 * kQ8PanelBlockBytes + 2 * kQ8PanelScaleBytes) / 64>(quants(k));
+  }
+  // block k: its quants, and the line of scales that closes a pair
+  void prefetch_block(int64_t k) const {
+    prefetch_ahead<kQ8PanelBlockBytes / 64>(quants(k));
+    if (layout.ends_pair(k)) prefetch_ahead<1>(quants(k) + kQ8PanelBlockBytes);
+  }
+};
+
+// Blocks k and k + 1 (k even, k + 1 < blocks) of a block of 16 rows of x (its tiles from xk) times
+// the panel's into sums set kSet.
+template <int kSet, class Blocks>
+inline __attribute__((always_inline)) void multiply_pair(const Blocks& w, int64_t k,
+                                                         const int8_t* xk, bool prefetch) {
+  if (prefetch) w.prefetch_pair(k);
+  multiply_into_set<kSet, false>(xk, xk + kXTileBytes, w.quants(k), w.quants(k + 1));
 }
 
 // Sums set kSet -> `sums` ([2][16 rows of x][16 outputs]).
@@ -132,15 +150,16 @@ inline __attribute__((always_inline)) void store_pair(int32_t* sums) {
   }
 }
 
-// acc [16 rows of x][16 outputs] += `blocks` blocks of inputs of one panel (its quants in the q8_0
-// order at `w`, 512 bytes a block; its scales) times a block of 16 rows of x (its tiles `xq`,
-// scales `xs`), two blocks a pair. The pairs alternate between two sets of sums tiles so that the
-// tiles multiply the next pair while the vector units scale this one's stored sums: in the loop
-// alone (operands in cache) 1.2-1.3x the rate of storing and scaling each pair before the next
-// one's multiplies (docs/kernels/dense-decode.md).
-inline __attribute__((always_inline)) void blocks_times_rows(
-    const std::byte* w, const std::byte* scales, int64_t blocks, const int8_t* xq, const float* xs,
-    bool prefetch, int32_t* sums, __m512 (&acc_out)[kTileRowsX]) {
+// acc [16 rows of x][16 outputs] += `blocks` blocks of inputs of one panel (where `w` says) times a
+// block of 16 rows of x (its tiles `xq`, scales `xs`), two blocks a pair. The pairs alternate
+// between two sets of sums tiles so that the tiles multiply the next pair while the vector units
+// scale this one's stored sums: in the loop alone (operands in cache) 1.2-1.3x the rate of storing
+// and scaling each pair before the next one's multiplies (docs/kernels/dense-decode.md).
+template <class Blocks>
+inline __attribute__((always_inline)) void blocks_times_rows(const Blocks& w, int64_t blocks,
+                                                             const int8_t* xq, const float* xs,
+                                                             bool prefetch, int32_t* sums,
+                                                             __m512 (&acc_out)[kTileRowsX]) {
   // a copy the compiler keeps in registers: acc_out's address leaves the caller, and __m512 may
   // alias the tile stores' int32 sums, so every scaling reloaded and stored acc_out (the step at
   // 8-48 rows of x 1.04-1.08x faster with the copy: docs/kernels/dense-decode.md)
@@ -148,15 +167,14 @@ inline __attribute__((always_inline)) void blocks_times_rows(
 #pragma GCC unroll 16
   for (int m = 0; m < kTileRowsX; ++m) acc[m] = acc_out[m];
   const auto dw = [&](int64_t k) {
-    return _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + k * kQ8PanelScaleBytes)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(k))));
   };
   const auto scale_pair = [&](int64_t k) __attribute__((always_inline)) {
     scale_into(sums, dw(k), xs + k * kTileRowsX, acc);
     scale_into(sums + kTileRowsX * kPanelRows, dw(k + 1), xs + (k + 1) * kTileRowsX, acc);
   };
   const auto pair_at = [&]<int kSet>(int64_t k) __attribute__((always_inline)) {
-    multiply_pair<kSet>(w + k * kQ8PanelBlockBytes, xq + k * kXTileBytes, prefetch);
+    multiply_pair<kSet>(w, k, xq + k * kXTileBytes, prefetch);
   };
   const int64_t pairs = blocks / 2;
   if (pairs > 0) pair_at.template operator()<0>(0);
@@ -175,7 +193,7 @@ inline __attribute__((always_inline)) void blocks_times_rows(
     const int64_t k = blocks - 1;
     _tile_zero(0);
     _tile_loadd(2, xq + k * kXTileBytes, kQB);
-    _tile_loadd(4, w + k * kQ8PanelBlockBytes, 64);
+    _tile_loadd(4, w.quants(k), 64);
     _tile_dpbssd(0, 2, 4);
     _tile_stored(0, sums, 64);
     scale_into(sums, dw(k), xs + k * kTileRowsX, acc);
@@ -184,15 +202,15 @@ inline __attribute__((always_inline)) void blocks_times_rows(
   for (int m = 0; m < kTileRowsX; ++m) acc_out[m] = acc[m];
 }
 
-// Block k of the panel (at `wk`) times block k of two blocks of 16 rows of x (their tiles at xk0,
-// xk1) into sums set kSet, the first block's sums in its first tile: the panel's tile is loaded
-// once for both.
+// Block k of the panel times block k of two blocks of 16 rows of x (their tiles at xk0, xk1) into
+// sums set kSet, the first block's sums in its first tile: the panel's tile is loaded once for
+// both.
 template <int kSet>
-inline __attribute__((always_inline)) void multiply_block_by_two(const std::byte* wk,
+inline __attribute__((always_inline)) void multiply_block_by_two(const PanelBlocks& w, int64_t k,
                                                                  const int8_t* xk0,
                                                                  const int8_t* xk1, bool prefetch) {
-  if (prefetch) prefetch_ahead<1>(wk);
-  multiply_into_set<kSet, true>(xk0, xk1, wk, nullptr);
+  if (prefetch) w.prefetch_block(k);
+  multiply_into_set<kSet, true>(xk0, xk1, w.quants(k), nullptr);
 }
 
 // blocks_times_rows for two blocks of 16 rows of x at once (tiles xq0, xq1; scales xs0, xs1; sums
@@ -201,9 +219,9 @@ inline __attribute__((always_inline)) void multiply_block_by_two(const std::byte
 // two sets of sums tiles as blocks_times_rows alternates its pairs; each sum gets the blocks in the
 // same order as there, so the results are the same bit for bit.
 inline __attribute__((always_inline)) void blocks_times_two_row_blocks(
-    const std::byte* w, const std::byte* scales, int64_t blocks, const int8_t* xq0,
-    const float* xs0, const int8_t* xq1, const float* xs1, bool prefetch, int32_t* sums,
-    __m512 (&acc0_out)[kTileRowsX], __m512 (&acc1_out)[kTileRowsX]) {
+    const PanelBlocks& w, int64_t blocks, const int8_t* xq0, const float* xs0, const int8_t* xq1,
+    const float* xs1, bool prefetch, int32_t* sums, __m512 (&acc0_out)[kTileRowsX],
+    __m512 (&acc1_out)[kTileRowsX]) {
   __m512 acc0[kTileRowsX], acc1[kTileRowsX];  // copies, as in blocks_times_rows
 #pragma GCC unroll 16
   for (int m = 0; m < kTileRowsX; ++m) {
@@ -211,12 +229,11 @@ inline __attribute__((always_inline)) void blocks_times_two_row_blocks(
     acc1[m] = acc1_out[m];
   }
   const auto block_at = [&]<int kSet>(int64_t k) __attribute__((always_inline)) {
-    multiply_block_by_two<kSet>(w + k * kQ8PanelBlockBytes, xq0 + k * kXTileBytes,
-                                xq1 + k * kXTileBytes, prefetch);
+    multiply_block_by_two<kSet>(w, k, xq0 + k * kXTileBytes, xq1 + k * kXTileBytes, prefetch);
   };
   const auto scale_block = [&](int64_t k) __attribute__((always_inline)) {
-    const __m512 dw = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + k * kQ8PanelScaleBytes)));
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(k))));
     scale_into(sums, dw, xs0 + k * kTileRowsX, acc0);
     scale_into(sums + kTileRowsX * kPanelRows, dw, xs1 + k * kTileRowsX, acc1);
   };
@@ -267,15 +284,15 @@ void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
     const auto mask = static_cast<__mmask16>((1u << outs) - 1);
     const __m512 bias =
         p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o) : _mm512_setzero_ps();
-    const std::byte* quants = weight + quant_panel_quants(DType::kQ8_0, p.in, panel);
-    const std::byte* scales = weight + quant_panel_scales(DType::kQ8_0, p.out, p.in, panel);
+    const QuantPanelLayout layout(DType::kQ8_0, p.in);
+    const PanelBlocks blocks{weight + panel * layout.panel_bytes(), layout};
     int64_t b = 0;
     for (; b + kTileRowsX < p.n;
          b += 2 * kTileRowsX) {  // two blocks of rows, the second maybe partial
       __m512 acc0[kTileRowsX], acc1[kTileRowsX];
 #pragma GCC unroll 16
       for (int m = 0; m < kTileRowsX; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
-      blocks_times_two_row_blocks(quants, scales, work.blocks, work.x_tile(b), work.x_scales(b),
+      blocks_times_two_row_blocks(blocks, work.blocks, work.x_tile(b), work.x_scales(b),
                                   work.x_tile(b + kTileRowsX), work.x_scales(b + kTileRowsX),
                                   b == 0, sums, acc0, acc1);
       work.store(b, o, mask, bias, acc0);
@@ -285,8 +302,7 @@ void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
       __m512 acc[kTileRowsX];
 #pragma GCC unroll 16
       for (int m = 0; m < kTileRowsX; ++m) acc[m] = _mm512_setzero_ps();
-      blocks_times_rows(quants, scales, work.blocks, work.x_tile(b), work.x_scales(b), b == 0, sums,
-                        acc);
+      blocks_times_rows(blocks, work.blocks, work.x_tile(b), work.x_scales(b), b == 0, sums, acc);
       work.store(b, o, mask, bias, acc);
     }
   }
@@ -298,13 +314,33 @@ constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  /
 // reads from L1.
 constexpr int64_t kUnpackBlocks = 16;
 
-// `count` q4_0 panel blocks (256 bytes each) -> the q8_0 order (512 bytes each) as signed quants:
-// a 64-byte load's low nibbles are chunk v, its high nibbles chunk v + 4, each minus 8. Prefetches
-// the panel as far ahead as the q8_0 tiles do (4 KiB).
-inline void unpack_q4_0_blocks(const std::byte* from, int64_t count, int8_t* to) {
+// Blocks first.. of a q4_0 panel, their quants unpacked to the q8_0 order (512 bytes each, one
+// after another at `unpacked`), their scales the panel's. Nothing to prefetch: the run is in L1.
+struct UnpackedBlocks {
+  const int8_t* unpacked;
+  const std::byte* panel;
+  QuantPanelLayout layout;
+  int64_t first;
+  const std::byte* quants(int64_t k) const {
+    return reinterpret_cast<const std::byte*>(unpacked + k * kQ8PanelBlockBytes);
+  }
+  const std::byte* scales(int64_t k) const { return panel + layout.scales(first + k); }
+  void prefetch_pair(int64_t) const {}
+};
+
+// Blocks first..first + count - 1 of a q4_0 panel (256 bytes of quants each) -> the q8_0 order
+// (512 bytes each) as signed quants: a 64-byte load's low nibbles are chunk v, its high nibbles
+// chunk v + 4, each minus 8. Prefetches the panel's lines, its scales' too, as far ahead as the
+// q8_0 tiles do (4 KiB).
+inline void unpack_q4_0_blocks(const std::byte* panel, const QuantPanelLayout& layout,
+                               int64_t first, int64_t count, int8_t* to) {
   const __m512i nibble = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
   for (int64_t k = 0; k < count; ++k) {
-    const std::byte* block = from + k * kQ4PanelBlockBytes;
+    const std::byte* block = panel + layout.quants(first + k);
+    if (layout.ends_pair(first + k)) {  // the scales' line
+      _mm_prefetch(reinterpret_cast<const char*>(block + kQ4PanelBlockBytes + kAheadBytes),
+                   _MM_HINT_T0);
+    }
     int8_t* quants = to + k * kQ8PanelBlockBytes;
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
@@ -330,12 +366,13 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
   for (int64_t panel = first; panel < last; ++panel) {
     const int64_t o = panel * kPanelRows, outs = std::min(kPanelRows, p.out - o);
     const auto mask = static_cast<__mmask16>((1u << outs) - 1);
-    const std::byte* quants = weight + quant_panel_quants(DType::kQ4_0, p.in, panel);
-    const std::byte* scales = weight + quant_panel_scales(DType::kQ4_0, p.out, p.in, panel);
+    const QuantPanelLayout layout(DType::kQ4_0, p.in);
+    const std::byte* panel_start = weight + panel * layout.panel_bytes();
     for (int64_t k = 0; k < work.blocks; k += kUnpackBlocks) {
       const int64_t count = std::min(kUnpackBlocks, work.blocks - k);
       const bool last_run = k + count == work.blocks;
-      unpack_q4_0_blocks(quants + k * kQ4PanelBlockBytes, count, unpacked);
+      unpack_q4_0_blocks(panel_start, layout, k, count, unpacked);
+      const UnpackedBlocks run{unpacked, panel_start, layout, k};
       const __m512 bias = last_run && p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + o)
                                                         : _mm512_setzero_ps();
       for (int64_t b = 0; b < p.n; b += kTileRowsX) {
@@ -346,8 +383,7 @@ void q4_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
                        ? _mm512_setzero_ps()
                        : _mm512_maskz_loadu_ps(mask, p.y + (b + m) * work.ys + o);
         }
-        blocks_times_rows(reinterpret_cast<const std::byte*>(unpacked),
-                          scales + k * kQ8PanelScaleBytes, count, work.x_tile(b) + k * kXTileBytes,
+        blocks_times_rows(run, count, work.x_tile(b) + k * kXTileBytes,
                           work.x_scales(b) + k * kTileRowsX, false, sums, acc);
         work.store(b, o, mask, bias, acc);
       }

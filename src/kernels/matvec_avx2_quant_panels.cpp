@@ -37,21 +37,20 @@ inline __m256i x_quad(const int8_t* block, int64_t v) {
   return _mm256_set1_epi32(four);
 }
 
-// out[b][r][h] = rows 8h..8h+7 of panel r · x_b for R panels (quants panel_stride bytes apart,
-// scales scale_stride) and NB rows of x (quants xq_stride bytes apart; scales and block
-// corrections xs_stride). Each block's integer sums are exact, then one scaled add into the f32
-// sums; a 64-byte load of a panel is its two halves, eight rows each, one vector each:
+// out[b][r][h] = rows 8h..8h+7 of panel r · x_b for R panels (panel_stride bytes apart from the
+// one at `panel`, laid out as `layout` says) and NB rows of x (quants xq_stride bytes apart; scales
+// and block corrections xs_stride). Each block's integer sums are exact, then one scaled add into
+// the f32 sums; a 64-byte load of a panel is its two halves, eight rows each, one vector each:
 // - q8_0: each half a vpmaddubsw per row of x of the weights' magnitudes (unsigned) against x's
 //   four bytes broadcast, signed by the weights (vpsignb), then vpmaddwd into 32-bit sums. No
 //   pair of products passes 2 · 128 · 127 = 32,512, inside int16.
 // - q4_0: the nibbles (the weights + 8, unsigned) against x's bytes, low and high, summed in int16
 //   for the whole block (eight sums of two products of at most 15 · 127: 30,480), then vpmaddwd;
 //   the sums start at x's block correction, −8 · Σ q_x.
-// kPrefetch: each line of a panel prefetched kAheadBytes ahead.
+// kPrefetch: each line of a panel, the scales' too, prefetched kAheadBytes ahead.
 template <DType D, int R, int NB, bool kPrefetch>
-inline __attribute__((always_inline)) void products(const std::byte* w, int64_t panel_stride,
-                                                    const std::byte* scales, int64_t scale_stride,
-                                                    int64_t blocks, const int8_t* xq,
+inline __attribute__((always_inline)) void products(const std::byte* panel, int64_t panel_stride,
+                                                    const QuantPanelLayout layout, const int8_t* xq,
                                                     int64_t xq_stride, const float* xs,
                                                     const int32_t* xbias, int64_t xs_stride,
                                                     __m256 (&out)[NB][R][2]) {
@@ -62,9 +61,20 @@ inline __attribute__((always_inline)) void products(const std::byte* w, int64_t 
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[b][r][0] = acc[b][r][1] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t block_bytes = quant_panel_block_bytes(D);
-  for (int64_t k = 0; k < blocks; ++k) {
-    const std::byte* block = w + k * block_bytes;
+  for (int64_t k = 0; k < layout.blocks; ++k) {
+    const std::byte* block = panel + layout.quants(k);
+    const std::byte* scales = panel + layout.scales(k);
+    const bool ends_pair = layout.ends_pair(k);
+    if constexpr (kPrefetch) {
+      if (ends_pair) {  // the scales' line
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(block + r * panel_stride + layout.block_bytes +
+                                                     kAheadBytes),
+                       _MM_HINT_T0);
+        }
+      }
+    }
     const int8_t* xk = xq + k * kQB;
     const auto load = [&](int r, int64_t v, int h) __attribute__((always_inline)) {
       const std::byte* at = block + r * panel_stride + 64 * v + 32 * h;
@@ -146,7 +156,7 @@ inline __attribute__((always_inline)) void products(const std::byte* w, int64_t 
       __m256 dw[R];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const std::byte* at = scales + r * scale_stride + k * kQ8PanelScaleBytes + 16 * h;
+        const std::byte* at = scales + r * panel_stride + 16 * h;
         dw[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
       }
 #pragma GCC unroll 8
@@ -171,21 +181,20 @@ inline __attribute__((always_inline)) void products(const std::byte* w, int64_t 
 template <DType D>
 void panel_range(const MatVecParams& p, const int8_t* xq, const float* xs, const int32_t* xbias,
                  int64_t first, int64_t last) {
-  const int64_t blocks = q8_0_blocks(p.in);
+  const QuantPanelLayout layout(D, p.in);
+  const int64_t blocks = layout.blocks;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   const auto tile = [&]<int R, int NB>(int64_t panel, int64_t spread, int64_t b) {
     __m256 acc[NB][R][2];
-    const std::byte* w = weight + quant_panel_quants(D, p.in, panel);
-    const std::byte* scales = weight + quant_panel_scales(D, p.out, p.in, panel);
-    const int64_t panel_stride = spread * blocks * quant_panel_block_bytes(D);
-    const int64_t scale_stride = spread * blocks * kQ8PanelScaleBytes;
+    const std::byte* w = weight + panel * layout.panel_bytes();
+    const int64_t panel_stride = spread * layout.panel_bytes();
     const int8_t* x = xq + b * blocks * kQB;
     if (b == 0) {
-      products<D, R, NB, true>(w, panel_stride, scales, scale_stride, blocks, x, blocks * kQB,
-                               xs + b * blocks, xbias + b * blocks, blocks, acc);
+      products<D, R, NB, true>(w, panel_stride, layout, x, blocks * kQB, xs + b * blocks,
+                               xbias + b * blocks, blocks, acc);
     } else {
-      products<D, R, NB, false>(w, panel_stride, scales, scale_stride, blocks, x, blocks * kQB,
-                                xs + b * blocks, xbias + b * blocks, blocks, acc);
+      products<D, R, NB, false>(w, panel_stride, layout, x, blocks * kQB, xs + b * blocks,
+                                xbias + b * blocks, blocks, acc);
     }
     write_tile<R, NB>(p, panel, spread, b, acc);
   };

@@ -28,12 +28,12 @@ namespace {
 template <DType D>
 void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, const int32_t* xbias,
                  int64_t first, int64_t last) {
-  const int64_t blocks = q8_0_blocks(p.in);
+  const QuantPanelLayout layout(D, p.in);
+  const int64_t blocks = layout.blocks;
   const auto* weight = static_cast<const std::byte*>(p.weight);
   const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t spread, int64_t b) {
     __m512 acc[NB][NP] = {};
-    tile_blocks<D, NB, NP>(weight + quant_panel_quants(D, p.in, panel),
-                           weight + quant_panel_scales(D, p.out, p.in, panel), spread, blocks,
+    tile_blocks<D, NB, NP>(weight + panel * layout.panel_bytes(), spread, layout,
                            xq + b * blocks * kQB, blocks * kQB, xs + b * blocks, xbias + b * blocks,
                            blocks, acc);
     write_panels<NP, NB>(p, panel, spread, b, acc);

@@ -52,11 +52,9 @@ void require_quant_dtype(DType dtype, const char* caller) {
   }
 }
 
-// Where quant byte j of block k of row r (the bytes after the scale: 32 int8 for q8_0, 16 nibble
-// pairs for q4_0) lies among its panel's quants (matvec.h has the order).
-int64_t panel_quant_offset(DType dtype, int64_t k, int64_t r, int64_t j) {
-  return k * quant_panel_block_bytes(dtype) + 64 * (j / 4) + 4 * r + j % 4;
-}
+// Where quant byte j of row r (the bytes after the scale: 32 int8 for q8_0, 16 nibble pairs for
+// q4_0) lies among its block's quants (matvec.h has the order).
+int64_t block_quant_offset(int64_t r, int64_t j) { return 64 * (j / 4) + 4 * r + j % 4; }
 
 }  // namespace
 
@@ -64,18 +62,18 @@ void pack_quant_panels(DType dtype, const std::byte* ggml_rows, int64_t out, int
                        std::byte* panels) {
   require_quant_dtype(dtype, "pack_quant_panels");
   if (out <= 0 || in <= 0) throw std::invalid_argument("pack_quant_panels: out/in: must be > 0");
-  const int64_t blocks = q8_0_blocks(in), stride = row_bytes(dtype, in);
+  const QuantPanelLayout layout(dtype, in);
+  const int64_t stride = row_bytes(dtype, in);
   const int64_t block_bytes = row_bytes(dtype, kQuantBlockElements);
   std::memset(panels, 0, static_cast<size_t>(quant_panel_bytes(dtype, out, in)));
   for (int64_t o = 0; o < out; ++o) {
-    const int64_t panel = o / kPanelRows, r = o % kPanelRows;
-    std::byte* quants = panels + quant_panel_quants(dtype, in, panel);
-    std::byte* scales = panels + quant_panel_scales(dtype, out, in, panel);
-    for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t r = o % kPanelRows;
+    std::byte* panel = panels + quant_panel_start(dtype, in, o / kPanelRows);
+    for (int64_t k = 0; k < layout.blocks; ++k) {
       const std::byte* block = ggml_rows + o * stride + k * block_bytes;
-      std::memcpy(scales + k * kQ8PanelScaleBytes + r * kScaleBytes, block, kScaleBytes);
+      std::memcpy(panel + layout.scales(k) + r * kScaleBytes, block, kScaleBytes);
       for (int64_t j = 0; j < block_bytes - kScaleBytes; ++j) {
-        quants[panel_quant_offset(dtype, k, r, j)] = block[kScaleBytes + j];
+        panel[layout.quants(k) + block_quant_offset(r, j)] = block[kScaleBytes + j];
       }
     }
   }
@@ -99,14 +97,12 @@ void quant_panel_block(DType dtype, const std::byte* panels, int64_t out, int64_
     throw std::invalid_argument("quant_panel_block: k: must be in [0, blocks)");
   }
   if (o < 0 || o >= out) throw std::invalid_argument("quant_panel_block: o: must be in [0, out)");
-  const int64_t panel = o / kPanelRows, r = o % kPanelRows;
-  const std::byte* quants = panels + quant_panel_quants(dtype, in, panel);
-  std::memcpy(
-      block,
-      panels + quant_panel_scales(dtype, out, in, panel) + k * kQ8PanelScaleBytes + r * kScaleBytes,
-      kScaleBytes);
+  const QuantPanelLayout layout(dtype, in);
+  const int64_t r = o % kPanelRows;
+  const std::byte* panel = panels + quant_panel_start(dtype, in, o / kPanelRows);
+  std::memcpy(block, panel + layout.scales(k) + r * kScaleBytes, kScaleBytes);
   for (int64_t j = 0; j < row_bytes(dtype, kQuantBlockElements) - kScaleBytes; ++j) {
-    block[kScaleBytes + j] = quants[panel_quant_offset(dtype, k, r, j)];
+    block[kScaleBytes + j] = panel[layout.quants(k) + block_quant_offset(r, j)];
   }
 }
 

@@ -708,11 +708,13 @@ TEST(MatVecTest, ScratchRowsLieOnCacheLines) {
 
 // q8_0 and q4_0 panels move bytes only: every block of odd shapes (a partial last panel, a width
 // whose last block is partial, odd and even block counts) reads back as ggml wrote it, each quant
-// byte and scale sits where the layout says (computed here from its definition: panel p's quants
-// from p · blocks · B (B = 512 for q8_0, 256 for q4_0), block k's B bytes, ggml's quant byte j of
-// row r at 64 · (j / 4) + 4 · r + j % 4; every panel's scales after every panel's quants, 32 bytes
-// a block), the padding is zero, and the matrix is as many bytes as its rows padded to whole
-// panels in ggml's blocks.
+// byte and scale sits where the layout says (computed here from its definition, B = 512 quant
+// bytes a block for q8_0, 256 for q4_0: a panel is its blocks in pairs, each pair 2B bytes of
+// quants then 64 of scales, an odd count's last block B bytes of quants, 32 of scales and 32 of
+// padding; panel p from p times that; ggml's quant byte j of row r at 64 · (j / 4) + 4 · r + j % 4
+// of its block's quants; row r's scale at 2 · r of its block's 32 bytes), the padding is zero, and
+// the matrix is whole 64-byte lines, a panel's 32 bytes more than its rows in ggml's blocks where
+// the count of blocks is odd.
 TEST(MatVecTest, QuantPanelsReadBackExactly) {
   std::mt19937 rng(37);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -726,7 +728,11 @@ TEST(MatVecTest, QuantPanelsReadBackExactly) {
         const int64_t blocks = (in + 31) / 32, stride = row_bytes(dtype, in);
         const int64_t panels_count = (out + 15) / 16;
         ASSERT_EQ(stride, blocks * block_bytes);
-        ASSERT_EQ(quant_panel_bytes(dtype, out, in), panels_count * 16 * stride);
+        const int64_t pair_bytes = 2 * panel_block + 64;
+        const int64_t panel_bytes = blocks / 2 * pair_bytes + blocks % 2 * (panel_block + 64);
+        ASSERT_EQ(panel_bytes % 64, 0);
+        ASSERT_EQ(panel_bytes, 16 * stride + blocks % 2 * 32);
+        ASSERT_EQ(quant_panel_bytes(dtype, out, in), panels_count * panel_bytes);
         std::vector<float> w(static_cast<size_t>(in * out));
         for (float& v : w) v = normal(rng);
         const std::vector<std::byte> rows = pack(w, out, in, dtype);
@@ -735,21 +741,24 @@ TEST(MatVecTest, QuantPanelsReadBackExactly) {
         pack_quant_panels(dtype, rows.data(), out, in, panels.data());
         std::vector<bool> used(panels.size(), false);
         for (int64_t o = 0; o < out; ++o) {
-          const size_t panel = static_cast<size_t>(o / 16 * blocks * panel_block), r = o % 16;
-          const size_t panel_scales =
-              static_cast<size_t>(panels_count * blocks * panel_block + o / 16 * blocks * 32);
+          const size_t panel = static_cast<size_t>(o / 16 * panel_bytes), r = o % 16;
           for (int64_t k = 0; k < blocks; ++k) {
+            const bool lone = k % 2 == 0 && k + 1 == blocks;
+            const size_t quants =
+                panel + static_cast<size_t>(k / 2 * pair_bytes + k % 2 * panel_block);
+            const size_t scales =
+                panel +
+                static_cast<size_t>(k / 2 * pair_bytes + (lone ? 1 : 2) * panel_block + k % 2 * 32);
             const std::byte* ggml = rows.data() + o * stride + k * block_bytes;
             std::byte block[34];
             quant_panel_block(dtype, panels.data(), out, in, o, k, block);
             ASSERT_EQ(std::memcmp(block, ggml, static_cast<size_t>(block_bytes)), 0)
                 << "row " << o << " block " << k;
-            const size_t scale = panel_scales + static_cast<size_t>(k * 32) + 2 * r;
+            const size_t scale = scales + 2 * r;
             ASSERT_EQ(std::memcmp(&panels[scale], ggml, 2), 0);
             used[scale] = used[scale + 1] = true;
             for (int64_t j = 0; j < block_bytes - 2; ++j) {
-              const size_t at =
-                  panel + static_cast<size_t>(k * panel_block + 64 * (j / 4) + 4 * r + j % 4);
+              const size_t at = quants + static_cast<size_t>(64 * (j / 4) + 4 * r + j % 4);
               ASSERT_FALSE(used[at]) << "two quant bytes at " << at;
               used[at] = true;
               ASSERT_EQ(panels[at], ggml[2 + j]) << "row " << o << " block " << k << " byte " << j;

@@ -151,10 +151,15 @@ struct QuantPanelLayout {
   constexpr int64_t panel_bytes() const {
     return (blocks + 1) / 2 * pair_bytes() - blocks % 2 * block_bytes;
   }
-  constexpr int64_t quants(int64_t k) const { return k / 2 * pair_bytes() + k % 2 * block_bytes; }
+  // from the start of its pair: the quants of block `second` (0 or 1) of the pair, and its scales
+  // (lone: an odd count's last block, the pair's only one)
+  constexpr int64_t pair_quants(int64_t second) const { return second * block_bytes; }
+  constexpr int64_t pair_scales(int64_t second, bool lone) const {
+    return (lone ? 1 : 2) * block_bytes + second * kQ8PanelScaleBytes;
+  }
+  constexpr int64_t quants(int64_t k) const { return k / 2 * pair_bytes() + pair_quants(k % 2); }
   constexpr int64_t scales(int64_t k) const {
-    const int64_t quants_in_pair = k % 2 == 0 && k + 1 == blocks ? 1 : 2;
-    return k / 2 * pair_bytes() + quants_in_pair * block_bytes + k % 2 * kQ8PanelScaleBytes;
+    return k / 2 * pair_bytes() + pair_scales(k % 2, k % 2 == 0 && k + 1 == blocks);
   }
   // bytes from block k's quants to the next block's (past the last block: the next panel's)
   constexpr int64_t span(int64_t k) const {

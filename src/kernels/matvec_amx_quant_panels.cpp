@@ -119,7 +119,8 @@ struct PanelBlocks {
   const std::byte* scales(int64_t k) const { return panel + layout.scales(k); }
   // blocks k and k + 1 (k even): their quants and scales, one run of 17 lines
   void prefetch_pair(int64_t k) const {
-    prefetch_ahead<(2 * kQ8PanelBlockBytes + 2 * kQ8PanelScaleBytes) / 64>(quants(k));
+    constexpr QuantPanelLayout kTwoBlocks(DType::kQ8_0, 2 * kQuantBlockElements);
+    prefetch_ahead<kTwoBlocks.pair_bytes() / 64>(quants(k));
   }
   // block k: its quants, and the line of scales that closes a pair
   void prefetch_block(int64_t k) const {

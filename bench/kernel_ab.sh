@@ -3,14 +3,16 @@
 # (a kernel source under src/kernels) is compiled twice with its flags from the build's
 # compile_commands.json, once from REV's source tree and once from the working tree, FUNCTION
 # renamed FUNCTION_old and FUNCTION_new; bench/dense_step_shapes.cpp's --ab mode then calls the two
-# alternately, step by step, over the d 1024 × 16 model's matrices (weights of DTYPE in the order
-# the decoder stores them on this CPU; KVLAB_CPU_ISA picks another ISA's, e.g. avx2 for rows) and
-# prints each one's median step and old ÷ new. Both builds link
+# alternately, step by step (old new new old, …), over the d 1024 × 16 model's matrices (weights
+# of DTYPE in the order the decoder stores them on this CPU; KVLAB_CPU_ISA picks another ISA's,
+# e.g. avx2 for rows) and prints each one's median step and old ÷ new. Both builds link
 # against the working tree's library, so the types they share (MatVecParams, ThreadPool,
 # MatVecScratch) must not have changed since REV. After `make build`:
 #   bench/kernel_ab.sh REV FILE FUNCTION THREADS DTYPE
 #   e.g. bench/kernel_ab.sh HEAD~1 src/kernels/matvec_amx_quant_panels.cpp \
 #        matvec_amx_quant_panels 2 q8_0
+# With REV = HEAD and no change to FILE it times a kernel against itself: its ratios' spread is the
+# harness's own (docs/kernels/dense-decode.md).
 # KVLAB_AB_ROWS picks the rows of x (dense_step_shapes.cpp's header); KVLAB_AB_FLAGS adds compiler
 # flags to both builds, e.g. KVLAB_AB_FLAGS='-DAHEAD=8192' to try a value the working tree's source
 # takes from a macro (REV's source, without that macro, builds as it was).

@@ -61,10 +61,9 @@ constexpr int kMatrices = sizeof kLayer / sizeof kLayer[0];
 constexpr int kLayers = 16, kSteps = 9;
 
 // Which of the two kernels an alternating comparison times at `step`: a b b a, a b b a, … Each
-// kernel follows either one as often. Plain a b a b measured the same kernel against itself 3–7%
-// slower as a than as b at 16 rows of x on the Zen 5 VM (1.03–1.05 at two threads, 1.03–1.07 at
-// one; 0.97–1.01 in this order): the step after the other kernel's is not the same as the step
-// after its own.
+// kernel follows either one as often, and neither is always the earlier of a pair. Plain a b a b
+// timed a kernel against itself slower as a than as b at 16 rows of x
+// (docs/kernels/dense-decode.md, "The kernel A/B harness timed its first kernel slower").
 constexpr int ab_side(int step) { return step % 4 == 0 || step % 4 == 3 ? 0 : 1; }
 
 // The rows of x --ab (and, where set, --expanded-vs-int8) runs: KVLAB_AB_ROWS (e.g.

@@ -31,9 +31,9 @@ void panel_range(const MatVecParams& p, const uint8_t* xq, const float* xs, cons
   const QuantPanelLayout layout(D, p.in);
   const int64_t blocks = layout.blocks;
   const auto* weight = static_cast<const std::byte*>(p.weight);
-  // The tiles after a group's first read its panels from cache. q8_0's do not prefetch them (its
-  // steps at 8–64 rows of x measured 1.02–1.10× faster at one thread, 0.96–1.07× at two); q4_0's
-  // do (without: 0.95–0.99× from 8 rows).
+  // The tiles after a group's first read its panels from cache: q8_0's without prefetching them,
+  // which measured faster; q4_0's still prefetch, which measured faster for them
+  // (docs/kernels/dense-decode.md, "q8_0's later tiles without prefetches").
   constexpr bool kLaterTilesPrefetch = D == DType::kQ4_0;
   const auto tile = [&]<int NB, int NP>(int64_t panel, int64_t spread, int64_t b) {
     __m512 acc[NB][NP] = {};

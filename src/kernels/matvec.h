@@ -115,9 +115,9 @@ void pack_float_panels(DType dtype, const std::byte* rows, int64_t out, int64_t 
 // blocks go in pairs: blocks 2g and 2g + 1's quants (quant_panel_block_bytes each), then their
 // scales (32 bytes a block: the sixteen rows' f16 scales, in row order); an odd count's last block
 // alone, its quants, its scales and 32 zero bytes. So a panel is one stream through memory, its
-// scales a line after every 1 KiB (q8_0) or 512 bytes (q4_0) of quants: with every panel's scales
-// in a stream of their own, after every panel's quants, the VNNI kernel's step at one and two rows
-// of x took 5-17% longer (docs/kernels/dense-decode.md). A block's quants, ggml's bytes unchanged:
+// scales a line after every 1 KiB (q8_0) or 512 bytes (q4_0) of quants, not a stream of their
+// own, which measured slower at one and two rows of x (docs/kernels/dense-decode.md). A block's
+// quants, ggml's bytes unchanged:
 // - q8_0, 512 bytes: byte 64 · v + 4 · r + e is element 4v + e of row r — the order of an AMX
 //   int8 B tile (8 rows of 16 outputs × 4 inputs) and of a vpdpbusd operand for sixteen outputs.
 // - q4_0, 256 bytes: byte 64 · v + 4 · r + e (v < 4) is ggml's byte 4v + e of row r's block:

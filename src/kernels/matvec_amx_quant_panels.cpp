@@ -125,7 +125,7 @@ struct PanelBlocks {
   // block k: its quants, and the line of scales that closes a pair
   void prefetch_block(int64_t k) const {
     prefetch_ahead<kQ8PanelBlockBytes / 64>(quants(k));
-    if (layout.ends_pair(k)) prefetch_ahead<1>(quants(k) + kQ8PanelBlockBytes);
+    if (layout.ends_pair(k)) prefetch_ahead<1>(scales(k));
   }
 };
 
@@ -309,8 +309,6 @@ void q8_0_panel_range(const PanelWork& work, int64_t first, int64_t last) {
   }
 }
 
-constexpr int64_t kQ4PanelBlockBytes = quant_panel_block_bytes(DType::kQ4_0);  // 256
-
 // q4_0 blocks unpacked at a time: 8 KiB of int8 quants, which every block of 16 rows of x then
 // reads from L1.
 constexpr int64_t kUnpackBlocks = 16;
@@ -339,7 +337,7 @@ inline void unpack_q4_0_blocks(const std::byte* panel, const QuantPanelLayout& l
   for (int64_t k = 0; k < count; ++k) {
     const std::byte* block = panel + layout.quants(first + k);
     if (layout.ends_pair(first + k)) {  // the scales' line
-      _mm_prefetch(reinterpret_cast<const char*>(block + kQ4PanelBlockBytes + kAheadBytes),
+      _mm_prefetch(reinterpret_cast<const char*>(panel + layout.scales(first + k) + kAheadBytes),
                    _MM_HINT_T0);
     }
     int8_t* quants = to + k * kQ8PanelBlockBytes;

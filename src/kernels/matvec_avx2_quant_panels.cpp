@@ -69,8 +69,7 @@ inline __attribute__((always_inline)) void products(const std::byte* panel, int6
       if (ends_pair) {  // the scales' line
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(block + r * panel_stride + layout.block_bytes +
-                                                     kAheadBytes),
+          _mm_prefetch(reinterpret_cast<const char*>(scales + r * panel_stride + kAheadBytes),
                        _MM_HINT_T0);
         }
       }

@@ -33,6 +33,7 @@ namespace kvlab {
 namespace {
 
 #include "kernels/decode_attention_int8_common.inc"
+#include "kernels/decode_attention_math16.inc"
 
 static_assert(kBlock == 16, "a block of tokens is one 16-lane vector of scores");
 
@@ -253,43 +254,6 @@ __m512 token_scores(const __m512* f) {
                                   _mm512_shuffle_f32x4(f[2], f[3], _MM_SHUFFLE(3, 2, 3, 2)));
   return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// exp256 (decode_attention_vector_math.inc) sixteen lanes at a time: the same reduction and
-// polynomial; inputs below −87 give 0.
-__m512 exp512(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
-  const __mmask16 below = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 poly = _mm512_set1_ps(1.0f / 720);
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 120));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 24));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 6));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
-  const __m512i pow2 =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~below), poly, _mm512_castsi512_ps(pow2));
-}
-
-// Lane i (i < 4) = the max (or sum) of v[i]'s sixteen lanes: four reductions interleaved.
-template <bool kMax>
-__m128 reduce4(const __m512* v) {
-  auto op4 = [](__m128 x, __m128 y) { return kMax ? _mm_max_ps(x, y) : _mm_add_ps(x, y); };
-  __m128 r[4];
-  for (int i = 0; i < 4; ++i) {
-    const __m256 lo = _mm512_castps512_ps256(v[i]), hi = _mm512_extractf32x8_ps(v[i], 1);
-    const __m256 h = kMax ? _mm256_max_ps(lo, hi) : _mm256_add_ps(lo, hi);
-    r[i] = op4(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  }
-  const __m128 t0 = op4(_mm_unpacklo_ps(r[0], r[1]), _mm_unpackhi_ps(r[0], r[1]));
-  const __m128 t1 = op4(_mm_unpacklo_ps(r[2], r[3]), _mm_unpackhi_ps(r[2], r[3]));
-  return op4(_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0));
 }
 
 // softmax_block (decode_attention_int8_common.inc) with a head's sixteen scores in one vector,

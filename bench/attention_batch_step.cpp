@@ -11,11 +11,13 @@
 //       src/experiments/decode_bench_row.cpp build/src/libkvlab_cache.a \
 //       build/src/libkvlab_kernels.a build/src/libkvlab_spec.a build/src/libkvlab_report.a \
 //       -ldnnl -lfmt -lpthread -o /tmp/abs
-//   /tmp/abs BATCH CONTEXT LAYERS   (defaults 64 48 16)
+//   /tmp/abs BATCH CONTEXT LAYERS [SPEC [CACHE]]   (defaults 64 48 16 gqa:4 bf16; SPEC any
+//   attention spec at that shape, e.g. gva:4,dr=16; CACHE bf16, or q8_0 / q4_0 in int8 attention)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "experiments/decode_bench_row.h"
@@ -27,7 +29,8 @@ int main(int argc, char** argv) {
   const auto arg = [&](int i, int64_t fallback, int64_t most) {
     const int64_t v = argc > i ? std::atoll(argv[i]) : fallback;
     if (v < 1 || v > most) {
-      std::fprintf(stderr, "usage: %s [BATCH 1..4096] [CONTEXT 1..65536] [LAYERS 1..64]\n",
+      std::fprintf(stderr,
+                   "usage: %s [BATCH 1..4096] [CONTEXT 1..65536] [LAYERS 1..64] [SPEC [CACHE]]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -39,13 +42,18 @@ int main(int argc, char** argv) {
                                                /*mlp_width=*/4096, /*vocab_size=*/1000,
                                                /*max_context=*/0);
   shape.head_dim = 64;
-  AttentionSpec spec = AttentionSpec::parse("gqa:4", shape, DType::kBf16);
+  const std::string spec_text = argc > 4 ? argv[4] : "gqa:4";
+  const DType cache = parse_dtype(argc > 5 ? argv[5] : "bf16");
+  const AttnPrecision precision =
+      cache == DType::kBf16 ? AttnPrecision::kBf16 : AttnPrecision::kInt8;
+  AttentionSpec spec = AttentionSpec::parse(spec_text, shape, cache);
   spec.key_cache_order = fastest_key_order(spec.cache_layout());
   spec.validate();
   std::mt19937 rng(1);
-  DecodeRow row = make_row(spec, AttnPrecision::kBf16, context, batch, layers, rng, decoder);
-  std::printf("gqa:4, H 16 x 64, bf16 cache (%s keys), bf16 attention, 2 threads, %s\n",
-              key_order_name(spec.key_cache_order),
+  DecodeRow row = make_row(spec, precision, context, batch, layers, rng, decoder);
+  std::printf("%s, H 16 x 64, %s cache (%s keys), %s attention, 2 threads, %s\n", spec_text.c_str(),
+              std::string(dtype_name(cache)).c_str(), key_order_name(spec.key_cache_order),
+              std::string(attn_precision_name(precision)).c_str(),
               std::string(cpu_isa_name(decoder.isa())).c_str());
   for (int round = 0; round < 3; ++round) {
     std::vector<double> micros;

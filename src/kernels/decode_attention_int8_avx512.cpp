@@ -173,30 +173,48 @@ void pack_key_quad(const std::byte* quad, uint8_t* out, uint16_t* scale_bits) {
   _mm512_storeu_si512(out + 64, hi);
 }
 
-// pack_key_quad for a row's last, partial quad (count < 4 blocks; none: no row), its runs one
-// at a time, zero for the missing blocks.
+// pack_key_quad for a row's last, partial quad (count < 4 blocks; none: no row), zero for the
+// missing blocks: the same permutes over loads masked to the row's bytes (which a row of d_h 64,
+// two blocks, always takes), so nothing past the row is read.
 template <DType D>
 void pack_partial_quad(const std::byte* quad, int64_t count, uint8_t* out, uint16_t* scale_bits) {
-  alignas(64) std::byte runs[2][64] = {};
-  for (int64_t L = 0; L < count; ++L) {
-    const std::byte* block = quad + L * block_bytes<D>();
-    std::memcpy(runs[0] + 16 * L, block + 2, 16);
-    if (D == DType::kQ8_0) std::memcpy(runs[1] + 16 * L, block + 2 + kQB / 2, 16);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(D == DType::kQ8_0 ? 0x80 : 0));
+  if (quad == nullptr || count == 0) {
+    for (int64_t L = 0; L < kQuadBlocks; ++L) scale_bits[L] = 0;
+    _mm512_storeu_si512(out, flip);
+    _mm512_storeu_si512(out + 64, flip);
+    return;
   }
-  for (int64_t L = 0; L < kQuadBlocks; ++L) {
-    scale_bits[L] = L < count ? f16_bits_at(quad + L * block_bytes<D>()) : 0;
-  }
-  __m512i lo, hi;
+  const QuadIndex& index = D == DType::kQ8_0 ? kQ8_0Index : kQ4_0Index;
+  const int64_t bytes = count * block_bytes<D>();
+  // bytes [from, from + 64) of the quad, zero past its blocks
+  const auto load = [&](int64_t from) {
+    const int64_t left = std::clamp<int64_t>(bytes - from, 0, 64);
+    const __mmask64 mask = left == 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+    return _mm512_maskz_loadu_epi8(mask, quad + from);
+  };
+  const __mmask32 lanes = (__mmask32{1} << (8 * count)) - 1;  // 8 words a block
+  __m512i lo, hi, a, b;
   if constexpr (D == DType::kQ8_0) {
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    lo = _mm512_xor_si512(_mm512_load_si512(runs[0]), flip);
-    hi = _mm512_xor_si512(_mm512_load_si512(runs[1]), flip);
+    a = load(0);
+    b = load(64);
+    lo = _mm512_xor_si512(
+        _mm512_maskz_permutex2var_epi16(lanes, a, _mm512_loadu_si512(index.lo), b), flip);
+    hi = _mm512_xor_si512(
+        _mm512_maskz_permutex2var_epi16(lanes, load(16), _mm512_loadu_si512(index.hi), load(72)),
+        flip);
   } else {
-    const __m512i packed = _mm512_load_si512(runs[0]);
+    a = load(0);
+    b = load(8);
+    const __m512i packed =
+        _mm512_maskz_permutex2var_epi16(lanes, a, _mm512_loadu_si512(index.lo), b);
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     lo = _mm512_and_si512(packed, nibble);
     hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
   }
+  const __m512i scales = _mm512_maskz_permutex2var_epi16((__mmask32{1} << count) - 1, a,
+                                                         _mm512_loadu_si512(index.scales), b);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(scale_bits), _mm512_castsi512_si128(scales));
   _mm512_storeu_si512(out, lo);
   _mm512_storeu_si512(out + 64, hi);
 }

@@ -11,8 +11,10 @@
 //       src/experiments/decode_bench_row.cpp build/src/libkvlab_cache.a \
 //       build/src/libkvlab_kernels.a build/src/libkvlab_spec.a build/src/libkvlab_report.a \
 //       -ldnnl -lfmt -lpthread -o /tmp/abs
-//   /tmp/abs BATCH CONTEXT LAYERS [SPEC [CACHE]]   (defaults 64 48 16 gqa:4 bf16; SPEC any
-//   attention spec at that shape, e.g. gva:4,dr=16; CACHE bf16, or q8_0 / q4_0 in int8 attention)
+//   /tmp/abs BATCH CONTEXT LAYERS [SPEC [CACHE [PRECISION]]]   (defaults 64 48 16 gqa:4 bf16;
+//   SPEC any attention spec at that shape, e.g. gva:4,dr=16; CACHE f32 | bf16 | f16 | q8_0 |
+//   q4_0; PRECISION f32 | bf16 | int8, by default bf16 on a bf16 cache, int8 on q8_0 / q4_0,
+//   else f32)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,7 +32,8 @@ int main(int argc, char** argv) {
     const int64_t v = argc > i ? std::atoll(argv[i]) : fallback;
     if (v < 1 || v > most) {
       std::fprintf(stderr,
-                   "usage: %s [BATCH 1..4096] [CONTEXT 1..65536] [LAYERS 1..64] [SPEC [CACHE]]\n",
+                   "usage: %s [BATCH 1..4096] [CONTEXT 1..65536] [LAYERS 1..64] [SPEC [CACHE "
+                   "[PRECISION]]]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -44,8 +47,11 @@ int main(int argc, char** argv) {
   shape.head_dim = 64;
   const std::string spec_text = argc > 4 ? argv[4] : "gqa:4";
   const DType cache = parse_dtype(argc > 5 ? argv[5] : "bf16");
-  const AttnPrecision precision =
-      cache == DType::kBf16 ? AttnPrecision::kBf16 : AttnPrecision::kInt8;
+  const AttnPrecision precision = argc > 6 ? parse_attn_precision(argv[6], "PRECISION")
+                                  : cache == DType::kBf16 ? AttnPrecision::kBf16
+                                  : cache == DType::kQ8_0 || cache == DType::kQ4_0
+                                      ? AttnPrecision::kInt8
+                                      : AttnPrecision::kF32;
   AttentionSpec spec = AttentionSpec::parse(spec_text, shape, cache);
   spec.key_cache_order = fastest_key_order(spec.cache_layout());
   spec.validate();

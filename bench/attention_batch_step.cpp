@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@
 
 using namespace kvlab;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   const auto arg = [&](int i, int64_t fallback, int64_t most) {
     const int64_t v = argc > i ? std::atoll(argv[i]) : fallback;
     if (v < 1 || v > most) {
@@ -46,7 +49,7 @@ int main(int argc, char** argv) {
                                                /*max_context=*/0);
   shape.head_dim = 64;
   const std::string spec_text = argc > 4 ? argv[4] : "gqa:4";
-  const DType cache = parse_dtype(argc > 5 ? argv[5] : "bf16");
+  const DType cache = parse_dtype(argc > 5 ? argv[5] : "bf16", "CACHE");
   const AttnPrecision precision = argc > 6 ? parse_attn_precision(argv[6], "PRECISION")
                                   : cache == DType::kBf16 ? AttnPrecision::kBf16
                                   : cache == DType::kQ8_0 || cache == DType::kQ4_0
@@ -77,4 +80,16 @@ int main(int argc, char** argv) {
         micros[200], micros[40], micros[200] / static_cast<double>(batch));
   }
   return 0;
+}
+
+}  // namespace
+
+// A bad SPEC, CACHE or PRECISION is reported by the parser's message, not a crash.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
 }
